@@ -1,0 +1,103 @@
+"""Start one flowgraph (one Spark streaming query) for a vchannel.
+
+Delta is the truth about how far a channel got: when the channel has committed before,
+the flowgraph starts at its insert_log ``txn`` (exact offset) whatever the VchannelInfo
+says, since a VchannelInfo may be older than the last commit of the previous owner. Spark's
+own checkpoint directory is scratch, fresh for every start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from ..storage import meta
+from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from ..storage.layout import StorageLayout
+from ..wire.datapb import VchannelInfo
+from ..wire.names import check_safe, pchannel_of
+from ..wire.positions import kafka_offset
+from .replay_filter import ReplayFilter
+from .sink import BinlogSink
+from .source import VchannelSource
+from .spec import FlowgraphSpec, save_state
+
+log = logging.getLogger(__name__)
+
+
+def register_sources(spark: SparkSession) -> None:
+    spark.dataSource.register(VchannelSource)
+    spark.dataSource.register(BinlogSink)
+
+
+def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
+    segs: dict[int, SegmentMeta] = {}
+    for state, infos, ids in ((GROWING, info.unflushedSegments, info.unflushedSegmentIds),
+                              (FLUSHED, info.flushedSegments, info.flushedSegmentIds),
+                              (DROPPED, info.dropped_segments, info.dropped_segmentIds)):
+        for s in infos:
+            segs[s.ID] = SegmentMeta(s.ID, s.partitionID, state, s.num_of_rows,
+                                     dml_ts=s.dml_position.timestamp if s.HasField("dml_position") else 0,
+                                     start_ts=s.start_position.timestamp if s.HasField("start_position") else 0)
+        for seg_id in ids:
+            segs.setdefault(seg_id, SegmentMeta(seg_id, -1, state))
+    return segs
+
+
+def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) -> ChannelState:
+    """The state a flowgraph starts from: Delta's if the channel committed before, else the VchannelInfo's."""
+    vchannel = check_safe("vchannel", info.channelName)
+    state = meta.channel_state(storage, info.collectionID, vchannel)
+    if state is None:
+        seek = info.seek_position
+        state = ChannelState(vchannel=vchannel, collection_id=info.collectionID, pchannel=pchannel_of(vchannel),
+                             checkpoint_offset=kafka_offset(seek.msgID) if seek.msgID else 0,
+                             checkpoint_ts=seek.timestamp, seek_ts=seek.timestamp,
+                             segments=_segments_from_info(info))
+    else:
+        state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
+        for seg_id, seg in _segments_from_info(info).items():
+            state.segments.setdefault(seg_id, seg)
+    replay = ReplayFilter({s.segment_id: s.dml_ts for s in state.segments.values() if s.state == FLUSHED},
+                          {s.segment_id: s.dml_ts for s in state.segments.values() if s.state == GROWING})
+    state.replay = replay.to_json() if replay.active else None
+    state.node_id = node_id
+    return state
+
+
+def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelInfo, schema_b64: str, *,
+                    bootstrap: str, scratch_dir: str, trigger_interval: str = "1 second",
+                    max_messages: int = 200, splits: int = 2, node_id: int = 0,
+                    fence: dict | None = None) -> StreamingQuery:
+    state = initial_state(storage, info, node_id)
+    run_dir = os.path.join(scratch_dir, check_safe("vchannel", state.vchannel), uuid.uuid4().hex[:12])
+    context_file = os.path.join(run_dir, "state.json")
+    save_state(context_file, state)
+    spec = FlowgraphSpec(
+        vchannel=state.vchannel, pchannel=state.pchannel, collection_id=state.collection_id,
+        schema_b64=schema_b64, bootstrap=bootstrap, storage_root=storage.root, context_file=context_file,
+        start_offset=state.checkpoint_offset, max_messages=max_messages, splits=splits,
+        partition=state.partition,
+        delete_watermark=meta.table_watermark(storage.delta_log(state.collection_id), state.vchannel),
+        quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence)
+    option = spec.to_option()
+    log.info("%s: flowgraph starts at offset %d (ts %d), %d segments known, replay filter %s",
+             state.vchannel, state.checkpoint_offset, state.checkpoint_ts, len(state.segments),
+             "active" if state.replay else "idle")
+    query = (spark.readStream.format(VchannelSource.name()).option("spec", option).load()
+             .writeStream.format(BinlogSink.name()).option("spec", option)
+             .option("checkpointLocation", os.path.join(run_dir, "spark"))
+             .trigger(processingTime=trigger_interval).queryName(state.vchannel).start())
+    query.deltanode_run_dir = run_dir  # type: ignore[attr-defined]
+    return query
+
+
+def discard_run_dir(query: StreamingQuery) -> None:
+    run_dir = getattr(query, "deltanode_run_dir", None)
+    if run_dir:
+        shutil.rmtree(run_dir, ignore_errors=True)

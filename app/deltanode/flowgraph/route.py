@@ -1,0 +1,189 @@
+"""One task's walk over its messages: parse, filter (shard, dropped, replay), emit Arrow rows.
+
+Runs on executors. Each message becomes at most one RecordBatch of the flowgraph's record
+schema (see ``records``); DDL, flush and tick information becomes EVENT rows for the
+driver; anything unparseable or off-schema becomes a QUARANTINE row and the walk goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..storage.channel_state import ChannelState
+from ..wire.schema import CollectionLayout
+from . import decode
+from .records import DELETE, EVENT, INSERT, QUARANTINE, record_schema
+from .replay_filter import ReplayFilter
+
+MsgType = decode.MsgType
+
+
+@dataclass
+class TaskStats:
+    first: int
+    end: int
+    messages: int = 0
+    bytes: int = 0
+    max_tick: int = 0
+    inserted_rows: int = 0
+    deleted_rows: int = 0
+    quarantined: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+
+class Router:
+    """Turns (offset, payload) pairs of one task into record batches."""
+
+    def __init__(self, layout: CollectionLayout, state: ChannelState, collection_name: str,
+                 delete_watermark: int, quarantine_watermark: int, first: int, end: int) -> None:
+        self.layout = layout
+        self.schema = record_schema(layout)
+        self.state = state
+        self.collection_name = collection_name
+        self.delete_watermark = delete_watermark
+        self.quarantine_watermark = quarantine_watermark
+        self.dropped_segments = state.dropped_segments()
+        self.dropped_partitions = set(state.dropped_partitions)
+        self.replay = ReplayFilter.from_json(state.replay) if state.replay else None
+        self.stats = TaskStats(first, end)
+        self._pk_index = [f.name for f in layout.fields].index(layout.primary_key.name)
+        self._n_user = len(layout.fields)
+
+    # -- rows ----------------------------------------------------------------------------
+    def _full(self, n: int, value: int, dtype) -> pa.Array:
+        return pa.array(np.full(n, value, dtype=dtype))
+
+    def _batch(self, kind: int, offset: int, n: int, user: list[pa.Array | None],
+               ts=None, row_id=None, segment=None, partition=None, event=None, payload=None) -> pa.RecordBatch:
+        types = [f.type for f in self.schema]
+        cols = [self._full(n, kind, np.int8), self._full(n, offset, np.int64)]
+        cols += [c if c is not None else pa.nulls(n, types[2 + i]) for i, c in enumerate(user)]
+        sys_start = 2 + self._n_user
+        for i, c in enumerate((ts, row_id, segment, partition)):
+            if c is None:
+                c = pa.nulls(n, pa.int64())
+            elif isinstance(c, int):
+                c = self._full(n, c, np.int64)
+            cols.append(c)
+        assert len(cols) == sys_start + 4
+        cols.append(pa.array([event] * n, pa.string()) if event is not None else pa.nulls(n, pa.string()))
+        cols.append(pa.array([payload] * n, pa.binary()) if payload is not None else pa.nulls(n, pa.binary()))
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def event(self, offset: int, doc: dict) -> pa.RecordBatch:
+        return self._batch(EVENT, offset, 1, [None] * self._n_user, event=json.dumps(doc))
+
+    def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> pa.RecordBatch | None:
+        self.stats.quarantined += 1
+        if offset < self.quarantine_watermark:
+            return None  # recorded by an earlier, committed attempt
+        doc = {"reason": reason, "msg_type": msg_type, "vchannel": self.state.vchannel,
+               "pchannel": self.state.pchannel, "partition": self.state.partition}
+        return self._batch(QUARANTINE, offset, 1, [None] * self._n_user, event=json.dumps(doc),
+                           payload=value or b"")
+
+    # -- messages ------------------------------------------------------------------------
+    def route(self, offset: int, value: bytes | None) -> pa.RecordBatch | None:
+        self.stats.messages += 1
+        self.stats.bytes += len(value or b"")
+        msg_type = None
+        try:
+            msg_type, msg = decode.parse(value)
+            if msg is None:
+                self.stats.skip("ignored type")
+                return None
+            if msg_type == MsgType.Insert:
+                return self._insert(offset, msg)
+            if msg_type == MsgType.Delete:
+                return self._delete(offset, msg)
+            return self._control(offset, msg_type, msg)
+        except decode.Reject as e:
+            return self.quarantine(offset, value, str(e), msg_type)
+
+    def _dml_filtered(self, msg, begin_ts: int) -> bool:
+        if msg.shardName != self.state.vchannel:
+            self.stats.skip("other shard")
+            return True
+        if self.state.collection_dropped:
+            self.stats.skip("collection dropped")
+            return True
+        if msg.collectionID != self.state.collection_id:
+            raise decode.Reject(f"collectionID {msg.collectionID} on vchannel of collection {self.state.collection_id}")
+        if begin_ts <= self.state.seek_ts:
+            self.stats.skip("before seek position")
+            return True
+        if msg.partitionID in self.dropped_partitions:
+            self.stats.skip("dropped partition")
+            return True
+        return False
+
+    def _insert(self, offset: int, msg) -> pa.RecordBatch | None:
+        if not msg.timestamps:
+            raise decode.Reject("insert without timestamps")
+        begin_ts, end_ts = min(msg.timestamps), max(msg.timestamps)
+        if self._dml_filtered(msg, begin_ts):
+            return None
+        if msg.segmentID in self.dropped_segments:
+            self.stats.skip("dropped segment")
+            return None
+        if self.replay is not None and not self.replay.admit(msg.segmentID, end_ts):
+            self.stats.skip("replay filter")
+            return None
+        cols, n = decode.insert_columns(self.layout, msg)
+        self.stats.inserted_rows += n
+        return self._batch(INSERT, offset, n, cols[:-2], ts=cols[-2], row_id=cols[-1],
+                           segment=msg.segmentID, partition=msg.partitionID)
+
+    def _delete(self, offset: int, msg) -> pa.RecordBatch | None:
+        if not msg.timestamps:
+            raise decode.Reject("delete without timestamps")
+        if self._dml_filtered(msg, min(msg.timestamps)):
+            return None
+        keys, ts, n = decode.delete_columns(self.layout, msg)
+        if offset < self.delete_watermark:
+            self.stats.skip("delete already committed")
+            return None
+        self.stats.deleted_rows += n
+        user: list[pa.Array | None] = [None] * self._n_user
+        user[self._pk_index] = keys
+        return self._batch(DELETE, offset, n, user, ts=ts, partition=msg.partitionID)
+
+    def _control(self, offset: int, msg_type: int, msg) -> pa.RecordBatch | None:
+        ts = msg.base.timestamp
+        if msg_type == MsgType.TimeTick:
+            self.stats.max_tick = max(self.stats.max_tick, ts)
+            if self.replay is not None:
+                self.replay.on_tick(ts)
+            return None
+        if msg_type == MsgType.Flush:
+            if self.collection_name not in msg.collection_names:
+                self.stats.skip("other collection")
+                return None
+            return self.event(offset, {"type": "flush", "offset": offset, "ts": ts})
+        if msg.collectionID != self.state.collection_id:
+            self.stats.skip("other collection")
+            return None
+        if msg_type == MsgType.DropCollection:
+            self.state.collection_dropped = True
+            return self.event(offset, {"type": "drop_collection", "offset": offset, "ts": ts})
+        if msg_type == MsgType.DropPartition:
+            self.dropped_partitions.add(msg.partitionID)
+            return self.event(offset, {"type": "drop_partition", "offset": offset, "ts": ts,
+                                       "partition_id": msg.partitionID})
+        self.stats.skip("ignored type")
+        return None
+
+    def summary(self) -> pa.RecordBatch:
+        s = self.stats
+        doc = {"type": "task", "first": s.first, "end": s.end, "messages": s.messages, "bytes": s.bytes,
+               "max_tick": s.max_tick, "inserted_rows": s.inserted_rows, "deleted_rows": s.deleted_rows,
+               "quarantined": s.quarantined, "skipped": s.skipped,
+               "replay": self.replay.to_json() if self.replay is not None else None}
+        return self.event(s.end, doc)

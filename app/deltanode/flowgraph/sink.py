@@ -1,0 +1,73 @@
+"""The flowgraph's sink: executors write binlogs, the driver commits each batch to Delta."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ..storage.binlog_writer import BinlogWriter, TaskResult
+from ..storage.commit import commit_batch
+from ..storage.layout import filesystem
+from .spec import FlowgraphSpec, StateFile, save_state
+
+log = logging.getLogger("deltanode.sink")
+
+
+@dataclass
+class BinlogMessage(WriterCommitMessage):
+    result: TaskResult
+
+
+class BinlogSink(DataSource):
+    """``df.writeStream.format("deltanode_binlog").option("spec", FlowgraphSpec.to_option())``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "deltanode_binlog"
+
+    def streamWriter(self, schema, overwrite: bool) -> "BinlogStreamWriter":
+        return BinlogStreamWriter(FlowgraphSpec.from_option(self.options["spec"]))
+
+
+class BinlogStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, spec: FlowgraphSpec) -> None:
+        self.spec = spec
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BinlogMessage:
+        spec, storage = self.spec, self.spec.storage
+        writer = BinlogWriter(storage.insert_log(spec.collection_id), storage.delta_log(spec.collection_id),
+                              storage.quarantine(), spec.layout.insert_schema(), spec.layout.delete_schema(),
+                              spec.layout.primary_key.name)
+        for batch in iterator:
+            writer.add(batch)
+        return BinlogMessage(writer.close())
+
+    def commit(self, messages: list[BinlogMessage], batchId: int) -> None:
+        spec = self.spec
+        state = StateFile(spec.context_file).load()
+        results = [m.result for m in messages if m is not None]
+        done = commit_batch(spec.storage, state, results, spec.layout.insert_schema(),
+                            spec.layout.delete_schema(), fence=spec.make_fence())
+        save_state(spec.context_file, done.outcome.state)
+        o = done.outcome
+        log.info("%s batch %d [%d, %d): %d rows, %d deletes, %d quarantined, %.1f MB, commit %.3f s%s",
+                 spec.vchannel, batchId, o.start, o.end, o.inserted_rows, o.deleted_rows, o.quarantined,
+                 o.wire_bytes / 1e6, done.seconds, "" if done.committed else " (already committed)")
+
+    def abort(self, messages: list[BinlogMessage], batchId: int) -> None:
+        storage, spec = self.spec.storage, self.spec
+        roots = {"insert": storage.insert_log(spec.collection_id), "delete": storage.delta_log(spec.collection_id),
+                 "quarantine": storage.quarantine()}
+        for m in messages:
+            if m is None:
+                continue
+            for f in m.result.files:
+                fs, base = filesystem(roots[f.table])
+                try:
+                    fs.delete_file(f"{base}/{f.path}")
+                except FileNotFoundError:
+                    pass

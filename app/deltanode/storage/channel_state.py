@@ -1,0 +1,58 @@
+"""What a vchannel has durably committed: its checkpoint and the meta of its segments.
+
+A ``ChannelState`` is written, whole, into the commit metadata of every commit a flowgraph
+makes to its collection's insert_log table, in the same Delta commit as the binlogs it
+describes. Recovery reads the newest one back (see ``storage.meta``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+GROWING, FLUSHED, DROPPED = "Growing", "Flushed", "Dropped"
+METADATA_KEY = "deltanode.channel_state"
+
+
+@dataclass
+class SegmentMeta:
+    segment_id: int
+    partition_id: int
+    state: str = GROWING
+    num_rows: int = 0
+    start_offset: int = -1   # position of the first message that brought rows
+    start_ts: int = 0
+    dml_offset: int = -1     # the channel checkpoint when the segment last changed
+    dml_ts: int = 0          # the largest EndTs of the segment's committed inserts
+
+
+@dataclass
+class ChannelState:
+    vchannel: str
+    collection_id: int
+    pchannel: str
+    partition: int = 0
+    checkpoint_offset: int = 0   # next offset to consume on the pchannel partition
+    checkpoint_ts: int = 0       # the last TimeTick consumed before it
+    segments: dict[int, SegmentMeta] = field(default_factory=dict)
+    dropped_partitions: list[int] = field(default_factory=list)
+    collection_dropped: bool = False
+    replay: dict | None = None   # ReplayFilter state while the filter is still active
+    seek_ts: int = 0             # skip DML with BeginTs <= seek_ts (Milvus timetick-stream seek)
+    node_id: int = 0
+    batches: int = 0
+    rows: int = 0
+
+    def dropped_segments(self) -> set[int]:
+        return {s.segment_id for s in self.segments.values() if s.state == DROPPED}
+
+    def to_json(self) -> str:
+        doc = asdict(self)
+        doc["segments"] = {str(k): v for k, v in doc["segments"].items()}
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ChannelState":
+        doc = json.loads(text)
+        doc["segments"] = {int(k): SegmentMeta(**v) for k, v in doc.get("segments", {}).items()}
+        return cls(**doc)

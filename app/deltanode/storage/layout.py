@@ -1,0 +1,55 @@
+"""Where DeltaNode's Delta tables live under ``storage.root``.
+
+- ``insert_log/{collection_id}``: insert binlogs; its commits also carry each vchannel's
+  ChannelState (checkpoint + segment meta) and a ``txn`` per vchannel. It is the commit point.
+- ``delta_log/{collection_id}``: delete binlogs, with a ``txn`` per vchannel.
+- ``quarantine``: messages that could not be applied, with position and reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from ..wire.names import check_safe
+
+QUARANTINE_SCHEMA = pa.schema([
+    pa.field("vchannel", pa.string()), pa.field("pchannel", pa.string()),
+    pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+    pa.field("msg_type", pa.int32()), pa.field("reason", pa.string()),
+    pa.field("payload", pa.binary()), pa.field("recorded_at_ms", pa.int64()),
+])
+TABLE_CONFIG = {
+    # Each commit's metadata holds its vchannel's state; keep the log so it is never lost
+    # (see README: "Where the meta lives").
+    "delta.enableExpiredLogCleanup": "false",
+}
+
+
+class StorageLayout:
+    def __init__(self, root: str) -> None:
+        root = root.rstrip("/")
+        if "://" not in root:
+            root = os.path.abspath(root)
+        self.root = root
+
+    def _join(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def insert_log(self, collection_id: int) -> str:
+        return self._join("insert_log", check_safe("collection", str(int(collection_id))))
+
+    def delta_log(self, collection_id: int) -> str:
+        return self._join("delta_log", check_safe("collection", str(int(collection_id))))
+
+    def quarantine(self) -> str:
+        return self._join("quarantine")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and path for a table URI or local path."""
+    if "://" in uri and not uri.startswith("file://"):
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), uri.removeprefix("file://")

@@ -1,0 +1,85 @@
+"""How one committed batch changes a vchannel's ChannelState (pure logic, no I/O)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from .binlog_writer import TaskResult
+from .channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+
+
+class BatchRangeError(RuntimeError):
+    """The tasks of a batch do not cover one contiguous offset range."""
+
+
+@dataclass
+class BatchOutcome:
+    state: ChannelState
+    start: int
+    end: int
+    newly_dropped: set[int]
+    inserted_rows: int
+    deleted_rows: int
+    quarantined: int
+    wire_bytes: int
+    messages: int
+
+
+def batch_range(results: list[TaskResult]) -> tuple[int, int, list[dict]]:
+    tasks = sorted((e for r in results for e in r.events if e["type"] == "task"), key=lambda e: e["first"])
+    if not tasks:
+        raise BatchRangeError("no task summaries in the batch")
+    for a, b in zip(tasks, tasks[1:]):
+        if a["end"] != b["first"]:
+            raise BatchRangeError(f"task ranges are not contiguous: [{a['first']}, {a['end']}) then "
+                                  f"[{b['first']}, {b['end']})")
+    return tasks[0]["first"], tasks[-1]["end"], tasks
+
+
+def advance(state: ChannelState, results: list[TaskResult]) -> BatchOutcome:
+    """The state after committing ``results``: segment counts, flush/drop events, checkpoint."""
+    start, end, tasks = batch_range(results)
+    new = copy.deepcopy(state)
+    for r in results:
+        for seg_id, st in r.segments.items():
+            seg = new.segments.get(seg_id)
+            if seg is None:
+                seg = new.segments[seg_id] = SegmentMeta(seg_id, st.partition_id, GROWING,
+                                                         start_offset=st.first_offset, start_ts=st.first_ts)
+            seg.num_rows += st.rows
+            seg.dml_ts = max(seg.dml_ts, st.max_ts)
+            seg.dml_offset = end
+            if seg.start_offset < 0 or st.first_offset < seg.start_offset:
+                seg.start_offset, seg.start_ts = st.first_offset, st.first_ts
+    before_dropped = state.dropped_segments()
+    events = sorted((e for r in results for e in r.events if e["type"] != "task"), key=lambda e: e["offset"])
+    for e in events:
+        if e["type"] == "flush":
+            for seg in new.segments.values():
+                if seg.state == GROWING:
+                    seg.state, seg.dml_offset = FLUSHED, end
+        elif e["type"] == "drop_partition":
+            if e["partition_id"] not in new.dropped_partitions:
+                new.dropped_partitions.append(e["partition_id"])
+            for seg in new.segments.values():
+                if seg.partition_id == e["partition_id"]:
+                    seg.state = DROPPED
+        elif e["type"] == "drop_collection":
+            new.collection_dropped = True
+            for seg in new.segments.values():
+                seg.state = DROPPED
+    new.checkpoint_offset = end
+    new.checkpoint_ts = max([new.checkpoint_ts] + [t["max_tick"] for t in tasks])
+    replay = [t["replay"] for t in tasks if t["replay"] is not None]
+    if len(tasks) == 1:
+        active = replay[0] if replay and (replay[0]["flushed"] or replay[0]["unflushed"]) else None
+        new.replay = active
+    elif replay:
+        raise BatchRangeError("the replay filter ran in a split batch: it must run in one task")
+    inserted = sum(t["inserted_rows"] for t in tasks)
+    new.batches += 1
+    new.rows += inserted
+    return BatchOutcome(new, start, end, new.dropped_segments() - before_dropped, inserted,
+                        sum(t["deleted_rows"] for t in tasks), sum(t["quarantined"] for t in tasks),
+                        sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks))

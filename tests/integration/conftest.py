@@ -1,0 +1,62 @@
+"""Fixtures for flowgraph tests: one local Spark session, collections on the real broker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from deltanode.mq.kafka import create_topics
+from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.storage.layout import StorageLayout
+from deltanode.wire.names import pchannel_name, vchannel_name
+from deltanode.wire.schema import CollectionLayout, schema_from_json
+
+from .support import SCHEMA, Collection
+
+APP = os.path.join(os.path.dirname(__file__), "..", "..", "app")
+_ids = itertools.count(int(time.time()) % 100000 * 100)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    from pyspark.sql import SparkSession
+
+    from deltanode.flowgraph.launch import register_sources
+    session = (SparkSession.builder.master("local[2]").appName("deltanode-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register_sources(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def make_collection(broker, tmp_path):
+    """Factory: a fresh collection with ``shards`` vchannels on fresh pchannel topics, ticking."""
+    stops = []
+
+    def make(shards: int = 1, schema: dict = SCHEMA, shared_pchannel: bool = False) -> Collection:
+        cid = next(_ids)
+        prefix = f"t{cid}-rootcoord-dml"
+        pchannels = [pchannel_name(prefix, 0 if shared_pchannel else i) for i in range(shards)]
+        vchannels = [vchannel_name(p, cid, i) for i, p in enumerate(pchannels)]
+        create_topics(broker.bootstrap_servers, sorted(set(pchannels)))
+        name = f"coll{cid}"
+        layout = CollectionLayout.from_proto(schema_from_json(schema, name))
+        producer = MilvusProducer(broker.bootstrap_servers, layout, cid, name)
+        stop = threading.Event()
+        ticker(producer, sorted(set(pchannels)), stop)
+        stops.append(stop)
+        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")))
+
+    yield make
+    for s in stops:
+        s.set()

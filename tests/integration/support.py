@@ -1,0 +1,58 @@
+"""Helpers shared by the integration tests (collections on the test broker, waiting)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from deltanode.mq.kafka import Watermarks
+from deltanode.mq.milvus_producer import MilvusProducer
+from deltanode.storage import meta
+from deltanode.storage.layout import StorageLayout
+from deltanode.storage.tables import open_table
+
+SCHEMA = {"fields": [
+    {"name": "pk", "data_type": "Int64", "is_primary_key": True},
+    {"name": "vec", "data_type": "FloatVector", "dim": 8},
+    {"name": "title", "data_type": "VarChar", "max_length": 64},
+]}
+
+
+@dataclass
+class Collection:
+    """A collection with its pchannel topic(s) on the test broker and a producer for it."""
+
+    collection_id: int
+    name: str
+    pchannels: list[str]
+    vchannels: list[str]
+    producer: MilvusProducer
+    storage: StorageLayout
+
+    def committed_offset(self, vchannel: str) -> int:
+        table = open_table(self.storage.insert_log(self.collection_id))
+        return (table.transaction_version(vchannel) or 0) if table else 0
+
+    def insert_rows(self) -> list[dict]:
+        table = open_table(self.storage.insert_log(self.collection_id))
+        return table.to_pyarrow_table().to_pylist() if table else []
+
+    def state(self, vchannel: str):
+        return meta.channel_state(self.storage, self.collection_id, vchannel)
+
+
+def high_watermark(bootstrap: str, topic: str) -> int:
+    wm = Watermarks(bootstrap)
+    try:
+        return wm.high(topic)
+    finally:
+        wm.close()
+
+
+def wait_until(predicate, timeout: float = 90.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
