@@ -49,6 +49,18 @@ def high_watermark(bootstrap: str, topic: str) -> int:
         wm.close()
 
 
+def settled_watermark(coll: Collection, pchannel: str) -> int:
+    """The pchannel's high watermark once it covers everything produced so far.
+
+    Tansu reports the base offset of the last record batch + 1 (platform-facts.md), so the
+    last batch is only counted once another follows it: two flushed ticks make sure of that.
+    """
+    for _ in range(2):
+        coll.producer.tick(pchannel)
+        coll.producer.flush_producer()
+    return high_watermark(coll.producer.bootstrap, pchannel)
+
+
 def wait_until(predicate, timeout: float = 90.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,7 +12,7 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import schema_from_json
 
-from .support import SCHEMA, high_watermark, wait_until
+from .support import SCHEMA, settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +26,7 @@ def run_until_caught_up(spark, broker, coll, tmp_path, vchannel, **kw):
 
 
 def caught_up(coll, broker, vchannel, pchannel):
-    target = high_watermark(broker.bootstrap_servers, pchannel)
+    target = settled_watermark(coll, pchannel)
     return lambda: coll.committed_offset(vchannel) >= target
 
 

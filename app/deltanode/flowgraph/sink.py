@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ..faults import crash_point
 from ..storage.binlog_writer import BinlogWriter, TaskResult
 from ..storage.commit import commit_batch
 from ..storage.layout import filesystem
@@ -38,6 +39,7 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         self.spec = spec
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BinlogMessage:
+        crash_point("before_binlog_write")
         spec, storage = self.spec, self.spec.storage
         writer = BinlogWriter(storage.insert_log(spec.collection_id), storage.delta_log(spec.collection_id),
                               storage.quarantine(), spec.layout.insert_schema(), spec.layout.delete_schema(),
@@ -47,11 +49,13 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         return BinlogMessage(writer.close())
 
     def commit(self, messages: list[BinlogMessage], batchId: int) -> None:
+        crash_point("after_binlog_write")
         spec = self.spec
         state = StateFile(spec.context_file).load()
         results = [m.result for m in messages if m is not None]
         done = commit_batch(spec.storage, state, results, spec.layout.insert_schema(),
                             spec.layout.delete_schema(), fence=spec.make_fence())
+        crash_point("after_commit")
         save_state(spec.context_file, done.outcome.state)
         o = done.outcome
         log.info("%s batch %d [%d, %d): %d rows, %d deletes, %d quarantined, %.1f MB, commit %.3f s%s",

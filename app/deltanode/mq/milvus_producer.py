@@ -83,6 +83,7 @@ class MilvusProducer:
     def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int,
                  collection_name: str = "", seed: int = 7) -> None:
         self.layout, self.collection_id, self.collection_name = layout, collection_id, collection_name
+        self.bootstrap = bootstrap
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
                                   "message.max.bytes": 16 << 20, "compression.codec": "none",
                                   "queue.buffering.max.kbytes": 1 << 20})

@@ -30,6 +30,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from ..faults import crash_point
 from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, FileEntry, TaskResult
 from .channel_state import METADATA_KEY, ChannelState
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
@@ -119,6 +120,7 @@ def commit_batch(storage: StorageLayout, state: ChannelState, results: list[Task
                                state.vchannel, outcome.end)
             _commit_side_table(storage.quarantine(), QUARANTINE_SCHEMA, by_table[QUARANTINE_TABLE],
                                state.vchannel, outcome.end)
+            crash_point("after_side_commits")
         dropped = outcome.newly_dropped
         keep = [f for f in by_table[INSERT_TABLE] if f.segment_id not in dropped]
         actions: list = _adds(keep)
