@@ -1,0 +1,293 @@
+"""Command line of DeltaNode: ``./spark-submit.sh SUBCOMMAND --conf FILE [...]``.
+
+Parsing and ``--help`` need nothing but the standard library; the code behind each
+subcommand is imported only when it runs:
+
+  standalone  -> deltanode.standalone.run.run(conf) -> int
+  datanode    -> deltanode.datanode.run.run(conf) -> int
+  datacoord   -> deltanode.datacoord.run.run(conf) -> int
+  admin NAME  -> deltanode.admin.commands.<NAME with - as _>(conf, args) -> int
+
+Exit codes: 0 success, 1 a service failed (message on stderr), 2 usage or configuration
+error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Sequence
+
+from deltanode import __version__
+from deltanode.config import ENV_PREFIX, ConfError, load_conf
+
+PROG = "spark-submit.sh"
+DEFAULT_STANDALONE_CONF = "conf/standalone.conf"
+DEFAULT_SPARK_MASTER = "local[2]"
+
+RUNNERS = {
+    "standalone": "deltanode.standalone.run",
+    "datanode": "deltanode.datanode.run",
+    "datacoord": "deltanode.datacoord.run",
+}
+ADMIN_MODULE = "deltanode.admin.commands"
+
+_ENV_HELP = f"""\
+Conf files hold `key = value` lines (# starts a comment); spark.* keys are passed to Spark.
+Environment variables override keys: {ENV_PREFIX}<KEY> with the key upper-cased and dots as
+underscores, e.g. {ENV_PREFIX}STORAGE_ROOT=/data/delta, {ENV_PREFIX}SPARK_MASTER='local[4]'.
+Use --print-conf to see the effective values and where each came from."""
+
+log = logging.getLogger("deltanode")
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _common(p: argparse.ArgumentParser, *, default_conf: str | None) -> None:
+    if default_conf:
+        p.add_argument("--conf", metavar="FILE", default=default_conf,
+                       help=f"conf file (default: {default_conf})")
+    else:
+        p.add_argument("--conf", metavar="FILE", required=True, help="conf file (required)")
+    p.add_argument("--print-conf", action="store_true",
+                   help="print the effective configuration with the source of each value, "
+                        "then exit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_Formatter,
+        description="DeltaNode: the Milvus DataNode write path on Apache Spark, persisting to "
+                    "Delta Lake.\nEach subcommand runs under spark-submit with the packaged "
+                    "build/dist/deltanode-<version>.zip.",
+        epilog=_ENV_HELP)
+    parser.add_argument("--version", action="version", version=f"deltanode {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+
+    p = sub.add_parser(
+        "standalone", formatter_class=_Formatter, epilog=_ENV_HELP,
+        help="everything on this machine: embedded etcd and broker (as configured), "
+             "channel assigner, one DataNode on local Spark",
+        description="Start, on loopback, etcd (embedded.etcd = true), the Tansu Kafka-compatible "
+                    "broker (embedded.broker = true), a channel assigner and one DataNode with "
+                    "local Spark. Reports progress while running; Ctrl-C or SIGTERM stops "
+                    "everything cleanly.")
+    _common(p, default_conf=DEFAULT_STANDALONE_CONF)
+
+    p = sub.add_parser(
+        "datanode", formatter_class=_Formatter, epilog=_ENV_HELP,
+        help="one DataNode: watches its channels in etcd and writes them to Delta tables",
+        description="Run one DataNode against the configured etcd and message queue "
+                    "(no embedded services). Its Spark application uses the spark.* keys of the "
+                    "conf file (spark.master, executor sizes, ...).")
+    _common(p, default_conf=None)
+
+    p = sub.add_parser(
+        "datacoord", formatter_class=_Formatter, epilog=_ENV_HELP,
+        help="the channel assigner: assigns DML channels to live DataNodes through etcd",
+        description="Run the channel assigner (the DataCoord part that hands channels to "
+                    "DataNodes) against the configured etcd (no embedded services).")
+    _common(p, default_conf=None)
+
+    p = sub.add_parser(
+        "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
+        help="administration: create-collection, show-channels, show-segments, health",
+        description="Administrative commands against the configured etcd, message queue and "
+                    "storage.")
+    admin = p.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
+
+    a = admin.add_parser("create-collection", formatter_class=_Formatter,
+                         help="create a collection from a JSON schema and assign its channels",
+                         description="Create a collection: its schema (JSON file), its shards "
+                                     "(virtual channels), and their assignment.")
+    a.add_argument("--name", required=True, metavar="N", help="collection name")
+    a.add_argument("--schema", required=True, metavar="FILE.json", help="schema as JSON")
+    a.add_argument("--shards", type=int, default=1, metavar="K",
+                   help="number of shards (virtual channels), default 1")
+    _common(a, default_conf=None)
+
+    a = admin.add_parser("show-channels", formatter_class=_Formatter,
+                         help="list channels, their DataNode and checkpoint",
+                         description="List the DML channels with their assigned DataNode, "
+                                     "watch state and checkpoint.")
+    _common(a, default_conf=None)
+
+    a = admin.add_parser("show-segments", formatter_class=_Formatter,
+                         help="list the segments of a collection",
+                         description="List the segments of a collection with row counts "
+                                     "and state.")
+    a.add_argument("--collection", required=True, metavar="N", help="collection name")
+    _common(a, default_conf=None)
+
+    a = admin.add_parser("health", formatter_class=_Formatter,
+                         help="check etcd, the message queue, storage and live DataNodes",
+                         description="Check that etcd, the message queue and storage answer and "
+                                     "list the live sessions; exit 0 when healthy.")
+    _common(a, default_conf=None)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse argv; raises SystemExit (0 after --help, 2 on a usage error)."""
+    return build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Log to stderr with timestamps at ``level`` (log.level)."""
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", force=True)
+    for noisy in ("py4j", "py4j.clientserver", "kafka", "grpc", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.root.level))
+
+
+def _resolve(args: argparse.Namespace):
+    """(module name, function name) for the parsed subcommand."""
+    if args.command == "admin":
+        return ADMIN_MODULE, args.admin_command.replace("-", "_")
+    return RUNNERS[args.command], "run"
+
+
+def _load_target(module_name: str, func_name: str, what: str):
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            print(f"{PROG} {what}: {module_name} is not part of this build ({e})", file=sys.stderr)
+        else:
+            print(f"{PROG} {what}: {module_name} needs the module {missing!r}, which is not "
+                  f"installed ({e}); run build/bootstrap.sh", file=sys.stderr)
+        return None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        print(f"{PROG} {what}: {module_name} has no function {func_name}()", file=sys.stderr)
+        return None
+    return func
+
+
+def _load(args: argparse.Namespace):
+    try:
+        return load_conf(args.conf)
+    except ConfError as e:
+        if not os.path.exists(args.conf) and not os.path.isabs(args.conf):
+            raise ConfError(f"{e} (relative to {os.getcwd()}; run from the repository root "
+                            "or pass --conf FILE)") from None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:  # --help, --version or a usage error (argparse printed it)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    what = args.command + (f" {args.admin_command}" if args.command == "admin" else "")
+    try:
+        conf = _load(args)
+    except ConfError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if args.print_conf:
+        import deltanode
+        print(f"# deltanode {__version__} from {os.path.dirname(deltanode.__file__)}")
+        print(f"# conf file: {args.conf}")
+        print(conf.describe())
+        return 0
+    setup_logging(conf.get("log.level"))
+    module_name, func_name = _resolve(args)
+    func = _load_target(module_name, func_name, what)
+    if func is None:
+        return 2
+    log.debug("%s: conf %s, running %s.%s", what, args.conf, module_name, func_name)
+    from deltanode.standalone.services import ServiceError  # standard library only
+    try:
+        rc = func(conf, args) if args.command == "admin" else func(conf)
+    except ConfError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except ServiceError as e:
+        print(f"{PROG} {what}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG} {what}: interrupted", file=sys.stderr)
+        return 130
+    return 0 if rc is None else int(rc)
+
+
+# ----------------------------------------------------------------------------- spark-submit glue
+
+def spark_submit_args(argv: Sequence[str]) -> list[str]:
+    """The spark-submit options for a command line: ``--conf k=v`` for every spark.* key
+    (after environment overrides), with spark.master defaulting to local[2] and spark.app.name
+    to deltanode-SUBCOMMAND. Raises SystemExit on a usage error and ConfError."""
+    args = parse_args(argv)
+    conf = _load(args)
+    if args.command == "standalone" and not args.print_conf:
+        _check_embedded_ports(conf)
+    spark = conf.spark_conf()
+    spark.setdefault("spark.master", DEFAULT_SPARK_MASTER)
+    spark.setdefault("spark.app.name", f"deltanode-{args.command}")
+    out: list[str] = []
+    for key, value in spark.items():
+        out += ["--conf", f"{key}={value}"]
+    return out
+
+
+def _check_embedded_ports(conf) -> None:
+    """Fail before a JVM starts when a port of an embedded service is taken (standalone checks
+    again when it starts them)."""
+    from deltanode.standalone.services import PortInUseError, ensure_port_free
+    for flag, key, what in (("embedded.etcd", "etcd.endpoints", "etcd client port"),
+                            ("embedded.broker", "mq.kafka.bootstrap.servers", "broker port")):
+        if conf.get(flag):
+            port = conf.hostports(key)[0][1]
+            try:
+                ensure_port_free(port, what)
+            except PortInUseError as e:
+                raise PortInUseError(f"{e} (set by {key} at {conf.source(key)})") from None
+
+
+def _spark_args_main(argv: Sequence[str]) -> int:
+    """Used by spark-submit.sh: checks the command line and conf before any JVM starts and
+    prints the spark-submit options NUL-separated."""
+    from deltanode.standalone.services import ServiceError
+    try:
+        opts = spark_submit_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    except ConfError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except ServiceError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write("".join(o + "\0" for o in opts))
+    return 0
+
+
+def exit_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Under spark-submit (PythonRunner), ask Linux to send ``sig`` to this process when the JVM
+    that started it dies, so a killed spark-submit never leaves the driver (and the services it
+    started) running. Returns True when armed."""
+    if not sys.platform.startswith("linux") or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        parent = os.getppid()
+        if libc.prctl(1, int(sig), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), sig)
+    return True
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

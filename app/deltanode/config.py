@@ -1,0 +1,507 @@
+"""DeltaNode configuration: ``key = value`` files in the style of spark-defaults.conf.
+
+File syntax
+  * one ``key = value`` per line; blank lines and lines starting with ``#`` are ignored;
+  * `` # text`` after a value (a ``#`` preceded by white space) is a comment;
+  * one pair of matching quotes around a value of a DeltaNode key is removed;
+  * a key may be set once per file; a line without ``=`` is an error.
+
+Keys
+  Every DeltaNode key is declared in ``KEYS`` below (name, type, default or required, doc);
+  an unknown key is an error. Any ``spark.*`` key is passed to Spark untouched
+  (``Conf.spark_conf()``).
+
+Environment
+  ``DELTANODE_<KEY>`` overrides a key: the key upper-cased with ``.`` and ``-`` replaced by
+  ``_`` (``DELTANODE_STORAGE_ROOT=/data/delta`` sets ``storage.root``). Spark keys work the same
+  way (``DELTANODE_SPARK_MASTER=local[4]`` sets ``spark.master``); a Spark key with capitals
+  (``spark.driver.extraJavaOptions``) is matched when it is in the file or is one of
+  ``COMMON_SPARK_KEYS``, otherwise the name is lower-cased with ``_`` read as ``.``.
+  An empty variable counts as unset. An unknown ``DELTANODE_*`` variable is an error.
+  Precedence: environment, then file, then default.
+
+Relative paths (``storage.root``, ``embedded.data.dir``, ``datanode.checkpoint.dir``) resolve
+against the working directory (``base_dir`` of ``load_conf``); values with a URI scheme
+(``file://``, ``s3://``, ...) are kept as given.
+
+Errors name where the value came from::
+
+    conf/standalone.conf:12: unknown key 'etcd.endpoint' (did you mean 'etcd.endpoints'?)
+    conf/standalone.conf:7: bad value for 'datanode.read.splits': 'x' is not an integer
+    env DELTANODE_DATANODE_READ_SPLITS: bad value for 'datanode.read.splits': 'x' is not an integer
+    conf/x.conf: missing required key 'storage.root'
+
+``python -m deltanode.config`` prints the table of keys (Markdown).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "ConfError", "Conf", "Key", "KEYS", "ENV_PREFIX", "COMMON_SPARK_KEYS", "load_conf",
+    "parse_size", "parse_duration", "parse_bool", "parse_hostports", "env_name", "keys_markdown",
+]
+
+ENV_PREFIX = "DELTANODE_"
+SPARK_PREFIX = "spark."
+
+#: Spark keys with capitals that environment variables can name (see module doc).
+COMMON_SPARK_KEYS = (
+    "spark.master", "spark.app.name", "spark.submit.deployMode", "spark.driver.memory",
+    "spark.driver.cores", "spark.driver.host", "spark.driver.bindAddress",
+    "spark.driver.extraJavaOptions", "spark.driver.maxResultSize", "spark.executor.memory",
+    "spark.executor.cores", "spark.executor.instances", "spark.executor.extraJavaOptions",
+    "spark.cores.max", "spark.local.dir", "spark.ui.enabled", "spark.ui.port",
+    "spark.sql.shuffle.partitions", "spark.pyspark.python", "spark.pyspark.driver.python",
+    "spark.eventLog.enabled", "spark.eventLog.dir", "spark.default.parallelism",
+)
+
+
+class ConfError(ValueError):
+    """A configuration problem; the message names the key and where it was set."""
+
+
+# ----------------------------------------------------------------------------- value parsers
+
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(us|ms|s|sec|m|min|h|d)?$", re.IGNORECASE)
+_DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0,
+                   "min": 60.0, "h": 3600.0, "d": 86400.0}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"64m"``, ``"256MiB"``, ``"1.5g"``, ``"4096"`` (1k = 1024 bytes)."""
+    m = _SIZE_RE.match(str(text).strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a size (examples: 4096, 64k, 256m, 1g)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``"1s"``, ``"500ms"``, ``"5m"``, ``"2h"``, ``"1d"``; a bare number is seconds."""
+    m = _DURATION_RE.match(str(text).strip())
+    if not m:
+        raise ValueError(f"{text!r} is not a duration (examples: 500ms, 1s, 5m, 2h)")
+    unit = m.group(2).lower() if m.group(2) else None
+    return float(m.group(1)) * _DURATION_UNITS[unit]
+
+
+def parse_bool(text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in _TRUE:
+        return True
+    if t in _FALSE:
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def parse_hostports(text: str) -> list[tuple[str, int]]:
+    """``"h1:2379,h2:2379"`` -> ``[("h1", 2379), ("h2", 2379)]``; an ``http://`` prefix is allowed."""
+    out = []
+    for part in str(text).split(","):
+        item = part.strip()
+        item = re.sub(r"^[A-Za-z][A-Za-z0-9+.\-]*://", "", item).rstrip("/")
+        host, sep, port = item.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{part.strip()!r} is not host:port")
+        out.append((host, int(port)))
+    return out
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(str(text).strip().replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+
+
+def env_name(key: str) -> str:
+    """The environment variable that overrides ``key``: ``storage.root`` -> ``DELTANODE_STORAGE_ROOT``."""
+    return ENV_PREFIX + re.sub(r"[.\-]", "_", key).upper()
+
+
+# ----------------------------------------------------------------------------- the key table
+
+@dataclass(frozen=True)
+class Key:
+    """One known key. ``default`` is text, parsed like a file value; None with required=False
+    means the key has no value unless set."""
+
+    name: str
+    type: str  # str int float bool size duration enum path localpath hostports url
+    default: str | None
+    doc: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    min: float | None = None
+    schemes: tuple[str, ...] = ()
+
+    def parse(self, raw: str, base_dir: Path) -> Any:
+        """The typed value of ``raw``; raises ValueError with a short reason."""
+        text = raw.strip()
+        if text == "":
+            raise ValueError("the value is empty")
+        t = self.type
+        if t == "str":
+            value: Any = text
+        elif t == "int":
+            value = _parse_int(text)
+        elif t == "float":
+            value = _parse_float(text)
+        elif t == "bool":
+            value = parse_bool(text)
+        elif t == "size":
+            value = parse_size(text)
+        elif t == "duration":
+            value = parse_duration(text)
+        elif t == "enum":
+            for choice in self.choices:
+                if text.lower() == choice.lower():
+                    return choice
+            raise ValueError(f"{text!r} is not one of {' | '.join(self.choices)}")
+        elif t in ("path", "localpath"):
+            if _URI_RE.match(text):
+                if t == "path":
+                    return text
+                if not text.startswith("file://"):
+                    raise ValueError(f"{text!r} must be a local directory, not a URI")
+                text = text[len("file://"):]
+            p = Path(os.path.expanduser(text))
+            return str(p if p.is_absolute() else (base_dir / p).resolve())
+        elif t == "hostports":
+            parse_hostports(text)
+            return ",".join(p.strip() for p in text.split(","))
+        elif t == "url":
+            scheme = text.split("://", 1)[0] if "://" in text else ""
+            if scheme not in self.schemes or not text.split("://", 1)[1]:
+                raise ValueError(f"{text!r} is not a URL starting with "
+                                 + " or ".join(s + "://" for s in self.schemes))
+            return text
+        else:  # pragma: no cover - table error
+            raise AssertionError(f"unknown key type {t}")
+        if self.min is not None and value < self.min:
+            unit = {"size": " bytes", "duration": " s"}.get(t, "")
+            raise ValueError(f"{text!r} is below the minimum {self.min:g}{unit}")
+        return value
+
+    @property
+    def type_doc(self) -> str:
+        if self.type == "enum":
+            return " | ".join(self.choices)
+        return {"size": "size (64m)", "duration": "duration (1s, 500ms)",
+                "hostports": "host:port[,host:port]", "path": "path or URI",
+                "localpath": "local path"}.get(self.type, self.type)
+
+
+def _k(name, type_, default, doc, **kw) -> Key:
+    return Key(name, type_, default, doc, **kw)
+
+
+KEYS: dict[str, Key] = {k.name: k for k in [
+    _k("etcd.endpoints", "hostports", "127.0.0.1:2379",
+       "etcd client endpoints, comma-separated host:port"),
+    _k("etcd.root", "str", "by-dev/meta",
+       "etcd key prefix of the Milvus meta (Milvus etcd.rootPath/etcd.metaSubPath)"),
+    _k("mq.type", "enum", "kafka", "message queue that carries the DML channels",
+       choices=("kafka", "pulsar")),
+    _k("mq.kafka.bootstrap.servers", "hostports", "127.0.0.1:9092",
+       "Kafka bootstrap servers, comma-separated host:port"),
+    _k("mq.pulsar.service.url", "url", "pulsar://127.0.0.1:6650", "Pulsar service URL",
+       schemes=("pulsar", "pulsar+ssl")),
+    _k("mq.pchannel.prefix", "str", "by-dev-rootcoord-dml",
+       "name prefix of the physical DML channels (topics)"),
+    _k("mq.pchannel.count", "int", "16", "number of physical DML channels", min=1),
+    _k("storage.root", "path", None,
+       "root of the Delta tables: a path (relative to the working directory) or a URI",
+       required=True),
+    _k("embedded.etcd", "bool", "false",
+       "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
+    _k("embedded.broker", "bool", "false",
+       "standalone only: start the Tansu Kafka-compatible broker on the mq.kafka port"),
+    _k("embedded.data.dir", "localpath", "var", "data and logs of the embedded services"),
+    _k("datanode.batch.max.messages", "int", "200",
+       "most MQ messages one micro-batch reads per channel", min=1),
+    _k("datanode.batch.max.bytes", "size", "256m",
+       "most MQ payload bytes one micro-batch reads", min=1),
+    _k("datanode.trigger.interval", "duration", "1s", "Spark micro-batch trigger interval", min=0),
+    _k("datanode.read.splits", "int", "2", "Spark read partitions per micro-batch", min=1),
+    _k("datanode.checkpoint.dir", "path", "var/spark-checkpoints",
+       "Spark streaming checkpoint directory (path or URI)"),
+    _k("datanode.address", "str", "127.0.0.1", "address the DataNode registers in its session"),
+    _k("session.ttl", "duration", "30s", "etcd lease TTL of a node session", min=1),
+    _k("datacoord.watch.timeout", "duration", "300s",
+       "how long a channel watch may stay unacknowledged before it is reassigned", min=1),
+    _k("standalone.progress.interval", "duration", "10s",
+       "standalone: how often progress is logged", min=0.1),
+    _k("log.level", "enum", "INFO", "log level of the DeltaNode processes",
+       choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+]}
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+# ----------------------------------------------------------------------------- Conf
+
+class Conf:
+    """Typed, validated configuration. Build it with ``load_conf`` or ``Conf.from_dict``."""
+
+    def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str],
+                 sources: Mapping[str, str], spark: Mapping[str, str],
+                 path: str | None, base_dir: Path) -> None:
+        self._values = dict(values)
+        self._raw = dict(raw)
+        self._sources = dict(sources)
+        self._spark = dict(spark)
+        self.path = path
+        self.base_dir = base_dir
+
+    # -- lookup
+    def get(self, key: str) -> Any:
+        """The typed value of a known key (None if it has none), or a spark.* value (None if unset)."""
+        if key in KEYS:
+            return self._values.get(key)
+        if key.startswith(SPARK_PREFIX):
+            return self._spark.get(key)
+        raise KeyError(_unknown_key_msg(key))
+
+    __getitem__ = get
+
+    def __contains__(self, key: str) -> bool:
+        return (key in KEYS and self._values.get(key) is not None) or key in self._spark
+
+    def raw(self, key: str) -> str | None:
+        """The text the value was parsed from."""
+        if key.startswith(SPARK_PREFIX) and key not in KEYS:
+            return self._spark.get(key)
+        self.get(key)
+        return self._raw.get(key)
+
+    def source(self, key: str) -> str:
+        """``"conf/x.conf:12"``, ``"env DELTANODE_X"``, ``"default"`` (or ``"unset"``)."""
+        self.get(key)
+        return self._sources.get(key, "unset")
+
+    def spark_conf(self) -> dict[str, str]:
+        """Every spark.* key, untouched, in file order."""
+        return dict(self._spark)
+
+    def hostports(self, key: str) -> list[tuple[str, int]]:
+        """``etcd.endpoints`` / ``mq.kafka.bootstrap.servers`` as ``[(host, port), ...]``."""
+        return parse_hostports(self.get(key))
+
+    def to_dict(self) -> dict[str, Any]:
+        """All known keys (typed) followed by the spark.* keys."""
+        out = {k: self._values.get(k) for k in KEYS}
+        out.update(self._spark)
+        return out
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "Conf":
+        """A copy with some keys replaced (values as in a file, or plain Python values)."""
+        entries = {k: (self._raw[k], self._sources[k]) for k in self._raw
+                   if self._sources.get(k) != "default"}
+        entries.update({k: (v, self._sources[k]) for k, v in self._spark.items()})
+        for k, v in overrides.items():
+            entries[k] = (_to_text(v), "override")
+        return _build(entries, self.path or "<code>", self.base_dir, self.path)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, base_dir: str | Path | None = None) -> "Conf":
+        """A Conf from a mapping (strings as in a file, or bool/int/float); for tests and tools."""
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+        return _build({k: (_to_text(v), "code") for k, v in values.items()}, "<code>", base, None)
+
+    def describe(self) -> str:
+        """``key = value  # source`` lines, for --print-conf."""
+        lines = []
+        for k, spec in KEYS.items():
+            raw = self._raw.get(k)
+            if spec.type in ("path", "localpath") and raw is not None:
+                raw = self._values[k]
+            lines.append(f"{k} = {'' if raw is None else raw}  # {self._sources.get(k, 'unset')}")
+        for k, v in self._spark.items():
+            lines.append(f"{k} = {v}  # {self._sources[k]}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"Conf(path={self.path!r}, {self.to_dict()!r})"
+
+
+def _to_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _unknown_key_msg(key: str) -> str:
+    msg = f"unknown key {key!r}"
+    guess = difflib.get_close_matches(key.lower(), list(KEYS), n=1, cutoff=0.6)
+    if not guess and key.lower().startswith(("sprak.", "sparks.", "spak.", "saprk.")):
+        guess = ["spark." + key.split(".", 1)[1]]
+    if guess:
+        msg += f" (did you mean {guess[0]!r}?)"
+    return msg
+
+
+def _strip_value(value: str, spark: bool) -> str:
+    value = re.sub(r"\s+#.*$", "", value).strip()
+    if not spark and len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    return value
+
+
+def _read_file(path: Path, display: str) -> dict[str, tuple[str, str]]:
+    """``{key: (raw value, "file:line")}`` from a conf file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfError(f"{display}: conf file not found") from None
+    except OSError as e:
+        raise ConfError(f"{display}: cannot read the conf file: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfError(f"{display}: the conf file is not UTF-8 text") from None
+    entries: dict[str, tuple[str, str]] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        where = f"{display}:{lineno}"
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition("=")
+        key = key.strip()
+        if not sep or not key or not _KEY_RE.match(key):
+            raise ConfError(f"{where}: malformed line {stripped[:60]!r} (expected 'key = value')")
+        if key in entries:
+            raise ConfError(f"{where}: key {key!r} is set twice (first at {entries[key][1]})")
+        if key not in KEYS and not key.startswith(SPARK_PREFIX):
+            raise ConfError(f"{where}: {_unknown_key_msg(key)}")
+        entries[key] = (_strip_value(value, key.startswith(SPARK_PREFIX) and key not in KEYS), where)
+    return entries
+
+
+def _env_entries(env: Mapping[str, str], spark_keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+    known = {env_name(k): k for k in KEYS}
+    spark_names = {env_name(k): k for k in (*COMMON_SPARK_KEYS, *spark_keys)}
+    out: dict[str, tuple[str, str]] = {}
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        value = env[var]
+        if value == "":
+            continue
+        where = f"env {var}"
+        if var in known:
+            out[known[var]] = (_strip_value(value, False), where)
+        elif var in spark_names:
+            out[spark_names[var]] = (value, where)
+        elif var.startswith(ENV_PREFIX + "SPARK_") and len(var) > len(ENV_PREFIX + "SPARK_"):
+            out[var[len(ENV_PREFIX):].lower().replace("_", ".")] = (value, where)
+        else:
+            msg = (f"{where}: unknown variable; {ENV_PREFIX}* variables override conf keys, "
+                   f"e.g. {env_name('storage.root')} for 'storage.root'")
+            guess = difflib.get_close_matches(var, list(known), n=1, cutoff=0.7)
+            if guess:
+                msg += f" (did you mean {guess[0]}?)"
+            raise ConfError(msg)
+    return out
+
+
+def _build(entries: Mapping[str, tuple[str, str]], display: str, base_dir: Path,
+           path: str | None) -> Conf:
+    values: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    spark: dict[str, str] = {}
+    for key, (text, where) in entries.items():
+        if key in KEYS:
+            continue
+        if not key.startswith(SPARK_PREFIX):
+            raise ConfError(f"{where}: {_unknown_key_msg(key)}")
+        spark[key] = text
+        sources[key] = where
+    for key, spec in KEYS.items():
+        if key in entries:
+            text, where = entries[key]
+        elif spec.required:
+            raise ConfError(f"{display}: missing required key {key!r} "
+                            f"(set it in the file or with {env_name(key)})")
+        elif spec.default is None:
+            continue
+        else:
+            text, where = spec.default, "default"
+        try:
+            values[key] = spec.parse(text, base_dir)
+        except ValueError as e:
+            raise ConfError(f"{where}: bad value for {key!r}: {e}") from None
+        raw[key] = text
+        sources[key] = where
+    conf = Conf(values, raw, sources, spark, path, base_dir)
+    _check_cross(conf)
+    return conf
+
+
+def _check_cross(conf: Conf) -> None:
+    def fail(key: str, msg: str) -> None:
+        raise ConfError(f"{conf.source(key)}: bad value for {key!r}: {msg}")
+
+    if conf.get("embedded.etcd"):
+        eps = conf.hostports("etcd.endpoints")
+        if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
+            fail("etcd.endpoints", f"{conf.get('etcd.endpoints')!r}: with embedded.etcd = true "
+                                   "it must be one loopback endpoint, e.g. 127.0.0.1:2379")
+    if conf.get("embedded.broker"):
+        if conf.get("mq.type") != "kafka":
+            fail("embedded.broker", "the embedded broker speaks the Kafka protocol only; "
+                                    "set mq.type = kafka or embedded.broker = false")
+        eps = conf.hostports("mq.kafka.bootstrap.servers")
+        if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
+            fail("mq.kafka.bootstrap.servers",
+                 f"{conf.get('mq.kafka.bootstrap.servers')!r}: with embedded.broker = true it "
+                 "must be one loopback endpoint, e.g. 127.0.0.1:9092")
+
+
+def load_conf(path: str | os.PathLike, env: Mapping[str, str] | None = None, *,
+              base_dir: str | os.PathLike | None = None) -> Conf:
+    """Read and validate a conf file, then apply ``DELTANODE_*`` overrides from ``env``.
+
+    ``env`` defaults to ``os.environ``; ``base_dir`` (relative paths) to the working directory.
+    Raises ConfError naming the key, the file and the line (or the variable).
+    """
+    env = os.environ if env is None else env
+    display = os.fspath(path)
+    entries = _read_file(Path(path), display)
+    spark_in_file = [k for k in entries if k.startswith(SPARK_PREFIX)]
+    entries.update(_env_entries(env, spark_in_file))
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    return _build(entries, display, base, display)
+
+
+def keys_markdown() -> str:
+    """The key table as Markdown (for the README)."""
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for k in KEYS.values():
+        default = "(required)" if k.required else (k.default if k.default is not None else "")
+        rows.append(f"| `{k.name}` | {k.type_doc.replace('|', chr(92) + '|')} | `{default}` | {k.doc} |")
+    rows.append("| `spark.*` | text | | passed to Spark (spark-submit --conf) untouched |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(keys_markdown())

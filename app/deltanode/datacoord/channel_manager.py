@@ -1,0 +1,310 @@
+"""The coordinator side of MEP 7: every live vchannel assigned to exactly one live DataNode.
+
+State lives in etcd only: ``{root}/channelwatch/{node_id}/{vchannel}`` holds a
+ChannelWatchInfo whose state says where the hand-over stands, and
+``{root}/channelwatch/remaining/{vchannel}`` parks channels while no DataNode is alive.
+Each :meth:`ChannelManager.reconcile` pass reads everything and applies the rules of
+Milvus 2.3's ``datacoord/channel_manager.go`` to what it finds, so a restarted coordinator
+simply carries on. Only the watch timers are in memory; they restart with the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pymilvus.grpc_gen.schema_pb2 import CollectionSchema
+
+from deltanode.etcd import keys
+from deltanode.etcd.client import EtcdClient, PrefixWatch
+from deltanode.etcd.session import list_sessions, watch_sessions
+from deltanode.etcd.watch import WatchEvent
+from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
+
+log = logging.getLogger(__name__)
+
+_S = ChannelWatchState
+# States in which the node has, or is about to have, the channel running.
+_HOLDING = frozenset({_S.ToWatch, _S.Uncomplete, _S.WatchSuccess, _S.Complete})
+_WATCHED = frozenset({_S.WatchSuccess, _S.Complete})
+_AWAITING_WATCH = frozenset({_S.ToWatch, _S.Uncomplete})
+_RELEASED = frozenset({_S.ReleaseSuccess, _S.ReleaseFailure})
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """A vchannel the coordinator should have consumed; ``dropped`` once its collection is gone."""
+
+    vchannel: str
+    collection_id: int
+    dropped: bool = False
+
+
+@dataclass
+class _Entry:
+    """One stored watch key. ``node`` is None for a channel parked under ``remaining``."""
+
+    key: str
+    node: int | None
+    vchannel: str
+    info: ChannelWatchInfo
+    version: int
+
+
+@dataclass
+class _Pass:
+    """What one reconcile pass knows, updated as it writes."""
+
+    specs: dict[str, ChannelSpec]
+    load: dict[int, int]  # live node -> number of its watch keys
+    held: set[str] = field(default_factory=set)  # vchannels with a keeper on a live node
+    timed: set[str] = field(default_factory=set)  # keys whose timer is still needed
+    now: float = field(default_factory=time.monotonic)
+
+    def live(self, vchannel: str) -> bool:
+        spec = self.specs.get(vchannel)
+        return spec is not None and not spec.dropped
+
+    def least_loaded(self, exclude: int | None = None) -> int | None:
+        """The live node with the fewest channels, avoiding ``exclude`` unless it is the only one."""
+        candidates = [n for n in self.load if n != exclude] or list(self.load)
+        return min(candidates, key=lambda n: (self.load[n], n), default=None)
+
+    def moved(self, src: int | None, dst: int | None) -> None:
+        if src in self.load:
+            self.load[src] -= 1
+        if dst in self.load:
+            self.load[dst] += 1
+
+
+class ChannelManager:
+    """Assigns vchannels to DataNodes through etcd and drives every hand-over to its end.
+
+    ``channels()`` returns the vchannels that should exist; a vchannel found in etcd but
+    missing there is treated as dropped. ``recovery(vchannel)`` gives the VchannelInfo
+    (seek position, segments) for a fresh watch and ``schema(vchannel)`` the collection
+    schema. A ToWatch or ToRelease left unanswered for ``watch_timeout`` seconds (the
+    DataNode's tickles restart the clock) is given up on.
+    """
+
+    def __init__(self, client: EtcdClient, root: str, channels: Callable[[], dict[str, ChannelSpec]],
+                 recovery: Callable[[str], VchannelInfo], schema: Callable[[str], CollectionSchema | None],
+                 watch_timeout: float = 300.0, interval: float = 1.0) -> None:
+        self._client = client
+        self._root = root
+        self._channels = channels
+        self._recovery = recovery
+        self._schema = schema
+        self._watch_timeout = watch_timeout
+        self._interval = interval
+        self._timers: dict[str, tuple[int, float]] = {}  # key -> (version seen, deadline)
+        self._last_op_id = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watches: list[PrefixWatch] = []
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> ChannelManager:
+        """Reconcile about every ``interval`` seconds, and at once when nodes or watch keys change."""
+        self._watches = [
+            watch_sessions(self._client, self._root, "datanode", self._node_joined, self._node_left),
+            self._client.watch_prefix(keys.channel_watch_root(self._root), self._key_changed),
+        ]
+        self._thread = threading.Thread(target=self._run, name="channel-manager", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        for watch in self._watches:
+            watch.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("channel assignment pass failed; retrying in %.1f s", self._interval)
+            self._wake.wait(self._interval)
+
+    def _node_joined(self, node: int, info: dict) -> None:
+        log.info("DataNode %d joined (%s)", node, info.get("Address", ""))
+        self._wake.set()
+
+    def _node_left(self, node: int) -> None:
+        log.info("DataNode %d left", node)
+        self._wake.set()
+
+    def _key_changed(self, event: WatchEvent) -> None:
+        self._wake.set()
+
+    # -- one pass ---------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """Read nodes, channels and watch keys once and apply the assignment rules."""
+        with self._lock:
+            specs = self._channels()
+            nodes = list_sessions(self._client, self._root, "datanode")
+            entries = self._load_entries()
+            p = _Pass(specs, {node: 0 for node in nodes})
+            by_channel: dict[str, list[_Entry]] = defaultdict(list)
+            for entry in entries:
+                by_channel[entry.vchannel].append(entry)
+                p.moved(None, entry.node)
+            for vchannel, group in sorted(by_channel.items()):
+                keeper = self._keeper(group, p)
+                if keeper is not None:
+                    p.held.add(vchannel)
+                for entry in group:
+                    self._guarded(entry.key, self._apply, entry, keeper, p)
+            for vchannel, spec in sorted(specs.items()):
+                if not spec.dropped and vchannel not in by_channel:
+                    self._guarded(vchannel, self._assign, spec, p)
+            self._timers = {k: v for k, v in self._timers.items() if k in p.timed}
+
+    def _load_entries(self) -> list[_Entry]:
+        root = keys.channel_watch_root(self._root)
+        entries = []
+        for key, value, version in self._client.get_prefix(root):
+            node_part, _, vchannel = key[len(root):].partition("/")
+            if not vchannel or not (node_part.isdigit() or node_part == keys.REMAINING):
+                log.warning("ignoring %s: not {node}/{vchannel} under %s", key, root)
+                continue
+            try:
+                info = ChannelWatchInfo.FromString(value)
+            except Exception as exc:
+                log.error("ignoring %s: not a ChannelWatchInfo (%s)", key, exc)
+                continue
+            node = int(node_part) if node_part.isdigit() else None
+            entries.append(_Entry(key, node, vchannel, info, version))
+        return entries
+
+    @staticmethod
+    def _keeper(group: list[_Entry], p: _Pass) -> _Entry | None:
+        """The one key allowed to hold a live channel: watched beats pending, then the lowest node."""
+        if not p.live(group[0].vchannel):
+            return None
+        holders = [e for e in group if e.node in p.load and e.info.state in _HOLDING]
+        holders.sort(key=lambda e: (e.info.state not in _WATCHED, e.node))
+        return holders[0] if holders else None
+
+    @staticmethod
+    def _guarded(what: str, action: Callable[..., None], *args: object) -> None:
+        # One channel's trouble (a failing recovery() call, a lost etcd request) must not
+        # hold up the others; whatever was not done is found again by the next pass.
+        try:
+            action(*args)
+        except Exception:
+            log.exception("handling %s failed; retried on the next pass", what)
+
+    def _apply(self, e: _Entry, keeper: _Entry | None, p: _Pass) -> None:
+        state = e.info.state
+        if e.node is None:
+            if not p.live(e.vchannel) or e.vchannel in p.held:
+                self._client.delete_if_version(e.key, e.version)
+            elif p.load:
+                self._move(e, p.least_loaded(), p, "a DataNode is alive again")
+        elif e.node not in p.load:
+            if p.live(e.vchannel) and e.vchannel not in p.held:
+                self._move(e, p.least_loaded(), p, f"DataNode {e.node} is gone")
+            else:
+                self._client.delete_if_version(e.key, e.version)
+        elif state in _HOLDING:
+            if e is not keeper:
+                why = "duplicate assignment" if p.live(e.vchannel) else "the channel was dropped"
+                self._to_release(e, why)
+            elif state in _AWAITING_WATCH and self._expired(e, p):
+                self._to_release(e, f"no answer to ToWatch within {self._watch_timeout:g} s")
+        elif state == _S.WatchFailure:
+            self._to_release(e, "the DataNode failed to watch it")
+        elif state == _S.ToRelease:
+            if self._expired(e, p):
+                self._finish(e, p, f"no answer to ToRelease within {self._watch_timeout:g} s")
+        elif state in _RELEASED:
+            self._finish(e, p, f"{ChannelWatchState.name(state)} from DataNode {e.node}")
+
+    def _assign(self, spec: ChannelSpec, p: _Pass) -> None:
+        node = p.least_loaded()
+        key, value = self._assignment(spec, node)
+        if self._client.put_if_absent(key, value):
+            log.info("assigned %s to %s", spec.vchannel, key)
+            p.moved(None, node)
+            p.held.add(spec.vchannel)
+
+    def _finish(self, e: _Entry, p: _Pass, why: str) -> None:
+        """The node let go of the channel (or was given up on): reassign it, or just drop the key."""
+        if p.live(e.vchannel) and e.vchannel not in p.held:
+            self._move(e, p.least_loaded(exclude=e.node), p, why)
+        elif self._client.delete_if_version(e.key, e.version):
+            log.info("removed %s: %s", e.key, why)
+            p.moved(e.node, None)
+
+    def _move(self, e: _Entry, node: int | None, p: _Pass, why: str) -> None:
+        """Replace ``e`` by a fresh assignment of its channel to ``node`` (None: park it)."""
+        dst, value = self._assignment(p.specs[e.vchannel], node)
+        if dst == e.key:
+            done = self._client.compare_version_and_swap(e.key, e.version, value)
+        else:
+            done = self._client.move_if_version(e.key, e.version, dst, value)
+        if done:
+            log.info("moved %s to %s: %s", e.key, dst, why)
+            p.moved(e.node, node)
+            p.held.add(e.vchannel)
+
+    def _to_release(self, e: _Entry, why: str) -> None:
+        info = ChannelWatchInfo()
+        info.CopyFrom(e.info)
+        info.state = _S.ToRelease
+        info.progress = 0
+        info.startTs = int(time.time())
+        info.opID = self._next_op_id()
+        if self._client.compare_version_and_swap(e.key, e.version, info.SerializeToString()):
+            log.info("asked DataNode %d to release %s: %s", e.node, e.vchannel, why)
+
+    def _expired(self, e: _Entry, p: _Pass) -> bool:
+        """Whether ``e`` has sat at its current version for ``watch_timeout``; starts the clock."""
+        p.timed.add(e.key)
+        version, deadline = self._timers.get(e.key, (None, 0.0))
+        if version != e.version:
+            self._timers[e.key] = (e.version, p.now + self._watch_timeout)
+            return False
+        return p.now >= deadline
+
+    # -- values -----------------------------------------------------------------------
+
+    def _assignment(self, spec: ChannelSpec, node: int | None) -> tuple[str, bytes]:
+        """Key and value assigning ``spec`` to ``node``, or parking it when ``node`` is None."""
+        if node is None:
+            return keys.channel_watch_key(self._root, keys.REMAINING, spec.vchannel), self._parked(spec)
+        return keys.channel_watch_key(self._root, node, spec.vchannel), self._to_watch(spec.vchannel)
+
+    def _to_watch(self, vchannel: str) -> bytes:
+        info = ChannelWatchInfo(vchan=self._recovery(vchannel), startTs=int(time.time()),
+                                state=_S.ToWatch, opID=self._next_op_id())
+        schema = self._schema(vchannel)
+        if schema is not None:
+            info.schema.CopyFrom(schema)
+        return info.SerializeToString()
+
+    def _parked(self, spec: ChannelSpec) -> bytes:
+        """Nobody reads a parked channel's value: it is re-created from recovery() on hand-out."""
+        vchan = VchannelInfo(collectionID=spec.collection_id, channelName=spec.vchannel)
+        return ChannelWatchInfo(vchan=vchan, startTs=int(time.time()), state=_S.ToWatch,
+                                opID=self._next_op_id()).SerializeToString()
+
+    def _next_op_id(self) -> int:
+        # Microseconds since the epoch, strictly increasing: larger than any opID written
+        # by an earlier coordinator process.
+        self._last_op_id = max(self._last_op_id + 1, time.time_ns() // 1000)
+        return self._last_op_id

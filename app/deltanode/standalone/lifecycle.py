@@ -1,0 +1,171 @@
+"""Start and stop the pieces of a standalone run as one group.
+
+    with ServiceGroup(conf) as group:          # embedded etcd / broker as configured
+        group.add("datanode", datanode.stop)   # anything else, stopped before the services
+        while not group.wait(interval):
+            group.check()                      # raises ServiceError if a service died
+            log.info("progress ...")
+
+``start()`` installs SIGINT/SIGTERM handlers (main thread only) that set ``stop_event``;
+``stop()`` stops everything in reverse order of start, restores the handlers and is safe to
+call twice. A port that is already taken raises PortInUseError at once, naming the port and
+the conf key that chose it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Callable
+
+from deltanode.config import Conf
+from deltanode.standalone.services import (
+    EmbeddedBroker, EmbeddedEtcd, PortInUseError, ServiceError,
+)
+
+log = logging.getLogger("deltanode.standalone")
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class ServiceGroup:
+    """Embedded etcd and broker (when configured) plus registered components."""
+
+    def __init__(self, conf: Conf, *, handle_signals: bool = True) -> None:
+        self.conf = conf
+        self.handle_signals = handle_signals
+        self.stop_event = threading.Event()
+        self.stop_reason: str | None = None
+        self.etcd: EmbeddedEtcd | None = None
+        self.broker: EmbeddedBroker | None = None
+        self._stack: list[tuple[str, Callable[[], None]]] = []
+        self._old_handlers: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self._started = False
+        self._stopped = False
+
+    # -- endpoints the rest of the standalone run connects to
+    @property
+    def etcd_endpoints(self) -> str:
+        return self.conf.get("etcd.endpoints")
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return self.conf.get("mq.kafka.bootstrap.servers")
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.conf.get("embedded.data.dir"))
+
+    # -- start / stop
+    def start(self) -> "ServiceGroup":
+        if self._started:
+            return self
+        self._started = True
+        if self.handle_signals:
+            self._install_signals()
+        try:
+            if self.conf.get("embedded.etcd"):
+                _, port = self.conf.hostports("etcd.endpoints")[0]
+                etcd = EmbeddedEtcd(self.data_dir / "etcd", client_port=port)
+                self._start_process(etcd, "etcd.endpoints")
+                self.etcd = etcd
+            if self.conf.get("embedded.broker"):
+                _, port = self.conf.hostports("mq.kafka.bootstrap.servers")[0]
+                broker = EmbeddedBroker(port, log_dir=self.data_dir / "broker")
+                self._start_process(broker, "mq.kafka.bootstrap.servers")
+                self.broker = broker
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_process(self, proc, key: str) -> None:
+        try:
+            proc.start()
+        except PortInUseError as e:
+            raise PortInUseError(f"{e} (set by {key} at {self.conf.source(key)})") from None
+        except ServiceError:
+            proc.stop()
+            raise
+        self._stack.append((proc.name, proc.stop))
+        log.info("%s started on 127.0.0.1:%s (log: %s)", proc.name,
+                 getattr(proc, "client_port", None) or getattr(proc, "port", None),
+                 self.data_dir / ("etcd/etcd.log" if isinstance(proc, EmbeddedEtcd)
+                                  else "broker/tansu.log"))
+
+    def add(self, name: str, stop: Callable[[], None]) -> None:
+        """Register a started component; ``stop`` runs before those registered earlier."""
+        with self._lock:
+            if self._stopped:
+                raise ServiceError(f"cannot add {name}: the service group is stopped")
+            self._stack.append((name, stop))
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        if not self.stop_event.is_set():
+            self.stop_reason = reason
+            self.stop_event.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a stop request; True once stopping."""
+        return self.stop_event.wait(timeout)
+
+    def check(self) -> None:
+        """Raise ServiceError if an embedded process has exited on its own."""
+        for proc in (self.etcd, self.broker):
+            if proc is not None and proc.proc is not None and proc.proc.poll() is not None \
+                    and not self._stopped:
+                raise ServiceError(f"{proc.name} exited unexpectedly with code "
+                                   f"{proc.proc.returncode}")
+
+    def stop(self) -> None:
+        """Stop everything in reverse order; errors are logged, not raised. Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            stack, self._stack = self._stack, []
+        self.request_stop(self.stop_reason or "stopping")
+        for name, stop in reversed(stack):
+            log.info("stopping %s", name)
+            try:
+                stop()
+            except Exception:  # keep stopping the rest
+                log.exception("error while stopping %s", name)
+        self._restore_signals()
+
+    def __enter__(self) -> "ServiceGroup":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- signals
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_event.is_set():
+            log.warning("%s again while stopping; send it once more to force an exit", name)
+            self._restore_signals()  # the next Ctrl-C raises KeyboardInterrupt
+            return
+        log.info("%s received: stopping", name)
+        self.request_stop(name)
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            log.debug("not in the main thread: no signal handlers installed")
+            return
+        for sig in _SIGNALS:
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        while self._old_handlers:
+            sig, old = self._old_handlers.popitem()
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)

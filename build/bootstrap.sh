@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Set up this checkout: .venv at the repo root with everything setup.cfg lists (plus the
+# [test] extras), the etcd binary (Debian package etcd-server) and a Java 17 check.
+# Idempotent and silent when everything is in place: pip runs only when setup.cfg (or the
+# Python version) changed since the last successful install.
+# Env: PYTHON=/path/to/python3.11+ to choose the interpreter for a new .venv.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.deltanode-bootstrap"
+
+say() { echo "bootstrap: $*" >&2; }
+die() { echo "bootstrap: error: $*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else die "need root for: $*"; fi
+}
+
+py_ok() {  # $1: interpreter; true when it is Python >= 3.11
+    "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1
+}
+
+# --- Java 17 (Spark 4.2 runs on Java 17 or 21) -------------------------------------------
+JAVA="${JAVA_HOME:+$JAVA_HOME/bin/java}"
+[ -n "$JAVA" ] && [ -x "$JAVA" ] || JAVA="$(command -v java || true)"
+if [ -z "$JAVA" ]; then
+    die "Java 17 is required by Spark and was not found (no java on PATH, JAVA_HOME unset).
+  Install it, e.g.: apt-get install -y openjdk-17-jre-headless"
+fi
+JAVA_MAJOR="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9]*\)[."].*/\1/p' | head -1)"
+if [ -z "$JAVA_MAJOR" ] || [ "$JAVA_MAJOR" -lt 17 ]; then
+    die "Java 17 is required by Spark; $JAVA is version '${JAVA_MAJOR:-unknown}'.
+  Install it (apt-get install -y openjdk-17-jre-headless) and put it first on PATH or set JAVA_HOME."
+fi
+
+# --- etcd ----------------------------------------------------------------------------
+if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+    say "etcd not found: installing the Debian package etcd-server"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        || die "apt-get update failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null \
+        || die "apt-get install etcd-server failed"
+    command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || die "etcd still missing after install"
+fi
+
+# --- .venv ---------------------------------------------------------------------------
+if [ -x "$VENV/bin/python" ] && ! py_ok "$VENV/bin/python"; then
+    say ".venv has Python < 3.11: recreating it"
+    rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    PY=""
+    for cand in ${PYTHON:-} python3.13 python3.12 python3.11 python3; do
+        if command -v "$cand" >/dev/null 2>&1 && py_ok "$(command -v "$cand")"; then
+            PY="$(command -v "$cand")"; break
+        fi
+    done
+    [ -n "$PY" ] || die "Python >= 3.11 is required (tried ${PYTHON:-} python3.13 python3.12 python3.11 python3)"
+    say "creating .venv with $PY"
+    "$PY" -m venv "$VENV" || die "python -m venv failed (on Debian: apt-get install -y python3-venv)"
+fi
+
+# --- packages from setup.cfg ---------------------------------------------------------
+WANT="$( { sha256sum setup.cfg; "$VENV/bin/python" -V; } 2>&1 | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
+    say "installing the packages listed in setup.cfg (the first time builds pyspark: 1-2 min)"
+    REQS="$(mktemp)"
+    trap 'rm -f "$REQS"' EXIT
+    # install_requires + [test] extras, read from setup.cfg (like pip install -e .[test],
+    # without writing egg-info into app/)
+    "$VENV/bin/python" - setup.cfg >"$REQS" <<'EOF'
+import configparser, sys
+cp = configparser.ConfigParser()
+cp.read(sys.argv[1])
+lines = cp.get("options", "install_requires", fallback="").splitlines()
+lines += cp.get("options.extras_require", "test", fallback="").splitlines()
+for line in lines:
+    line = line.split("#", 1)[0].strip()
+    if line:
+        print(line)
+EOF
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS" \
+        || die "pip install failed"
+    echo "$WANT" >"$STAMP"
+fi
+
+# The package itself, importable from the sources (an editable install without egg-info).
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ "$(cat "$SITE/deltanode.pth" 2>/dev/null || true)" != "$ROOT/app" ]; then
+    echo "$ROOT/app" >"$SITE/deltanode.pth"
+fi

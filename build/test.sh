@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Bootstrap (idempotent), then run the whole test suite. Extra arguments go to pytest,
+# e.g. build/test.sh -k config -x; with a path among them only those paths run
+# (build/test.sh tests/unit).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+bash build/bootstrap.sh || { echo "build/test.sh: bootstrap failed" >&2; exit 1; }
+
+TARGET=(tests)
+for arg in "$@"; do
+    case "$arg" in -*) ;; *) [ -e "${arg%%::*}" ] && TARGET=() ;; esac
+done
+.venv/bin/python -m pytest "${TARGET[@]}" -q "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then
+    echo "build/test.sh: pytest collected no tests (exit 5): treating that as a failure" >&2
+fi
+exit "$rc"

@@ -1,0 +1,192 @@
+"""ChannelWatcher (DataNode side of MEP 7) against a real etcd."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from deltanode.datanode.channel_watch import ChannelWatcher
+from deltanode.etcd import keys
+from deltanode.etcd.client import EtcdClient
+from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
+
+S = ChannelWatchState
+NODE = 7
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class RecordingHandler:
+    """Records calls; ``fail`` makes watch/release raise, ``gates`` hold a watch until set."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.fail: set[str] = set()
+        self.gates: dict[str, threading.Event] = {}
+        self.started = threading.Event()
+
+    def watch(self, info: ChannelWatchInfo) -> None:
+        vchannel = info.vchan.channelName
+        self.calls.append(("watch", vchannel))
+        self.started.set()
+        if vchannel in self.gates:
+            assert self.gates[vchannel].wait(10), "test gate never opened"
+        if "watch" in self.fail:
+            raise RuntimeError("cannot start the stream")
+
+    def release(self, vchannel: str) -> None:
+        self.calls.append(("release", vchannel))
+        if "release" in self.fail:
+            raise RuntimeError("cannot stop the stream")
+
+
+@pytest.fixture
+def client(etcd_server):
+    with EtcdClient(etcd_server.endpoint) as c:
+        yield c
+
+
+@pytest.fixture
+def handler():
+    return RecordingHandler()
+
+
+@pytest.fixture
+def watcher(client, etcd_root, handler):
+    w = ChannelWatcher(client, etcd_root, NODE, handler, tickle_interval=0.2).start()
+    yield w
+    for gate in handler.gates.values():
+        gate.set()
+    w.stop()
+
+
+def key(root, vchannel):
+    return keys.channel_watch_key(root, NODE, vchannel)
+
+
+def write(client, root, vchannel, state, progress=0, op_id=42):
+    info = ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName=vchannel), state=state,
+                            progress=progress, opID=op_id)
+    client.put(key(root, vchannel), info.SerializeToString())
+
+
+def read(client, root, vchannel):
+    current = client.get(key(root, vchannel))
+    return None if current is None else (ChannelWatchInfo.FromString(current[0]), current[1])
+
+
+def wait_state(client, root, vchannel, state):
+    def reached():
+        current = read(client, root, vchannel)
+        return current if current and current[0].state == state else None
+    return wait_until(reached, what=f"{vchannel} in {S.name(state)}")
+
+
+def test_to_watch_is_watched_once_and_answered(client, etcd_root, handler, watcher):
+    write(client, etcd_root, "ch0", S.ToWatch)
+    info, version = wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    assert (info.progress, info.opID, info.vchan.channelName) == (0, 42, "ch0")
+    assert version == 2
+    time.sleep(0.3)  # our own WatchSuccess comes back as an event and must be ignored
+    assert handler.calls == [("watch", "ch0")]
+    assert watcher.owned() == {"ch0"}
+
+
+def test_failed_watch_is_answered_with_watch_failure(client, etcd_root, handler, watcher):
+    handler.fail.add("watch")
+    write(client, etcd_root, "ch0", S.ToWatch)
+    wait_state(client, etcd_root, "ch0", S.WatchFailure)
+    assert handler.calls == [("watch", "ch0")]
+    assert watcher.owned() == set()
+
+
+def test_to_release_releases_and_answers(client, etcd_root, handler, watcher):
+    write(client, etcd_root, "ch0", S.ToWatch)
+    wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    write(client, etcd_root, "ch0", S.ToRelease)
+    wait_state(client, etcd_root, "ch0", S.ReleaseSuccess)
+    assert handler.calls == [("watch", "ch0"), ("release", "ch0")]
+    assert watcher.owned() == set()
+
+
+def test_failed_release_is_answered_with_release_failure(client, etcd_root, handler, watcher):
+    write(client, etcd_root, "ch0", S.ToWatch)
+    wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    handler.fail.add("release")
+    write(client, etcd_root, "ch0", S.ToRelease)
+    wait_state(client, etcd_root, "ch0", S.ReleaseFailure)
+    assert watcher.owned() == set()
+
+
+def test_deleted_key_releases_the_channel(client, etcd_root, handler, watcher):
+    write(client, etcd_root, "ch0", S.ToWatch)
+    wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    client.delete(key(etcd_root, "ch0"))
+    wait_until(lambda: ("release", "ch0") in handler.calls, what="release")
+    assert watcher.owned() == set()
+
+
+def test_key_changed_during_watch_releases_the_channel(client, etcd_root, handler, watcher):
+    handler.gates["ch0"] = threading.Event()
+    write(client, etcd_root, "ch0", S.ToWatch)
+    assert handler.started.wait(5)
+    write(client, etcd_root, "ch0", S.ToWatch, op_id=43)  # the coordinator re-issues it meanwhile
+    handler.gates["ch0"].set()
+    info, _ = wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    # The first WatchSuccess swap failed, so that watch was released; the new one then ran.
+    assert info.opID == 43
+    assert handler.calls == [("watch", "ch0"), ("release", "ch0"), ("watch", "ch0")]
+    assert watcher.owned() == {"ch0"}
+
+
+def test_tickler_bumps_progress_while_a_slow_watch_runs(client, etcd_root, handler, watcher):
+    progress = []
+    observer = client.watch_prefix(key(etcd_root, "ch0"),
+                                   lambda e: progress.append(ChannelWatchInfo.FromString(e.value).progress))
+    handler.gates["ch0"] = threading.Event()
+    write(client, etcd_root, "ch0", S.ToWatch)
+    wait_until(lambda: len(progress) >= 4, what="three tickles")
+    handler.gates["ch0"].set()
+    info, version = wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    observer.cancel()
+    tickles = [p for p in progress if p > 0]
+    assert tickles == list(range(1, len(tickles) + 1))
+    assert info.progress == 0
+    assert version == 2 + len(tickles)  # the final swap used the version left by the last tickle
+    assert handler.calls == [("watch", "ch0")]  # tickles are not taken for new work
+
+
+def test_channels_are_independent(client, etcd_root, handler, watcher):
+    handler.gates["slow"] = threading.Event()
+    write(client, etcd_root, "slow", S.ToWatch)
+    assert handler.started.wait(5)
+    write(client, etcd_root, "fast", S.ToWatch)
+    wait_state(client, etcd_root, "fast", S.WatchSuccess)
+    assert read(client, etcd_root, "slow")[0].state == S.ToWatch
+    handler.gates["slow"].set()
+    wait_state(client, etcd_root, "slow", S.WatchSuccess)
+    assert watcher.owned() == {"slow", "fast"}
+
+
+def test_keys_present_at_start_are_handled_and_end_states_ignored(client, etcd_root, handler):
+    write(client, etcd_root, "pending", S.ToWatch)
+    write(client, etcd_root, "done", S.WatchSuccess)
+    write(client, etcd_root, "tickled", S.ToWatch, progress=3)
+    w = ChannelWatcher(client, etcd_root, NODE, handler, tickle_interval=0.2).start()
+    try:
+        wait_state(client, etcd_root, "pending", S.WatchSuccess)
+        time.sleep(0.3)
+        assert handler.calls == [("watch", "pending")]
+        assert w.owned() == {"pending"}
+    finally:
+        w.stop()

@@ -1,0 +1,203 @@
+"""Conf files: parsing, typed values, errors naming file:line, environment overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deltanode.config import (
+    KEYS, Conf, ConfError, env_name, keys_markdown, load_conf, parse_duration, parse_hostports,
+    parse_size,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "x.conf") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def load(tmp_path, text, env=None, **kw):
+    return load_conf(write(tmp_path, text), env or {}, base_dir=tmp_path, **kw)
+
+
+def error(tmp_path, text, env=None) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfError) as e:
+        load_conf(path, env or {}, base_dir=tmp_path)
+    return str(e.value).replace(str(path), "FILE")
+
+
+def test_shipped_conf_files_load():
+    for name in ("standalone.conf", "datanode.conf"):
+        conf = load_conf(ROOT / "conf" / name, {}, base_dir=ROOT)
+        assert conf.get("storage.root") == str(ROOT / "var" / "delta")
+        assert conf.spark_conf()["spark.master"] == "local[2]"
+    conf = load_conf(ROOT / "conf" / "standalone.conf", {}, base_dir=ROOT)
+    assert conf.get("embedded.etcd") is True and conf.get("embedded.broker") is True
+    assert conf.get("etcd.endpoints") == "127.0.0.1:2379"
+    assert conf.spark_conf() == {"spark.master": "local[2]", "spark.ui.enabled": "false",
+                                 "spark.sql.shuffle.partitions": "2"}
+    assert load_conf(ROOT / "conf" / "datanode.conf", {}).get("embedded.etcd") is False
+
+
+def test_defaults_types_and_sources(tmp_path):
+    conf = load(tmp_path, "# comment\n\n  storage.root = data   # inline comment\n"
+                          "datanode.batch.max.bytes = 64m\ndatanode.trigger.interval = 500ms\n"
+                          "embedded.etcd = yes\nlog.level = debug\netcd.root = 'by-dev/meta'\n")
+    assert conf.get("storage.root") == str(tmp_path / "data")
+    assert conf.get("datanode.batch.max.bytes") == 64 << 20
+    assert conf.get("datanode.trigger.interval") == 0.5
+    assert conf.get("embedded.etcd") is True
+    assert conf.get("log.level") == "DEBUG"
+    assert conf.get("etcd.root") == "by-dev/meta"
+    assert conf.get("mq.type") == "kafka"
+    assert conf.get("mq.pchannel.count") == 16
+    assert conf.get("session.ttl") == 30.0
+    assert conf.get("etcd.endpoints") == "127.0.0.1:2379"
+    assert conf.source("storage.root").endswith("x.conf:3")
+    assert conf.source("mq.type") == "default"
+    assert conf.raw("datanode.batch.max.bytes") == "64m"
+    d = conf.to_dict()
+    assert set(KEYS) <= set(d) and d["datanode.read.splits"] == 2
+    with pytest.raises(KeyError, match="did you mean 'etcd.endpoints'"):
+        conf.get("etcd.endpoint")
+
+
+def test_uris_kept_and_paths_resolved(tmp_path):
+    conf = load(tmp_path, "storage.root = s3://bucket/delta\n"
+                          "datanode.checkpoint.dir = file:///ckpt\nembedded.data.dir = /abs/var\n")
+    assert conf.get("storage.root") == "s3://bucket/delta"
+    assert conf.get("datanode.checkpoint.dir") == "file:///ckpt"
+    assert conf.get("embedded.data.dir") == "/abs/var"
+    assert conf.get("datanode.checkpoint.dir") == "file:///ckpt"
+    msg = error(tmp_path, "storage.root = x\nembedded.data.dir = s3://b/var\n")
+    assert msg.startswith("FILE:2: bad value for 'embedded.data.dir'")
+
+
+def test_size_and_duration_parsing():
+    assert parse_size("4096") == 4096
+    assert parse_size("64k") == 65536
+    assert parse_size("256MiB") == 256 << 20
+    assert parse_size("1.5g") == 3 << 29
+    assert parse_size("2 GB") == 2 << 30
+    assert parse_duration("1s") == 1.0
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("5m") == 300.0
+    assert parse_duration("2h") == 7200.0
+    assert parse_duration("3") == 3.0
+    for bad in ("x", "1q", "-1s", ""):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+    for bad in ("x", "64q", "-5m"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    assert parse_hostports("a:1, http://b:2/") == [("a", 1), ("b", 2)]
+    with pytest.raises(ValueError):
+        parse_hostports("a")
+
+
+def test_unknown_key_with_suggestion(tmp_path):
+    msg = error(tmp_path, "storage.root = x\n\n# c\netcd.endpoint = 127.0.0.1:2379\n")
+    assert msg == "FILE:4: unknown key 'etcd.endpoint' (did you mean 'etcd.endpoints'?)"
+
+
+@pytest.mark.parametrize("line,expect", [
+    ("datanode.read.splits = x", "bad value for 'datanode.read.splits': 'x' is not an integer"),
+    ("datanode.read.splits = 0", "bad value for 'datanode.read.splits': '0' is below the minimum 1"),
+    ("embedded.etcd = maybe", "bad value for 'embedded.etcd': 'maybe' is not a boolean"),
+    ("mq.type = rabbit", "bad value for 'mq.type': 'rabbit' is not one of kafka | pulsar"),
+    ("datanode.batch.max.bytes = lots", "bad value for 'datanode.batch.max.bytes'"),
+    ("session.ttl = soon", "bad value for 'session.ttl': 'soon' is not a duration"),
+    ("etcd.endpoints = nohost", "bad value for 'etcd.endpoints': 'nohost' is not host:port"),
+    ("mq.pulsar.service.url = http://x", "bad value for 'mq.pulsar.service.url'"),
+    ("etcd.root =", "bad value for 'etcd.root': the value is empty"),
+    ("log.level = loud", "bad value for 'log.level'"),
+])
+def test_bad_values_name_key_file_and_line(tmp_path, line, expect):
+    msg = error(tmp_path, f"storage.root = x\n{line}\n")
+    assert msg.startswith(f"FILE:2: {expect}"), msg
+
+
+def test_malformed_duplicate_and_missing(tmp_path):
+    assert error(tmp_path, "storage.root = x\nspark.master local[2]\n").startswith(
+        "FILE:2: malformed line 'spark.master local[2]' (expected 'key = value')")
+    assert error(tmp_path, "storage.root = x\n= y\n").startswith("FILE:2: malformed line")
+    assert error(tmp_path, "storage.root = x\nstorage.root = y\n") == \
+        "FILE:2: key 'storage.root' is set twice (first at FILE:1)"
+    assert error(tmp_path, "# nothing\n").startswith("FILE: missing required key 'storage.root'")
+    with pytest.raises(ConfError, match="nope.conf: conf file not found"):
+        load_conf(tmp_path / "nope.conf", {})
+
+
+def test_cross_key_checks(tmp_path):
+    msg = error(tmp_path, "storage.root = x\nembedded.etcd = true\n"
+                          "etcd.endpoints = 10.0.0.1:2379\n")
+    assert msg.startswith("FILE:3: bad value for 'etcd.endpoints'") and "loopback" in msg
+    msg = error(tmp_path, "storage.root = x\nembedded.broker = true\nmq.type = pulsar\n")
+    assert msg.startswith("FILE:2: bad value for 'embedded.broker'")
+
+
+def test_spark_keys_pass_through_untouched(tmp_path):
+    conf = load(tmp_path, "storage.root = x\nspark.master = local[2]\n"
+                          "spark.driver.extraJavaOptions = -Dx=1 -Dy='a b'\n"
+                          "spark.sql.shuffle.partitions=2\n")
+    assert conf.spark_conf() == {"spark.master": "local[2]",
+                                 "spark.driver.extraJavaOptions": "-Dx=1 -Dy='a b'",
+                                 "spark.sql.shuffle.partitions": "2"}
+    assert conf.get("spark.master") == "local[2]" and conf.get("spark.nothing") is None
+    assert conf.source("spark.master").endswith("x.conf:2")
+
+
+def test_env_overrides(tmp_path):
+    env = {"DELTANODE_STORAGE_ROOT": "/data/delta", "DELTANODE_DATANODE_READ_SPLITS": "4",
+           "DELTANODE_SPARK_MASTER": "local[4]",
+           "DELTANODE_SPARK_DRIVER_EXTRAJAVAOPTIONS": "-Dz=1",
+           "DELTANODE_SPARK_EXECUTOR_EXTRAJAVAOPTIONS": "-Dq=1",
+           "DELTANODE_SPARK_MY_CUSTOM": "v", "DELTANODE_LOG_LEVEL": "",
+           "OTHER": "ignored"}
+    conf = load(tmp_path, "storage.root = x\nspark.master = local[2]\n"
+                          "spark.driver.extraJavaOptions = -Dx=1\nlog.level = ERROR\n", env)
+    assert conf.get("storage.root") == "/data/delta"
+    assert conf.source("storage.root") == "env DELTANODE_STORAGE_ROOT"
+    assert conf.get("datanode.read.splits") == 4
+    assert conf.get("log.level") == "ERROR"  # empty variable = unset
+    assert conf.spark_conf() == {"spark.master": "local[4]",
+                                 "spark.driver.extraJavaOptions": "-Dz=1",
+                                 "spark.executor.extraJavaOptions": "-Dq=1",
+                                 "spark.my.custom": "v"}
+    assert env_name("mq.kafka.bootstrap.servers") == "DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS"
+    # the required key may come from the environment alone
+    assert load(tmp_path, "", {"DELTANODE_STORAGE_ROOT": "s3://b/d"}).get("storage.root") == "s3://b/d"
+
+
+def test_env_errors_name_the_variable(tmp_path):
+    msg = error(tmp_path, "storage.root = x\n", {"DELTANODE_DATANODE_READ_SPLITS": "x"})
+    assert msg == ("env DELTANODE_DATANODE_READ_SPLITS: bad value for 'datanode.read.splits': "
+                   "'x' is not an integer")
+    msg = error(tmp_path, "storage.root = x\n", {"DELTANODE_STORAGE_ROOTS": "/d"})
+    assert msg.startswith("env DELTANODE_STORAGE_ROOTS: unknown variable")
+    assert "did you mean DELTANODE_STORAGE_ROOT?" in msg
+
+
+def test_from_dict_and_overrides(tmp_path):
+    conf = Conf.from_dict({"storage.root": "d", "embedded.etcd": True, "mq.pchannel.count": 2,
+                           "spark.master": "local[1]"}, base_dir=tmp_path)
+    assert conf.get("embedded.etcd") is True and conf.get("mq.pchannel.count") == 2
+    assert conf.get("storage.root") == str(tmp_path / "d")
+    conf2 = conf.with_overrides({"mq.pchannel.count": 3})
+    assert conf2.get("mq.pchannel.count") == 3 and conf2.get("embedded.etcd") is True
+    assert conf2.spark_conf() == {"spark.master": "local[1]"}
+    with pytest.raises(ConfError, match="unknown key 'nope'"):
+        Conf.from_dict({"storage.root": "d", "nope": 1})
+
+
+def test_key_table_is_documented():
+    table = keys_markdown()
+    for name, key in KEYS.items():
+        assert f"`{name}`" in table and key.doc
+        assert key.required or key.default is not None
+        key.parse(key.default, Path("/")) if key.default is not None else None
