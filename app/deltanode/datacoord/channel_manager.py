@@ -102,6 +102,7 @@ class ChannelManager:
         self._watch_timeout = watch_timeout
         self._interval = interval
         self._timers: dict[str, tuple[int, float]] = {}  # key -> (version seen, deadline)
+        self._failures: dict[str, tuple[int, int, float]] = {}  # vchannel -> (count, version, retry at)
         self._last_op_id = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -221,13 +222,16 @@ class ChannelManager:
             else:
                 self._client.delete_if_version(e.key, e.version)
         elif state in _HOLDING:
+            if state in _WATCHED:
+                self._failures.pop(e.vchannel, None)
             if e is not keeper:
                 why = "duplicate assignment" if p.live(e.vchannel) else "the channel was dropped"
                 self._to_release(e, why)
             elif state in _AWAITING_WATCH and self._expired(e, p):
                 self._to_release(e, f"no answer to ToWatch within {self._watch_timeout:g} s")
         elif state == _S.WatchFailure:
-            self._to_release(e, "the DataNode failed to watch it")
+            if self._backed_off(e, p.now):
+                self._to_release(e, "the DataNode failed to watch it")
         elif state == _S.ToRelease:
             if self._expired(e, p):
                 self._finish(e, p, f"no answer to ToRelease within {self._watch_timeout:g} s")
@@ -271,6 +275,16 @@ class ChannelManager:
         info.opID = self._next_op_id()
         if self._client.compare_version_and_swap(e.key, e.version, info.SerializeToString()):
             log.info("asked DataNode %d to release %s: %s", e.node, e.vchannel, why)
+
+    def _backed_off(self, e: _Entry, now: float) -> bool:
+        """Whether a channel whose watch failed may be handed out again: 1 s after its first
+        failure in a row, doubling up to 60 s, so a channel that cannot start does not spin."""
+        count, version, retry_at = self._failures.get(e.vchannel, (0, -1, 0.0))
+        if version != e.version:
+            count += 1
+            retry_at = now + min(60.0, 2.0 ** (count - 1))
+            self._failures[e.vchannel] = (count, e.version, retry_at)
+        return now >= retry_at
 
     def _expired(self, e: _Entry, p: _Pass) -> bool:
         """Whether ``e`` has sat at its current version for ``watch_timeout``; starts the clock."""

@@ -74,6 +74,9 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
                     bootstrap: str, scratch_dir: str, trigger_interval: str = "1 second",
                     max_messages: int = 200, splits: int = 2, node_id: int = 0,
                     fence: dict | None = None) -> StreamingQuery:
+    # The channel watcher starts flowgraphs from its own threads; Spark's active session is
+    # per JVM thread, and the sink lookup needs it to find our registered data sources.
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
     state = initial_state(storage, info, node_id)
     run_dir = os.path.join(scratch_dir, check_safe("vchannel", state.vchannel), uuid.uuid4().hex[:12])
     context_file = os.path.join(run_dir, "state.json")

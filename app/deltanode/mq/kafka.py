@@ -60,6 +60,12 @@ class Watermarks:
             raise BrokerError(f"cannot read the watermark of {topic}[{partition}] from {self.bootstrap}: {e}") from None
         return high
 
+    def list_topics(self, timeout: float = 10.0) -> list[str]:
+        try:
+            return sorted(self._consumer.list_topics(timeout=timeout).topics)
+        except KafkaException as e:
+            raise BrokerError(f"broker {self.bootstrap} unreachable: {e}") from None
+
     def close(self) -> None:
         self._consumer.close()
 

@@ -6,8 +6,10 @@ Both bind to loopback only. A port that is already taken is reported at once
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -55,6 +57,18 @@ def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, time
     raise ServiceError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s; see {log}")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies, however it dies (Linux),
+    so an embedded service never outlives a killed standalone run."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 class _Process:
     """A child process with a log file, stopped with SIGTERM then SIGKILL."""
 
@@ -67,7 +81,8 @@ class _Process:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         _wait_for_port(port, self.proc, self.name, log, timeout)
 
     def stop(self) -> None:

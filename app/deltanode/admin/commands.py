@@ -1,0 +1,150 @@
+"""``./spark-submit.sh admin ...``: each command prints JSON on stdout and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..config import Conf
+from ..datacoord.catalog import CatalogError, CollectionRecord, create_collection as catalog_create, \
+    find_collection, list_collections
+from ..etcd import keys
+from ..etcd.client import EtcdClient
+from ..etcd.errors import EtcdError
+from ..etcd.session import list_sessions
+from ..mq.kafka import BrokerError, Watermarks
+from ..storage import meta
+from ..storage.layout import StorageLayout
+from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
+from ..wire.schema import SchemaError, load_schema_file
+
+
+def _print(doc) -> None:
+    json.dump(doc, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+def _fail(message: str) -> int:
+    print(f"admin: {message}", file=sys.stderr)
+    return 1
+
+
+def _client(conf: Conf) -> EtcdClient:
+    return EtcdClient(conf.get("etcd.endpoints"))
+
+
+def create_collection(conf: Conf, args: argparse.Namespace) -> int:
+    try:
+        schema = load_schema_file(args.schema, args.name)
+        with _client(conf) as client:
+            record = catalog_create(client, conf.get("etcd.root"), conf.get("mq.kafka.bootstrap.servers"), args.name,
+                                    schema, args.shards, conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
+    except (SchemaError, CatalogError, EtcdError, ValueError) as e:
+        return _fail(str(e))
+    _print({"collection_id": record.collection_id, "vchannels": record.vchannels, "pchannels": record.pchannels})
+    return 0
+
+
+def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWatchInfo]]:
+    """vchannel -> (node, ChannelWatchInfo) for every channel watch key."""
+    out = {}
+    prefix = keys.channel_watch_root(root)
+    for key, value, _ in client.get_prefix(prefix):
+        node, _, vchannel = key[len(prefix):].partition("/")
+        try:
+            out[vchannel] = (node, ChannelWatchInfo.FromString(value))
+        except Exception:  # a foreign or corrupt value: show it as such
+            out[vchannel] = (node, ChannelWatchInfo())
+    return out
+
+
+def show_channels(conf: Conf, args: argparse.Namespace) -> int:
+    storage = StorageLayout(str(conf.get("storage.root")))
+    try:
+        with _client(conf) as client:
+            root = conf.get("etcd.root")
+            watches = _watch_keys(client, root)
+            records = list_collections(client, root)
+    except EtcdError as e:
+        return _fail(str(e))
+    rows = []
+    for record in records:
+        for vchannel in record.vchannels:
+            node, info = watches.get(vchannel, (None, None))
+            state = meta.channel_state(storage, record.collection_id, vchannel)
+            rows.append({
+                "vchannel": vchannel, "collection": record.name, "collection_id": record.collection_id,
+                "node_id": int(node) if node and node.isdigit() else None,
+                "state": ("Unassigned" if info is None else "Remaining" if node == keys.REMAINING
+                          else ChannelWatchState.name(info.state)),
+                "checkpoint_ts": state.checkpoint_ts if state else None,
+                "checkpoint_offset": state.checkpoint_offset if state else None,
+                "collection_dropped": bool(state and state.collection_dropped),
+            })
+    _print(rows)
+    return 0
+
+
+def _find(client: EtcdClient, root: str, name_or_id: str) -> CollectionRecord | None:
+    record = find_collection(client, root, name_or_id)
+    if record is None and name_or_id.isdigit():
+        record = next((c for c in list_collections(client, root) if c.collection_id == int(name_or_id)), None)
+    return record
+
+
+def show_segments(conf: Conf, args: argparse.Namespace) -> int:
+    storage = StorageLayout(str(conf.get("storage.root")))
+    try:
+        with _client(conf) as client:
+            record = _find(client, conf.get("etcd.root"), args.collection)
+    except EtcdError as e:
+        return _fail(str(e))
+    if record is None:
+        return _fail(f"no collection named {args.collection!r}")
+    binlogs = meta.segment_binlogs(storage, record.collection_id)
+    rows = []
+    for vchannel in record.vchannels:
+        state = meta.channel_state(storage, record.collection_id, vchannel)
+        for seg in sorted(state.segments.values(), key=lambda s: s.segment_id) if state else []:
+            files = binlogs.get(seg.segment_id, [])
+            rows.append({
+                "segment_id": seg.segment_id, "vchannel": vchannel, "partition_id": seg.partition_id,
+                "state": seg.state, "num_rows": seg.num_rows,
+                "binlog_files": [f"{storage.insert_log(record.collection_id)}/{f['path']}" for f in files],
+                "binlog_rows": sum(f["rows"] for f in files),
+                "dml_position_ts": seg.dml_ts, "dml_position_offset": seg.dml_offset,
+                "start_position_ts": seg.start_ts,
+            })
+    _print(rows)
+    return 0
+
+
+def health(conf: Conf, args: argparse.Namespace) -> int:
+    report: dict = {"etcd": "down", "broker": "down", "datanodes": []}
+    root = conf.get("etcd.root")
+    try:
+        with _client(conf) as client:
+            report["etcd"] = "up"
+            watches = _watch_keys(client, root)
+            for node_id in sorted(list_sessions(client, root, "datanode")):
+                mine = {v: i for v, (n, i) in watches.items() if n == str(node_id)}
+                serving = sorted(v for v, i in mine.items() if i.state == ChannelWatchState.WatchSuccess)
+                report["datanodes"].append({"node_id": node_id, "channels": len(mine), "serving": len(serving),
+                                            "healthy": len(serving) == len(mine)})
+    except EtcdError as e:
+        report["etcd_error"] = str(e)
+    watermarks = None
+    try:
+        watermarks = Watermarks(conf.get("mq.kafka.bootstrap.servers"))
+        watermarks.list_topics(timeout=5.0)
+        report["broker"] = "up"
+    except BrokerError as e:
+        report["broker_error"] = str(e)
+    finally:
+        if watermarks is not None:
+            watermarks.close()
+    ok = report["etcd"] == "up" and report["broker"] == "up" and any(d["healthy"] for d in report["datanodes"])
+    report["healthy"] = ok
+    _print(report)
+    return 0 if ok else 1

@@ -1,0 +1,205 @@
+"""A DataNode (one flowgraph per vchannel, Spark local[2]) in a child process.
+
+Child: ``python -m deltanode.bench.datanode_run SPEC_JSON``. It starts a SparkSession,
+starts one flowgraph per vchannel with ``start_flowgraph`` and, every ``poll`` seconds,
+writes each vchannel's insert_log ``txn`` to the status file when it moved, as JSON lines
+(``{"ev": ..., "t": wall clock, ...}``). It stops its queries and Spark when a line
+arrives on stdin (or stdin closes).
+
+Parent: ``DataNode`` starts the child, follows its status file and samples its process
+tree (``procs.TreeSampler``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .procs import TreeSampler
+
+APP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def _emit(path: str, ev: str, **kw) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps({"ev": ev, "t": time.time(), **kw}) + "\n")
+
+
+def child(args: dict) -> int:
+    status = args["status_file"]
+    _emit(status, "process_started")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
+    from pyspark.sql import SparkSession
+
+    from ..flowgraph.launch import register_sources, start_flowgraph
+    from ..storage.layout import StorageLayout
+    from ..storage.tables import open_table
+    from ..wire.datapb import VchannelInfo
+
+    builder = (SparkSession.builder.master(args.get("master", "local[2]")).appName("deltanode-bench")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2"))
+    for k, v in args.get("spark_conf", {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    _emit(status, "spark_ready")
+
+    storage = StorageLayout(args["storage_root"])
+    queries = []
+    for coll in args["collections"]:
+        for v in coll["vchannels"]:
+            _emit(status, "query_start", vchannel=v)
+            info = VchannelInfo(collectionID=coll["collection_id"], channelName=v)
+            queries.append(start_flowgraph(spark, storage, info, coll["schema_b64"], bootstrap=args["bootstrap"],
+                                           scratch_dir=args["scratch"], trigger_interval=args["trigger"],
+                                           max_messages=args["max_messages"], splits=args["splits"]))
+    _emit(status, "queries_started")
+
+    stop = threading.Event()
+
+    def wait_stdin() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+    tables: dict[int, object] = {}
+    last: dict[str, int] = {}
+    rc = 0
+    while not stop.wait(args.get("poll", 0.2)):
+        for coll in args["collections"]:
+            cid = coll["collection_id"]
+            table = tables.get(cid)
+            if table is None:
+                table = tables[cid] = open_table(storage.insert_log(cid))
+                if table is None:
+                    tables.pop(cid)
+                    continue
+            else:
+                table.update()
+            for v in coll["vchannels"]:
+                off = table.transaction_version(v) or 0
+                if off != last.get(v):
+                    last[v] = off
+                    _emit(status, "txn", vchannel=v, offset=off)
+        failed = [q for q in queries if q.exception() is not None]
+        if failed:
+            _emit(status, "error", message=str(failed[0].exception())[:4000])
+            rc = 1
+            break
+    for q in queries:
+        q.stop()
+    spark.stop()
+    _emit(status, "stopped")
+    return rc
+
+
+@dataclass
+class DataNode:
+    """Parent side: the child process, its status events and its sampled process tree."""
+
+    args: dict
+    status_file: str
+    log_file: str
+    t_start: float = 0.0
+    proc: subprocess.Popen | None = None
+    sampler: TreeSampler | None = None
+    events: list[dict] = field(default_factory=list)
+    _pos: int = 0
+
+    def start(self) -> "DataNode":
+        open(self.status_file, "w").close()
+        env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.t_start = time.time()
+        with open(self.log_file, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "deltanode.bench.datanode_run", json.dumps(self.args)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=APP,
+                start_new_session=True)
+        self.sampler = TreeSampler(self.proc.pid).start()
+        return self
+
+    def poll(self) -> list[dict]:
+        with open(self.status_file) as f:
+            f.seek(self._pos)
+            data = f.read()
+        done = data[:data.rfind("\n") + 1]
+        self._pos += len(done.encode())
+        new = [json.loads(line) for line in done.splitlines() if line]
+        self.events.extend(new)
+        return new
+
+    def first(self, ev: str, **match) -> dict | None:
+        for e in self.events:
+            if e["ev"] == ev and all(e.get(k) == v for k, v in match.items()):
+                return e
+        return None
+
+    def committed(self, vchannel: str) -> int:
+        offs = [e["offset"] for e in self.events if e["ev"] == "txn" and e["vchannel"] == vchannel]
+        return offs[-1] if offs else 0
+
+    def _check(self) -> None:
+        err = self.first("error")
+        if err is not None:
+            raise RuntimeError(f"DataNode query failed: {err['message']}\n(log: {self.log_file})")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"DataNode exited with code {self.proc.returncode}; see {self.log_file}:\n"
+                               + open(self.log_file, errors="replace").read()[-3000:])
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if self.first("queries_started"):
+                return
+            self._check()
+            time.sleep(0.1)
+        raise TimeoutError(f"DataNode did not start its queries within {timeout:.0f} s; see {self.log_file}")
+
+    def wait_committed(self, targets: dict[str, int], timeout: float) -> float:
+        """Wait until every vchannel's txn reached its target; returns the wall clock it was seen."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if all(self.committed(v) >= t for v, t in targets.items()):
+                return time.time()
+            self._check()
+            time.sleep(0.1)
+        raise TimeoutError(f"DataNode did not commit {targets} within {timeout:.0f} s "
+                           f"(at {({v: self.committed(v) for v in targets})}); see {self.log_file}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(b"stop\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the group this class started
+                self.proc.wait()
+        if self.sampler is not None:
+            self.sampler.stop()
+        self.poll()
+        return self.proc.returncode
+
+
+def main() -> int:
+    return child(json.loads(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

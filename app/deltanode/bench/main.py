@@ -1,0 +1,450 @@
+"""DeltaNode benchmark: ``build/bench.sh [options]``.
+
+For each vector dim (``--dims``), on a fresh collection with ``--vchannels`` vchannels (one
+pchannel topic each) on an embedded Tansu broker:
+
+1. backlog: ``--messages`` InsertRequests of 1,000 rows per vchannel are produced first;
+2. reference: one plain Python process consumes, decodes and writes the same messages to
+   parquet (no Spark);
+3. cold run: a DataNode (Spark local[2], one flowgraph per vchannel) starts and runs until
+   the backlog is committed: MB/s and rows/s end to end, peak RSS ("1x backlog").
+
+For the largest dim only (the one the targets name), then:
+
+4. steady load: ``--steady-mb-s`` per vchannel for ``--steady-seconds`` on the running
+   DataNode; latency from each insert's ``produce()`` to the Delta commit covering it;
+5. restart: the DataNode is stopped, ``--backlog-factor`` x ``--messages`` more messages are
+   produced, and a new DataNode is started: time to catch up, of which Spark startup, and
+   peak RSS ("Nx backlog").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import latency as lat
+from . import reference
+from .datanode_run import DataNode
+from .procs import WindowStats, window
+from .report import machine_info, mb, mib, rate, secs, short_channel, table, verdict
+from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
+
+QUICK = {"messages": 6, "dims": "768", "backlog_factor": 3, "steady_seconds": 6.0}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="build/bench.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=30,
+                   help="InsertRequests (1,000 rows each) per vchannel in the 1x backlog (default 30)")
+    p.add_argument("--dims", default="128,768",
+                   help="comma-separated FloatVector dims, one collection each (default 128,768); steady "
+                        "load, restart and 10x backlog run on the largest")
+    p.add_argument("--vchannels", type=int, default=1, help="vchannels (shards) per collection (default 1)")
+    p.add_argument("--steady-mb-s", type=float, default=10.0,
+                   help="steady load, wire MB/s per vchannel (default 10)")
+    p.add_argument("--steady-seconds", type=float, default=20.0, help="steady load duration (default 20)")
+    p.add_argument("--backlog-factor", type=int, default=10,
+                   help="the restart backlog is this many times --messages (default 10); 0 skips the restart")
+    p.add_argument("--max-messages-per-batch", type=int, default=10,
+                   help="micro-batch cap in messages, the flowgraph's max_messages (default 10)")
+    p.add_argument("--splits", type=int, default=2, help="Spark read partitions per micro-batch (default 2)")
+    p.add_argument("--trigger-ms", type=int, default=1000,
+                   help="Spark micro-batch trigger interval (default 1000, datanode.trigger.interval)")
+    p.add_argument("--no-reference", action="store_true", help="skip the plain-Python reference")
+    p.add_argument("--work-dir", help="keep broker logs, Delta tables and Spark logs here (default: a "
+                                      "temporary directory, removed at the end)")
+    p.add_argument("--quick", action="store_true",
+                   help="a short run for development: " + ", ".join(f"--{k.replace('_', '-')} {v}"
+                                                                     for k, v in QUICK.items()))
+    args = p.parse_args(argv)
+    if args.quick:
+        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
+        for k, v in QUICK.items():
+            if f"--{k.replace('_', '-')}" not in given:
+                setattr(args, k, v)
+    try:
+        args.dim_list = [int(d) for d in str(args.dims).split(",") if d.strip()]
+    except ValueError:
+        p.error(f"--dims: expected comma-separated integers, got {args.dims!r}")
+    if not args.dim_list or min(args.dim_list) <= 0:
+        p.error("--dims: at least one positive dim")
+    for name in ("messages", "vchannels", "max_messages_per_batch", "splits", "trigger_ms"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.backlog_factor < 0 or args.steady_seconds < 0 or args.steady_mb_s <= 0:
+        p.error("--backlog-factor and --steady-seconds must be >= 0, --steady-mb-s > 0")
+    return args
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+@dataclass
+class ChannelRun:
+    vchannel: str
+    messages: int
+    rows: int
+    bytes: int
+    start: int
+    target: int
+    t_query: float = 0.0
+    t_commit: float = 0.0
+    commits: list = field(default_factory=list)
+    warm: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.t_commit - self.t_query
+
+
+@dataclass
+class NodeRun:
+    label: str
+    dim: int
+    t_start: float
+    spark_ready: float
+    channels: list[ChannelRun]
+    stats: WindowStats | None        # whole run (memory)
+    busy: WindowStats | None         # from queries started to last commit (cores)
+
+    @property
+    def t_done(self) -> float:
+        return max(c.t_commit for c in self.channels)
+
+    @property
+    def t_query(self) -> float:
+        return min(c.t_query for c in self.channels)
+
+
+@dataclass
+class SteadyRun:
+    dim: int
+    target_mb_s: float
+    seconds: float
+    inserts: int
+    bytes: int
+    lat: list[float]
+    missing: int
+    commits: int
+    stats: WindowStats | None
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: str, bootstrap: str) -> None:
+        self.args, self.work, self.bootstrap = args, work, bootstrap
+        self.storage_root = os.path.join(work, "delta")
+        self._ids = iter(range(int(time.time()) % 100000 * 10, 10 ** 9))
+        self.runs: list[NodeRun] = []
+        self.refs: dict[int, dict] = {}
+        self.steady: SteadyRun | None = None
+        self.msg_bytes: dict[int, int] = {}
+        self._nodes = 0
+
+    # -- helpers ---------------------------------------------------------------------
+    def sizes(self, coll: BenchCollection, pchannel: str) -> list[tuple[int, int]]:
+        sent = [s for s in coll.producer.sent if s.topic == pchannel]
+        bad = [s for s in sent if s.offset < 0]
+        if bad:
+            raise RuntimeError(f"{len(bad)} records on {pchannel} without a delivery report: {bad[0].error!r}")
+        return [(s.offset, s.size) for s in sent]
+
+    def inserts(self, coll: BenchCollection, pchannel: str, start: int, end: int) -> list:
+        return [s for s in coll.producer.sent if s.topic == pchannel and s.rows and start <= s.offset < end]
+
+    def node(self, coll: BenchCollection) -> DataNode:
+        self._nodes += 1
+        n = self._nodes
+        a = self.args
+        spec = {"bootstrap": self.bootstrap, "storage_root": self.storage_root,
+                "scratch": os.path.join(self.work, "scratch"), "status_file": "",
+                "collections": [{"collection_id": coll.collection_id, "vchannels": coll.vchannels,
+                                 "schema_b64": coll.schema_b64}],
+                "trigger": f"{a.trigger_ms} milliseconds", "max_messages": a.max_messages_per_batch,
+                "splits": a.splits, "master": "local[2]"}
+        spec["status_file"] = os.path.join(self.work, f"node{n}.status")
+        return DataNode(spec, spec["status_file"], os.path.join(self.work, f"node{n}.log"))
+
+    def history(self, coll: BenchCollection) -> list[dict]:
+        from deltalake import DeltaTable
+        return DeltaTable(os.path.join(self.storage_root, "insert_log", str(coll.collection_id))).history()
+
+    def catch_up(self, label: str, coll: BenchCollection, starts: dict[str, int],
+                 targets: dict[str, int]) -> tuple[DataNode, NodeRun]:
+        """Start a DataNode and wait until it committed ``targets``; the caller stops the node."""
+        total = sum(lat.wire_bytes(self.sizes(coll, p), starts[v], targets[v])
+                    for p, v in zip(coll.pchannels, coll.vchannels))
+        node = self.node(coll).start()
+        try:
+            node.wait_ready()
+            node.wait_committed(targets, timeout=120 + total / 1e6)
+        except BaseException:
+            node.stop(timeout=30)
+            raise
+        return node, self._node_run(label, coll, node, starts, targets)
+
+    def _node_run(self, label: str, coll: BenchCollection, node: DataNode, starts: dict[str, int],
+                  targets: dict[str, int]) -> NodeRun:
+        history = self.history(coll)
+        chans = []
+        for p, v in zip(coll.pchannels, coll.vchannels):
+            commits = [c for c in lat.commits_from_history(history, v) if c.end > starts[v]]
+            commits = lat.upto(commits, targets[v])
+            sizes = self.sizes(coll, p)
+            ins = self.inserts(coll, p, starts[v], targets[v])
+            ch = ChannelRun(v, len(ins), sum(s.rows for s in ins), lat.wire_bytes(sizes, starts[v], targets[v]),
+                            starts[v], targets[v], node.first("query_start", vchannel=v)["t"], commits[-1].t,
+                            commits, lat.warm_rate(commits, sizes))
+            chans.append(ch)
+        ready = node.first("spark_ready")["t"]
+        run = NodeRun(label, coll.dim, node.t_start, ready, chans, None, None)
+        run.stats = window(node.sampler.samples, node.t_start, run.t_done + 0.25)
+        run.busy = window(node.sampler.samples, node.first("queries_started")["t"], run.t_done + 0.25)
+        return run
+
+    # -- phases ----------------------------------------------------------------------
+    def run_dim(self, dim: int, full: bool) -> None:
+        a = self.args
+        coll = make_collection(self.bootstrap, next(self._ids), dim, a.vchannels)
+        try:
+            say(f"dim {dim}: producing {a.messages} messages x {a.vchannels} vchannel(s)")
+            coll.produce_backlog(a.messages)
+            targets = coll.settled_targets()
+            starts = {v: 0 for v in coll.vchannels}
+            self.msg_bytes[dim] = max(s.size for s in coll.producer.sent if s.rows)
+            if not a.no_reference:
+                say(f"dim {dim}: reference (plain Python)")
+                chans = [{"topic": p, "vchannel": v, "start": 0, "end": targets[v], "schema_b64": coll.schema_b64}
+                         for p, v in zip(coll.pchannels, coll.vchannels)]
+                self.refs[dim] = reference.run(self.bootstrap, chans, os.path.join(self.work, f"reference-{dim}"))
+                shutil.rmtree(os.path.join(self.work, f"reference-{dim}"), ignore_errors=True)
+            say(f"dim {dim}: DataNode cold start on the backlog")
+            node, run = self.catch_up("1x", coll, starts, targets)
+            self.runs.append(run)
+            try:
+                if full and a.steady_seconds > 0:
+                    self.steady = self.steady_load(coll, node, targets)
+            finally:
+                node.stop()
+            if full and a.backlog_factor > 0:
+                starts = {v: self.committed_end(coll, v) for v in coll.vchannels}
+                n = a.messages * a.backlog_factor
+                say(f"dim {dim}: DataNode stopped; producing {n} messages x {a.vchannels} vchannel(s), restarting")
+                coll.produce_backlog(n)
+                targets = coll.settled_targets()
+                node, run = self.catch_up(f"{a.backlog_factor}x", coll, starts, targets)
+                node.stop()
+                self.runs.append(run)
+        finally:
+            coll.stop_ticker()
+
+    def committed_end(self, coll: BenchCollection, vchannel: str) -> int:
+        commits = lat.commits_from_history(self.history(coll), vchannel)
+        return commits[-1].end if commits else 0
+
+    def steady_load(self, coll: BenchCollection, node: DataNode, after: dict[str, int]) -> SteadyRun:
+        a = self.args
+        size = self.msg_bytes[coll.dim]
+        interval = size / (a.steady_mb_s * 1e6)
+        say(f"dim {coll.dim}: steady load {a.steady_mb_s} MB/s per vchannel for {a.steady_seconds:.0f} s "
+            f"(one {size / 1e6:.2f} MB message every {interval * 1000:.0f} ms per vchannel)")
+        t0 = time.time()
+        nxt = time.monotonic()
+        end = nxt + a.steady_seconds
+        while nxt < end:
+            for p, v in zip(coll.pchannels, coll.vchannels):
+                coll.producer.insert_message(p, v, coll.segments[v])
+            nxt += interval
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        t1 = time.time()
+        coll.producer.flush_producer()
+        targets = coll.settled_targets()
+        node.wait_committed(targets, timeout=120 + a.steady_seconds * 5)
+        history = self.history(coll)
+        lats, missing, nbytes, n, ncommits = [], 0, 0, 0, 0
+        for p, v in zip(coll.pchannels, coll.vchannels):
+            ins = [s for s in coll.producer.sent if s.topic == p and s.rows and s.t >= t0 and s.offset >= after[v]]
+            commits = lat.commits_from_history(history, v)
+            ncommits += len([c for c in commits if c.t >= t0])
+            ls, miss = lat.latencies([(s.offset, s.t) for s in ins], commits)
+            lats += ls
+            missing += miss
+            n += len(ins)
+            nbytes += sum(s.size for s in ins)
+        return SteadyRun(coll.dim, a.steady_mb_s, t1 - t0, n, nbytes, lats, missing, ncommits,
+                         window(node.sampler.samples, t0, t1))
+
+    # -- output ----------------------------------------------------------------------
+    def render(self, argv: list[str], wall: float) -> str:
+        a = self.args
+        m = machine_info()
+        out = [
+            "DeltaNode benchmark",
+            f"command : build/bench.sh {shlex.join(argv)}".rstrip(),
+            f"machine : nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, load average at start {self.load0}",
+            f"software: python {m['python']}, pyspark {_version('pyspark')}, deltalake {_version('deltalake')}, "
+            f"broker Tansu (embedded, memory storage)",
+            f"settings: Spark local[2], {a.vchannels} vchannel(s) per collection, {ROWS_PER_MESSAGE} rows per "
+            f"message, micro-batch cap {a.max_messages_per_batch} messages, {a.splits} splits, trigger "
+            f"{a.trigger_ms} ms",
+            "",
+        ]
+        first = [r for r in self.runs if r.label == "1x"]
+        rows = []
+        for r in first:
+            ref = self.refs.get(r.dim)
+            ref_rate = {c["vchannel"]: c["bytes"] / c["seconds"] for c in ref["channels"]} if ref else {}
+            for c in r.channels:
+                mbs = c.bytes / c.seconds
+                rr = ref_rate.get(c.vchannel)
+                rows.append([r.dim, short_channel(c.vchannel), c.messages, mb(c.bytes), secs(c.seconds),
+                             rate(mbs), rate(c.rows / c.seconds, 0), rate(c.warm / 1e6 if c.warm else None),
+                             len(c.commits), rate(rr / 1e6 if rr else None), f"{mbs / rr:.2f}" if rr else "-"])
+            if len(r.channels) > 1:
+                span = r.t_done - r.t_query
+                tot_b, tot_r = sum(c.bytes for c in r.channels), sum(c.rows for c in r.channels)
+                rr = sum(c["bytes"] for c in ref["channels"]) / ref["seconds"] if ref else None
+                rows.append([r.dim, "total", sum(c.messages for c in r.channels), mb(tot_b), secs(span),
+                             rate(tot_b / span), rate(tot_r / span, 0), "-",
+                             sum(len(c.commits) for c in r.channels), rate(rr / 1e6 if rr else None),
+                             f"{tot_b / span / rr:.2f}" if rr else "-"])
+        out.append("Backlog, cold start: DataNode from query start to the commit of the last message")
+        out.append(table(["dim", "vch", "msgs", "wire MB", "seconds", "MB/s", "rows/s", "MB/s after 1st commit",
+                          "commits", "ref MB/s", "DataNode/ref"], rows))
+        if self.refs:
+            out += ["", "Reference: one plain Python process, consume -> decode -> parquet, same messages, no Spark"]
+            rows = []
+            for dim, ref in self.refs.items():
+                for c in ref["channels"]:
+                    rows.append([dim, short_channel(c["vchannel"]), mb(c["bytes"]), secs(c["seconds"]),
+                                 rate(c["bytes"] / c["seconds"] / 1e6), rate(c["rows"] / c["seconds"], 0),
+                                 secs(c["consume"]), secs(c["decode"]), secs(c["write"]), mib(ref["peak_rss"])])
+            out.append(table(["dim", "vch", "wire MB", "seconds", "MB/s", "rows/s", "consume s", "decode s",
+                              "parquet s", "peak RSS MiB"], rows))
+        out += ["", "Memory and CPU of the DataNode process tree (RSS sampled every 0.2 s from /proc)"]
+        rows = []
+        for r in self.runs:
+            s, b = r.stats, r.busy
+            per_batch = self.msg_bytes[r.dim] * self.args.max_messages_per_batch
+            rows.append([r.dim, r.label, sum(c.messages for c in r.channels), mb(sum(c.bytes for c in r.channels)),
+                         mb(per_batch), mib(s.driver_peak), mib(s.jvm_peak), mib(s.workers_peak),
+                         mib(s.worker_max_peak), s.workers_max_count, secs(b.cores, 2) if b else "-",
+                         secs(b.cores_jvm, 2) if b else "-", secs(b.cores_workers, 2) if b else "-"])
+        if self.steady and self.steady.stats:
+            s = self.steady.stats
+            rows.append([self.steady.dim, "steady", self.steady.inserts, mb(self.steady.bytes),
+                         mb(self.msg_bytes[self.steady.dim] * self.args.max_messages_per_batch),
+                         mib(s.driver_peak), mib(s.jvm_peak), mib(s.workers_peak), mib(s.worker_max_peak),
+                         s.workers_max_count, secs(s.cores), secs(s.cores_jvm), secs(s.cores_workers)])
+        out.append(table(["dim", "backlog", "msgs", "wire MB", "batch cap MB", "driver MiB", "JVM MiB",
+                          "py workers MiB (sum)", "largest worker MiB", "workers", "cores busy", "JVM cores",
+                          "worker cores"], rows))
+        if self.steady:
+            st = self.steady
+            out += ["", "Steady load on the running DataNode: produce() call to Delta commit timestamp, per InsertRequest"]
+            if st.lat:
+                row = [st.dim, rate(st.target_mb_s), rate(st.bytes / st.seconds / 1e6), secs(st.seconds, 1),
+                       st.inserts, st.commits, secs(lat.percentile(st.lat, 50)), secs(lat.percentile(st.lat, 99)),
+                       secs(max(st.lat)), st.missing]
+            else:
+                row = [st.dim, rate(st.target_mb_s), rate(st.bytes / st.seconds / 1e6), secs(st.seconds, 1),
+                       st.inserts, st.commits, "-", "-", "-", st.missing]
+            out.append(table(["dim", "target MB/s", "produced MB/s", "seconds", "inserts", "commits", "p50 s",
+                              "p99 s", "max s", "uncommitted"], [row]))
+        restarts = [r for r in self.runs if r.label != "1x"]
+        if restarts:
+            out += ["", "Restart: DataNode stopped, backlog produced, DataNode started (times from the start command)"]
+            rows = []
+            for r in restarts:
+                nbytes = sum(c.bytes for c in r.channels)
+                span = r.t_done - r.t_start
+                rows.append([r.dim, r.label, sum(c.messages for c in r.channels), mb(nbytes),
+                             secs(r.spark_ready - r.t_start), secs(r.t_query - r.t_start), secs(span),
+                             rate(nbytes / (r.t_done - r.t_query) / 1e6), rate(nbytes / span / 1e6)])
+            out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark ready s", "queries started s",
+                              "all committed s", "MB/s after query start", "MB/s incl. startup"], rows))
+        out += ["", "Targets (issue 3)"] + self.targets()
+        out += ["", f"bench wall time {wall:.0f} s"]
+        return "\n".join(out)
+
+    def targets(self) -> list[str]:
+        lines = []
+        big = max(self.args.dim_list)
+        r = next((r for r in self.runs if r.label == "1x" and r.dim == big), None)
+        if r is not None:
+            worst = min(c.bytes / c.seconds for c in r.channels) / 1e6
+            lines.append(f"  >= 40 MB/s per vchannel end to end, dim {big}: slowest vchannel {worst:.1f} MB/s"
+                         f" -> {verdict(worst >= 40 if big == 768 else None)}")
+            ref = self.refs.get(big)
+            if ref:
+                ratio = min(c.bytes / c.seconds for c in r.channels) / (
+                    max(c["bytes"] / c["seconds"] for c in ref["channels"]))
+                lines.append(f"  >= 0.6 of the plain-process reference, dim {big}: {ratio:.2f} -> {verdict(ratio >= 0.6)}")
+            if r.busy:
+                lines.append(f"  both cores used: {r.busy.cores:.2f} cores busy on average during the cold run"
+                             f" ({len(r.channels)} vchannel(s))")
+        big_runs = [x for x in self.runs if x.dim == big and x.stats]
+        if len(big_runs) >= 2:
+            one, many = big_runs[0].stats, big_runs[-1].stats
+            tot1 = one.driver_peak + one.jvm_peak + one.workers_peak
+            totn = many.driver_peak + many.jvm_peak + many.workers_peak
+            lines.append(f"  peak RSS does not grow with backlog: {big_runs[0].label} {mib(tot1)} MiB, "
+                         f"{big_runs[-1].label} {mib(totn)} MiB (driver+JVM+workers) -> "
+                         f"{verdict(totn <= tot1 * 1.10)} (10% tolerance)")
+        if self.steady and self.steady.lat:
+            p99 = lat.percentile(self.steady.lat, 99)
+            achieved = self.steady.bytes / self.steady.seconds / 1e6 / self.args.vchannels
+            lines.append(f"  insert-to-commit p99 <= 2 s at 10 MB/s: p99 {p99:.2f} s at {achieved:.1f} MB/s per "
+                         f"vchannel -> {verdict(p99 <= 2.0 if achieved >= 9.5 else None)}")
+        return lines
+
+
+def _version(pkg: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(pkg)
+    except Exception:  # noqa: BLE001 - informational only
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from ..standalone.services import EmbeddedBroker
+
+    work = args.work_dir or tempfile.mkdtemp(prefix="deltanode-bench-")
+    os.makedirs(work, exist_ok=True)
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    t0 = time.monotonic()
+    broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
+    broker.start()
+    bench = Bench(args, work, broker.bootstrap_servers)
+    bench.load0 = load0
+    say(f"broker {broker.bootstrap_servers}, work dir {work}")
+    try:
+        big = max(args.dim_list)
+        for dim in args.dim_list:
+            bench.run_dim(dim, full=dim == big)
+    finally:
+        broker.stop()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    print(bench.render(argv, time.monotonic() - t0), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

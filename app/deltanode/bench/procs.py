@@ -1,0 +1,157 @@
+"""RSS and CPU of a DataNode process tree, sampled from /proc.
+
+The tree of a local DataNode: the driver's Python process (the root), the JVM it starts
+(``java``), and the Python processes the JVM starts (pyspark's worker daemon, its forked
+workers, and the Python data source planner/commit runners). Each sample records the RSS
+of the driver, of the JVM, the sum and the largest of the Python workers, and the CPU
+time (user + system) of every process seen so far, so that a time window gives peak
+memory and average busy cores.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Sample:
+    t: float
+    driver: int          # bytes
+    jvm: int
+    workers: int         # sum over Python worker processes
+    worker_max: int
+    n_workers: int
+    cpu: float           # seconds of CPU used by the whole tree since sampling began
+    cpu_driver: float
+    cpu_jvm: float
+    cpu_workers: float
+
+
+@dataclass
+class WindowStats:
+    seconds: float
+    driver_peak: int
+    jvm_peak: int
+    workers_peak: int
+    worker_max_peak: int
+    workers_max_count: int
+    cores: float          # average busy cores of the tree
+    cores_driver: float
+    cores_jvm: float
+    cores_workers: float
+
+
+def _stat(pid: int) -> tuple[str, int, float] | None:
+    """(comm, ppid, cpu seconds) of ``pid``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    lp, rp = data.index("("), data.rindex(")")
+    comm = data[lp + 1:rp]
+    rest = data[rp + 2:].split()
+    return comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def classify(root: int, procs: dict[int, tuple[str, int]]) -> dict[int, str]:
+    """Map each descendant of ``root`` (and root) to "driver", "jvm" or "worker".
+
+    ``procs`` maps pid -> (comm, ppid). Anything under the JVM is a worker; other
+    descendants of the driver that are not Java are counted as workers too.
+    """
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {root: "driver"}
+    stack = [(c, False) for c in children.get(root, [])]
+    while stack:
+        pid, under_jvm = stack.pop()
+        comm = procs[pid][0]
+        kind = "jvm" if comm == "java" and not under_jvm else "worker"
+        out[pid] = kind
+        stack.extend((c, under_jvm or kind == "jvm") for c in children.get(pid, []))
+    return out
+
+
+def window(samples: list[Sample], t0: float, t1: float) -> WindowStats | None:
+    """Peaks and busy cores over the samples taken in ``[t0, t1]``."""
+    inside = [s for s in samples if t0 <= s.t <= t1]
+    if len(inside) < 2:
+        return None
+    a, b = inside[0], inside[-1]
+    span = b.t - a.t
+    return WindowStats(
+        seconds=span,
+        driver_peak=max(s.driver for s in inside), jvm_peak=max(s.jvm for s in inside),
+        workers_peak=max(s.workers for s in inside), worker_max_peak=max(s.worker_max for s in inside),
+        workers_max_count=max(s.n_workers for s in inside),
+        cores=(b.cpu - a.cpu) / span if span > 0 else 0.0,
+        cores_driver=(b.cpu_driver - a.cpu_driver) / span if span > 0 else 0.0,
+        cores_jvm=(b.cpu_jvm - a.cpu_jvm) / span if span > 0 else 0.0,
+        cores_workers=(b.cpu_workers - a.cpu_workers) / span if span > 0 else 0.0,
+    )
+
+
+class TreeSampler:
+    """Samples the tree under ``root`` every ``interval`` seconds in a thread."""
+
+    def __init__(self, root: int, interval: float = 0.2) -> None:
+        self.root, self.interval = root, interval
+        self.samples: list[Sample] = []
+        self._cpu: dict[int, tuple[str, float]] = {}   # pid -> (kind, last cpu seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def start(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def sample(self) -> None:
+        stats: dict[int, tuple[str, int, float]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = _stat(int(name))
+                if st is not None:
+                    stats[int(name)] = st
+        if self.root not in stats:
+            return
+        kinds = classify(self.root, {pid: (c, pp) for pid, (c, pp, _) in stats.items()})
+        rss = {"driver": 0, "jvm": 0, "worker": 0}
+        worker_max = n_workers = 0
+        for pid, kind in kinds.items():
+            r = _rss(pid)
+            rss[kind] += r
+            if kind == "worker":
+                worker_max, n_workers = max(worker_max, r), n_workers + 1
+            prev = self._cpu.get(pid)
+            self._cpu[pid] = (kind, max(stats[pid][2], prev[1] if prev else 0.0))
+        cpu = {"driver": 0.0, "jvm": 0.0, "worker": 0.0}
+        for kind, secs in self._cpu.values():
+            cpu[kind] += secs
+        self.samples.append(Sample(time.time(), rss["driver"], rss["jvm"], rss["worker"], worker_max, n_workers,
+                                   sum(cpu.values()), cpu["driver"], cpu["jvm"], cpu["worker"]))

@@ -1,0 +1,154 @@
+"""The benchmark's workload: Milvus InsertRequests on pchannel topics, and where each landed.
+
+Messages are built by ``MilvusProducer.insert_request`` (the same header, timestamps,
+rowIDs, Int64 pk and VarChar columns a proxy sends) for the scalar fields; the FloatVector
+``FieldData`` is taken from a small pool of random blocks generated once per run, because
+filling 768,000 floats into a protobuf repeated field costs ~130 ms per message here and
+would make the producer, not the DataNode, the subject of the benchmark. The serialized
+vector block is appended to the serialized request: protobuf concatenation appends to
+``fields_data``, so the bytes on the wire are one ordinary column-based InsertRequest.
+
+Every produced record (inserts and TimeTicks) is kept as a ``Sent``: topic, offset (from the
+delivery report), size and the wall clock at the ``produce()`` call, for wire-byte counts
+and insert-to-commit latency.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from pymilvus.grpc_gen import msg_pb2
+
+from ..flowgraph.spec import encode_schema
+from ..mq.kafka import Watermarks, create_topics
+from ..mq.milvus_producer import MilvusProducer, field_data, ticker
+from ..wire.names import pchannel_name, vchannel_name
+from ..wire.schema import CollectionLayout, DataType, schema_from_json
+
+ROWS_PER_MESSAGE = 1000
+
+
+def bench_schema(dim: int) -> dict:
+    """Int64 pk, a VarChar and one FloatVector of ``dim`` (the issue's collection)."""
+    return {"fields": [
+        {"name": "pk", "data_type": "Int64", "is_primary_key": True},
+        {"name": "title", "data_type": "VarChar", "max_length": 64},
+        {"name": "vec", "data_type": "FloatVector", "dim": dim},
+    ]}
+
+
+@dataclass
+class Sent:
+    topic: str
+    size: int
+    rows: int          # 0 for a TimeTick
+    t: float           # time.time() when produce() was called
+    offset: int = -1   # set by the delivery report
+    error: str = ""
+
+
+class BenchProducer(MilvusProducer):
+    """MilvusProducer that records every record it sends and reuses vector blocks."""
+
+    def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int, collection_name: str,
+                 pool: int = 4, rows: int = ROWS_PER_MESSAGE, seed: int = 7) -> None:
+        vectors = [f for f in layout.fields if f.data_type == DataType.FloatVector]
+        scalars = CollectionLayout(tuple(f for f in layout.fields if f.data_type != DataType.FloatVector))
+        if [f.name for f in layout.fields] != [f.name for f in scalars.fields] + [f.name for f in vectors]:
+            raise ValueError("vector fields must come last in the benchmark schema")
+        # insert_request() builds the scalar part; the vector blocks are appended to it.
+        super().__init__(bootstrap, scalars, collection_id, collection_name, seed=seed)
+        self.full_layout = layout
+        self.rows = rows
+        rng = np.random.default_rng(seed + 1)
+        self._pool = [b"".join(msg_pb2.InsertRequest(fields_data=[field_data(v, rows, rng, 0)]).SerializeToString()
+                               for v in vectors) for _ in range(pool)]
+        self._next_block = itertools.cycle(range(pool))
+        self.sent: list[Sent] = []
+
+    def _send(self, pchannel: str, payload: bytes, rows: int = 0) -> None:
+        rec = Sent(pchannel, len(payload), rows, time.time())
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                rec.error = str(err)
+            else:
+                rec.offset = msg.offset()
+
+        self.bytes += len(payload)
+        while True:
+            try:
+                self.producer.produce(pchannel, payload, on_delivery=delivered)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.sent.append(rec)
+        self.producer.poll(0)
+
+    def insert_message(self, pchannel: str, vchannel: str, segment_id: int, partition_id: int = 1) -> int:
+        """Produce one InsertRequest of ``self.rows`` rows; returns its size in bytes."""
+        with self._lock:
+            req = self.insert_request(vchannel, segment_id, partition_id, self.rows)
+            payload = req.SerializeToString() + self._pool[next(self._next_block)]
+            self._send(pchannel, payload, self.rows)
+            return len(payload)
+
+
+@dataclass
+class BenchCollection:
+    collection_id: int
+    name: str
+    dim: int
+    pchannels: list[str]
+    vchannels: list[str]
+    schema_b64: str
+    producer: BenchProducer
+    segments: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def produce_backlog(self, messages: int) -> None:
+        """``messages`` InsertRequests on every vchannel, round robin, as fast as possible."""
+        for _ in range(messages):
+            for p, v in zip(self.pchannels, self.vchannels):
+                self.producer.insert_message(p, v, self.segments[v])
+        self.producer.flush_producer(120)
+
+    def settled_targets(self) -> dict[str, int]:
+        """Per vchannel, the pchannel's high watermark once it covers everything produced.
+
+        Tansu's high watermark excludes the last record batch (platform-facts.md): two
+        flushed ticks first.
+        """
+        for _ in range(2):
+            for p in self.pchannels:
+                self.producer.tick(p)
+            self.producer.flush_producer()
+        wm = Watermarks(self.producer.bootstrap)
+        try:
+            return {v: wm.high(p) for p, v in zip(self.pchannels, self.vchannels)}
+        finally:
+            wm.close()
+
+    def stop_ticker(self) -> None:
+        self._stop.set()
+
+
+def make_collection(bootstrap: str, collection_id: int, dim: int, shards: int,
+                    tick_interval: float = 0.2) -> BenchCollection:
+    """A collection with ``shards`` vchannels, each on its own pchannel topic, ticking."""
+    name = f"bench{collection_id}"
+    prefix = f"{name}-rootcoord-dml"
+    pchannels = [pchannel_name(prefix, i) for i in range(shards)]
+    vchannels = [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)]
+    create_topics(bootstrap, pchannels)
+    schema = schema_from_json(bench_schema(dim), name)
+    layout = CollectionLayout.from_proto(schema)
+    producer = BenchProducer(bootstrap, layout, collection_id, name)
+    coll = BenchCollection(collection_id, name, dim, pchannels, vchannels, encode_schema(schema), producer,
+                           {v: 1000 + i for i, v in enumerate(vchannels)})
+    ticker(producer, pchannels, coll._stop, tick_interval)
+    return coll

@@ -1,0 +1,130 @@
+"""The collection catalog in etcd: what rootcoord records when a collection is created.
+
+Key ``{root}/deltanode/collections/{collectionID}`` holds JSON: name, schema (base64
+``schema.CollectionSchema``), shard count, vchannels, pchannels, start positions (the
+offset of the CreateCollection message broadcast to each pchannel) and state.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+from confluent_kafka import Producer
+from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+
+from ..etcd.client import EtcdClient
+from ..mq.kafka import BrokerError, create_topics
+from ..wire.names import check_safe, pchannel_name, vchannel_name
+from ..wire.positions import now_ts
+
+CREATED, DROPPED = "created", "dropped"
+
+
+class CatalogError(RuntimeError):
+    """A catalog request that cannot be carried out (name taken, broker down, ...)."""
+
+
+@dataclass
+class CollectionRecord:
+    collection_id: int
+    name: str
+    schema_b64: str
+    shards: int
+    vchannels: list[str]
+    pchannels: list[str]
+    start_offsets: dict[str, int] = field(default_factory=dict)  # pchannel -> offset
+    start_ts: int = 0
+    state: str = CREATED
+
+    @property
+    def schema(self) -> schema_pb2.CollectionSchema:
+        return schema_pb2.CollectionSchema.FromString(base64.b64decode(self.schema_b64))
+
+
+def _prefix(root: str) -> str:
+    return f"{root}/deltanode/collections/"
+
+
+def _id_key(root: str) -> str:
+    return f"{root}/deltanode/collection-id"
+
+
+def list_collections(client: EtcdClient, root: str) -> list[CollectionRecord]:
+    return [CollectionRecord(**json.loads(value)) for _, value, _ in client.get_prefix(_prefix(root))]
+
+
+def find_collection(client: EtcdClient, root: str, name: str) -> CollectionRecord | None:
+    return next((c for c in list_collections(client, root) if c.name == name), None)
+
+
+def _allocate_id(client: EtcdClient, root: str) -> int:
+    """A new collection ID, TSO-like as Milvus's are (``ms << 18``), unique through CAS."""
+    key = _id_key(root)
+    for _ in range(100):
+        current = client.get(key)
+        last = int(current[0]) if current else 0
+        new = max(last + 1, now_ts())
+        if current is None:
+            if client.put_if_absent(key, str(new)):
+                return new
+        elif client.compare_value_and_swap(key, current[0], str(new)):
+            return new
+    raise CatalogError("could not allocate a collection ID (etcd contention)")
+
+
+def _least_used_pchannels(existing: list[CollectionRecord], prefix: str, count: int, shards: int) -> list[str]:
+    usage = Counter({pchannel_name(prefix, i): 0 for i in range(count)})
+    for c in existing:
+        usage.update(p for p in c.pchannels if p in usage)
+    return [p for p, _ in sorted(usage.items(), key=lambda kv: (kv[1], int(kv[0].rsplit("_", 1)[1])))[:shards]]
+
+
+def _broadcast_create(bootstrap: str, record: CollectionRecord) -> dict[str, int]:
+    """Send CreateCollectionRequest to each pchannel; return the offset each landed at."""
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 16 << 20})
+    offsets: dict[str, int] = {}
+    errors: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}: {err}")
+        else:
+            offsets[msg.topic()] = msg.offset()
+
+    for pchannel in sorted(set(record.pchannels)):
+        req = msg_pb2.CreateCollectionRequest(
+            base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.CreateCollection, timestamp=record.start_ts),
+            collectionName=record.name, collectionID=record.collection_id,
+            schema=base64.b64decode(record.schema_b64), virtualChannelNames=record.vchannels,
+            physicalChannelNames=record.pchannels)
+        producer.produce(pchannel, req.SerializeToString(), on_delivery=delivered)
+    if producer.flush(30) or errors or len(offsets) != len(set(record.pchannels)):
+        raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {errors or 'timeout'}")
+    return offsets
+
+
+def create_collection(client: EtcdClient, root: str, bootstrap: str, name: str,
+                      schema: schema_pb2.CollectionSchema, shards: int, pchannel_prefix: str,
+                      pchannel_count: int) -> CollectionRecord:
+    check_safe("collection", name)
+    if not 1 <= shards <= pchannel_count:
+        raise CatalogError(f"--shards must be between 1 and mq.pchannel.count ({pchannel_count}), got {shards}")
+    existing = list_collections(client, root)
+    if any(c.name == name and c.state == CREATED for c in existing):
+        raise CatalogError(f"a collection named {name!r} already exists")
+    collection_id = _allocate_id(client, root)
+    pchannels = _least_used_pchannels(existing, pchannel_prefix, pchannel_count, shards)
+    record = CollectionRecord(collection_id, name, base64.b64encode(schema.SerializeToString()).decode(), shards,
+                              [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)], pchannels,
+                              start_ts=now_ts())
+    try:
+        create_topics(bootstrap, pchannels)
+        record.start_offsets = _broadcast_create(bootstrap, record)
+    except BrokerError as e:
+        raise CatalogError(str(e)) from None
+    if not client.put_if_absent(_prefix(root) + str(collection_id), json.dumps(asdict(record))):
+        raise CatalogError(f"collection ID {collection_id} is already in the catalog")
+    return record

@@ -1,0 +1,74 @@
+"""DataCoord's channel side: the catalog and the Delta meta feed MEP 7's ChannelManager.
+
+Which vchannels exist comes from the catalog in etcd; whether a collection was dropped,
+and where each channel resumes, from the Delta meta the DataNodes commit. DataNodes never
+wait on this process: it only hands channels out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pymilvus.grpc_gen import schema_pb2
+
+from ..etcd.client import EtcdClient
+from ..storage import meta
+from ..storage.layout import StorageLayout
+from ..storage.tables import open_table
+from ..wire.datapb import VchannelInfo
+from .catalog import DROPPED, CollectionRecord, list_collections
+from .channel_manager import ChannelManager, ChannelSpec
+from .recovery import vchannel_info
+
+log = logging.getLogger(__name__)
+
+
+class DataCoord:
+    def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, watch_timeout: float = 300.0,
+                 refresh_interval: float = 5.0) -> None:
+        self.client, self.root, self.storage = client, root, storage
+        self.refresh_interval = refresh_interval
+        self._records: dict[str, CollectionRecord] = {}     # vchannel -> record
+        self._dropped: dict[str, bool] = {}                 # vchannel -> collection dropped in Delta
+        self._versions: dict[int, int] = {}                 # collection -> insert_log version seen
+        self._refreshed = 0.0
+        self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
+                                      watch_timeout=watch_timeout)
+
+    def _refresh(self) -> None:
+        if time.monotonic() - self._refreshed < self.refresh_interval and self._records:
+            return
+        self._refreshed = time.monotonic()
+        records = list_collections(self.client, self.root)
+        self._records = {v: r for r in records for v in r.vchannels}
+        for r in records:
+            table = open_table(self.storage.insert_log(r.collection_id))
+            version = table.version() if table is not None else -1
+            if self._versions.get(r.collection_id) == version:
+                continue
+            self._versions[r.collection_id] = version
+            for v in r.vchannels:
+                state = meta.channel_state(self.storage, r.collection_id, v)
+                self._dropped[v] = bool(state and state.collection_dropped)
+
+    def channels(self) -> dict[str, ChannelSpec]:
+        self._refresh()
+        return {v: ChannelSpec(v, r.collection_id, r.state == DROPPED or self._dropped.get(v, False))
+                for v, r in self._records.items()}
+
+    def recovery(self, vchannel: str) -> VchannelInfo:
+        self._refresh()
+        return vchannel_info(self.storage, self._records[vchannel], vchannel)
+
+    def schema(self, vchannel: str) -> schema_pb2.CollectionSchema | None:
+        record = self._records.get(vchannel)
+        return record.schema if record else None
+
+    def start(self) -> "DataCoord":
+        self.manager.start()
+        log.info("channel manager up under %s/channelwatch/", self.root)
+        return self
+
+    def stop(self) -> None:
+        self.manager.stop()

@@ -1,0 +1,50 @@
+"""VchannelInfo for a channel hand-over, built from the Delta meta (never from a DataNode)."""
+
+from __future__ import annotations
+
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+
+from ..storage import meta
+from ..storage.channel_state import DROPPED, FLUSHED, ChannelState
+from ..storage.layout import StorageLayout
+from ..wire.datapb import SegmentInfo, VchannelInfo
+from ..wire.names import pchannel_of
+from ..wire.positions import kafka_msg_id
+from .catalog import CollectionRecord
+
+SegmentState = common_pb2.SegmentState
+
+
+def _position(pchannel: str, offset: int, ts: int) -> msg_pb2.MsgPosition:
+    return msg_pb2.MsgPosition(channel_name=pchannel, msgID=kafka_msg_id(offset), timestamp=ts)
+
+
+def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str) -> VchannelInfo:
+    """Seek position: the channel checkpoint, else the collection's start position."""
+    pchannel = pchannel_of(vchannel)
+    info = VchannelInfo(collectionID=record.collection_id, channelName=vchannel)
+    state: ChannelState | None = meta.channel_state(storage, record.collection_id, vchannel)
+    if state is None:
+        # The CreateCollection message itself is at the start offset: start right after it.
+        info.seek_position.CopyFrom(_position(pchannel, record.start_offsets.get(pchannel, -1) + 1,
+                                              record.start_ts))
+        return info
+    info.seek_position.CopyFrom(_position(pchannel, state.checkpoint_offset, state.checkpoint_ts))
+    for seg in state.segments.values():
+        si = SegmentInfo(ID=seg.segment_id, collectionID=record.collection_id, partitionID=seg.partition_id,
+                         insert_channel=vchannel, num_of_rows=seg.num_rows,
+                         dml_position=_position(pchannel, seg.dml_offset, seg.dml_ts),
+                         start_position=_position(pchannel, seg.start_offset, seg.start_ts))
+        if seg.state == DROPPED:
+            si.state = SegmentState.Dropped
+            info.dropped_segments.append(si)
+            info.dropped_segmentIds.append(seg.segment_id)
+        elif seg.state == FLUSHED:
+            si.state = SegmentState.Flushed
+            info.flushedSegments.append(si)
+            info.flushedSegmentIds.append(seg.segment_id)
+        else:
+            si.state = SegmentState.Growing
+            info.unflushedSegments.append(si)
+            info.unflushedSegmentIds.append(seg.segment_id)
+    return info

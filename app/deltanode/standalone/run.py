@@ -1,0 +1,53 @@
+"""``./spark-submit.sh standalone``: embedded services, a channel assigner and one DataNode."""
+
+from __future__ import annotations
+
+import logging
+
+from ..config import Conf
+from ..datacoord.coordinator import DataCoord
+from ..datanode.node import DataNode, SessionLost
+from ..datanode.progress import ProgressReporter
+from ..datanode.run import require_kafka
+from ..datanode.spark import spark_session
+from ..etcd.client import EtcdClient
+from ..mq.kafka import create_topics
+from ..storage.layout import StorageLayout
+from ..wire.names import pchannel_name
+from .lifecycle import ServiceGroup
+
+log = logging.getLogger("deltanode.standalone")
+
+
+def run(conf: Conf) -> int:
+    require_kafka(conf)
+    with ServiceGroup(conf) as group:
+        bootstrap = conf.get("mq.kafka.bootstrap.servers")
+        pchannels = [pchannel_name(conf.get("mq.pchannel.prefix"), i) for i in range(conf.get("mq.pchannel.count"))]
+        created = create_topics(bootstrap, pchannels)
+        if created:
+            log.info("created %d pchannel topics on %s", len(created), bootstrap)
+        client = EtcdClient(conf.get("etcd.endpoints"))
+        group.add("etcd client", client.close)
+        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
+                          watch_timeout=conf.get("datacoord.watch.timeout")).start()
+        group.add("channel assigner", coord.stop)
+        log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
+        spark = spark_session(conf, "deltanode-standalone")
+        group.add("spark", spark.stop)
+        node = DataNode(conf, spark)
+        group.add("datanode", node.stop)
+        node.start()
+        log.info("standalone up: etcd %s, broker %s, Delta tables under %s; Ctrl-C to stop",
+                 conf.get("etcd.endpoints"), bootstrap, conf.get("storage.root"))
+        reporter = ProgressReporter(conf.get("standalone.progress.interval"))
+        try:
+            while not group.wait(1.0):
+                group.check()
+                node.poll()
+                reporter.maybe_report(node.progress())
+        except SessionLost as e:
+            log.error("%s", e)
+            return 1
+        log.info("stopping (%s)", group.stop_reason or "requested")
+    return 0
