@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,16 @@ from ..wire.names import check_safe
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Lost|Refused)): (.+)$", re.MULTILINE)
+_JVM_PREFIXES = ("org.", "java.", "scala.", "py4j.", "pyspark.errors")
+
+
+def summarize_error(text: str) -> str:
+    """The Python exception behind a failed query ("deltanode...OwnershipLost: ..."), not the
+    JVM wrapper or the query plan that Spark's message ends with."""
+    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(_JVM_PREFIXES)]
+    line = f"{found[-1].group(1)}: {found[-1].group(2)}" if found else text.strip().splitlines()[0]
+    return line[:500]
 
 
 @dataclass
@@ -130,7 +141,7 @@ class FlowgraphManager:
                         fg.failures = 0
                     continue
                 error = fg.query.exception()
-                fg.last_error = str(error).strip().splitlines()[-1][:500] if error is not None else "stopped"
+                fg.last_error = summarize_error(str(error)) if error is not None else "stopped"
                 fg.failures += 1
                 fg.retry_at = now + min(MAX_BACKOFF, 2.0 ** fg.failures)
                 log.error("%s: flowgraph failed (%d in a row), restarting in %.0f s: %s", vchannel, fg.failures,
