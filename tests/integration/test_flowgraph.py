@@ -93,3 +93,36 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(spark, br
     assert any("dim 16" in r for r in reasons)
     assert any("row count mismatch" in r for r in reasons)
     assert all(r["payload"] and r["offset"] >= 0 for r in mine)
+
+
+def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection, tmp_path):
+    coll = make_collection()
+    p, v = coll.pchannels[0], coll.vchannels[0]
+    prod = coll.producer
+    q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=2)
+    try:
+        prod.insert(p, v, segment_id=1, partition_id=10, rows=10)
+        prod.insert(p, v, segment_id=2, partition_id=20, rows=10)
+        prod.flush(p)
+        prod.insert(p, v, segment_id=3, partition_id=10, rows=10)
+        wait_until(caught_up(coll, broker, v, p), what="the flush to commit")
+        segs = coll.state(v).segments
+        assert (segs[1].state, segs[2].state, segs[3].state) == ("Flushed", "Flushed", "Growing")
+        assert segs[1].num_rows == 10 and len(coll.insert_rows()) == 30
+
+        prod.drop_partition(p, 20)
+        prod.insert(p, v, segment_id=4, partition_id=20, rows=10)   # into the dropped partition
+        prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
+        wait_until(caught_up(coll, broker, v, p), what="the partition drop to commit")
+        state = coll.state(v)
+        assert state.segments[2].state == "Dropped" and 20 in state.dropped_partitions and 4 not in state.segments
+        rows = coll.insert_rows()
+        assert len(rows) == 25 and {r["_partition_id"] for r in rows} == {10}  # partition 20's files removed
+
+        prod.drop_collection(p)
+        prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
+        wait_until(lambda: coll.state(v).collection_dropped, what="the collection drop to commit")
+        assert all(s.state == "Dropped" for s in coll.state(v).segments.values())
+        assert coll.insert_rows() == []
+    finally:
+        q.stop()

@@ -40,7 +40,7 @@ def test_shipped_conf_files_load():
     assert conf.get("embedded.etcd") is True and conf.get("embedded.broker") is True
     assert conf.get("etcd.endpoints") == "127.0.0.1:2379"
     assert conf.spark_conf() == {"spark.master": "local[2]", "spark.ui.enabled": "false",
-                                 "spark.sql.shuffle.partitions": "2"}
+                                 "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
     assert load_conf(ROOT / "conf" / "datanode.conf", {}).get("embedded.etcd") is False
 
 

@@ -25,9 +25,6 @@ PARSERS = {
     MsgType.Flush: milvus_pb2.FlushRequest,
     MsgType.DropCollection: msg_pb2.DropCollectionRequest,
     MsgType.DropPartition: msg_pb2.DropPartitionRequest,
-    MsgType.CreateCollection: msg_pb2.CreateCollectionRequest,
-    MsgType.CreatePartition: msg_pb2.CreatePartitionRequest,
-    MsgType.DataNodeTt: msg_pb2.DataNodeTtMsg,
 }
 # Known types that carry nothing for a DataNode's vchannel.
 IGNORED = {MsgType.CreateCollection, MsgType.CreatePartition, MsgType.DataNodeTt,

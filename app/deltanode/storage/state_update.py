@@ -56,8 +56,9 @@ def advance(state: ChannelState, results: list[TaskResult]) -> BatchOutcome:
     events = sorted((e for r in results for e in r.events if e["type"] != "task"), key=lambda e: e["offset"])
     for e in events:
         if e["type"] == "flush":
+            # Seal the segments that had rows before the flush; one first seen after it stays open.
             for seg in new.segments.values():
-                if seg.state == GROWING:
+                if seg.state == GROWING and 0 <= seg.start_offset < e["offset"]:
                     seg.state, seg.dml_offset = FLUSHED, end
         elif e["type"] == "drop_partition":
             if e["partition_id"] not in new.dropped_partitions:

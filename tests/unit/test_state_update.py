@@ -1,0 +1,66 @@
+"""How a committed batch changes a ChannelState."""
+
+import pytest
+
+from deltanode.storage.binlog_writer import SegmentStats, TaskResult
+from deltanode.storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from deltanode.storage.state_update import BatchRangeError, advance
+
+
+def task(first, end, max_tick=0, inserted=0, replay=None):
+    return {"type": "task", "first": first, "end": end, "messages": end - first, "bytes": 10, "max_tick": max_tick,
+            "inserted_rows": inserted, "deleted_rows": 0, "quarantined": 0, "skipped": {}, "replay": replay}
+
+
+def state():
+    return ChannelState("v", 1, "p", checkpoint_offset=10, checkpoint_ts=500,
+                        segments={7: SegmentMeta(7, 1, GROWING, 5, 3, 400, 10, 450)})
+
+
+def test_rows_and_positions_accumulate_and_the_checkpoint_moves_to_the_batch_end():
+    results = [TaskResult(segments={7: SegmentStats(1, 10, 600, 700, 12, 600), 8: SegmentStats(2, 4, 610, 620, 13, 610)},
+                          events=[task(10, 15, max_tick=650, inserted=14)]),
+               TaskResult(events=[task(15, 20, max_tick=640)])]
+    out = advance(state(), results)
+    s = out.state
+    assert (out.start, out.end, out.inserted_rows) == (10, 20, 14)
+    assert s.checkpoint_offset == 20 and s.checkpoint_ts == 650
+    assert s.segments[7].num_rows == 15 and s.segments[7].dml_ts == 700 and s.segments[7].dml_offset == 20
+    assert s.segments[7].start_offset == 3  # unchanged: it started earlier
+    assert s.segments[8].start_offset == 13 and s.segments[8].state == GROWING
+
+
+def test_checkpoint_ts_never_moves_back():
+    out = advance(state(), [TaskResult(events=[task(10, 12, max_tick=0)])])
+    assert out.state.checkpoint_ts == 500
+
+
+def test_flush_and_drops():
+    results = [TaskResult(segments={9: SegmentStats(2, 1, 600, 600, 11, 600)},
+                          events=[task(10, 14), {"type": "flush", "offset": 11, "ts": 610},
+                                  {"type": "drop_partition", "offset": 12, "ts": 620, "partition_id": 2}])]
+    out = advance(state(), results)
+    assert out.state.segments[7].state == FLUSHED
+    assert out.state.segments[9].state == DROPPED and out.newly_dropped == {9}  # first row at 11: not sealed
+    assert out.state.dropped_partitions == [2]
+    out2 = advance(out.state, [TaskResult(events=[task(14, 15), {"type": "drop_collection", "offset": 14, "ts": 1}])])
+    assert out2.state.collection_dropped and out2.newly_dropped == {7}
+
+
+def test_gaps_between_tasks_are_refused():
+    with pytest.raises(BatchRangeError):
+        advance(state(), [TaskResult(events=[task(10, 12)]), TaskResult(events=[task(13, 15)])])
+
+
+def test_the_replay_state_of_a_single_task_is_kept_until_empty():
+    active = {"flushed": {"7": 1}, "unflushed": {}}
+    assert advance(state(), [TaskResult(events=[task(10, 11, replay=active)])]).state.replay == active
+    empty = {"flushed": {}, "unflushed": {}}
+    assert advance(state(), [TaskResult(events=[task(10, 11, replay=empty)])]).state.replay is None
+
+
+def test_a_flush_seals_only_segments_that_had_rows_before_it():
+    results = [TaskResult(segments={9: SegmentStats(1, 3, 700, 700, 13, 700)},
+                          events=[task(10, 14), {"type": "flush", "offset": 12, "ts": 690}])]
+    out = advance(state(), results)
+    assert out.state.segments[7].state == FLUSHED and out.state.segments[9].state == GROWING
