@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="administration: create-collection, show-channels, show-segments, health",
+        help="administration: create-collection, show-channels, show-segments, health, produce",
         description="Administrative commands against the configured etcd, message queue and "
                     "storage.")
     admin = p.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
@@ -123,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
                          description="List the segments of a collection with row counts "
                                      "and state.")
     a.add_argument("--collection", required=True, metavar="N", help="collection name")
+    _common(a, default_conf=None)
+
+    a = admin.add_parser("produce", formatter_class=_Formatter,
+                         help="send demo Milvus insert traffic to a collection",
+                         description="Send InsertRequests with random rows (and a TimeTick per "
+                                     "pchannel every 200 ms, as rootcoord does) to every shard of a "
+                                     "collection, as a Milvus proxy would; for trying DeltaNode out.")
+    a.add_argument("--collection", required=True, metavar="N", help="collection name")
+    a.add_argument("--messages", type=int, default=100, metavar="M", help="InsertRequests to send (100)")
+    a.add_argument("--rows", type=int, default=1000, metavar="R", help="rows per InsertRequest (1000)")
+    a.add_argument("--deletes", type=int, default=10, metavar="D",
+                   help="primary keys to delete afterwards (10)")
     _common(a, default_conf=None)
 
     a = admin.add_parser("health", formatter_class=_Formatter,

@@ -64,3 +64,18 @@ def test_a_flush_seals_only_segments_that_had_rows_before_it():
                           events=[task(10, 14), {"type": "flush", "offset": 12, "ts": 690}])]
     out = advance(state(), results)
     assert out.state.segments[7].state == FLUSHED and out.state.segments[9].state == GROWING
+
+
+def test_the_source_sizes_batches_by_bytes_at_the_average_message_size(tmp_path):
+    from deltanode.flowgraph.source import VchannelReader
+    from deltanode.flowgraph.spec import FlowgraphSpec, save_state
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+    s = state()
+    spec = FlowgraphSpec("v", "p", 1, "", "127.0.0.1:1", str(tmp_path), str(tmp_path / "state.json"), 10,
+                         max_messages=200, max_bytes=3_000_000)
+    save_state(spec.context_file, s)
+    reader = VchannelReader(spec)
+    assert reader._message_cap(ReadAllAvailable()) == 200          # no history yet: the message cap
+    s.messages, s.wire_bytes = 10, 1_000_000                       # 100 kB a message on average
+    save_state(spec.context_file, s)
+    assert reader._message_cap(ReadAllAvailable()) == 30

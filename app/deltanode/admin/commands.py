@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
+import time
 
 from ..config import Conf
 from ..datacoord.catalog import CatalogError, CollectionRecord, create_collection as catalog_create, \
@@ -117,6 +119,43 @@ def show_segments(conf: Conf, args: argparse.Namespace) -> int:
                 "start_position_ts": seg.start_ts,
             })
     _print(rows)
+    return 0
+
+
+def produce(conf: Conf, args: argparse.Namespace) -> int:
+    from ..mq.milvus_producer import MilvusProducer, ticker
+    from ..wire.schema import CollectionLayout
+    try:
+        with _client(conf) as client:
+            record = _find(client, conf.get("etcd.root"), args.collection)
+    except EtcdError as e:
+        return _fail(str(e))
+    if record is None:
+        return _fail(f"no collection named {args.collection!r}")
+    producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(record.schema),
+                              record.collection_id, record.name)
+    stop = threading.Event()
+    ticker(producer, record.pchannels, stop)
+    started = time.monotonic()
+    first_pks = []
+    try:
+        for i in range(args.messages):
+            shard = i % record.shards
+            first_pks.append(producer.insert(record.pchannels[shard], record.vchannels[shard],
+                                             segment_id=record.collection_id + 1 + shard, partition_id=record.collection_id,
+                                             rows=args.rows))
+            if i % 50 == 49:
+                print(f"admin: produced {i + 1}/{args.messages} InsertRequests", file=sys.stderr)
+        deleted = first_pks[:args.deletes]
+        if deleted:
+            producer.delete(record.pchannels[0], record.vchannels[0], record.collection_id, deleted)
+        producer.flush_producer()
+        time.sleep(0.5)  # a few more ticks, so consumers see the last batch as closed
+    finally:
+        stop.set()
+    seconds = time.monotonic() - started
+    _print({"collection": record.name, "insert_requests": args.messages, "rows": args.messages * args.rows,
+            "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})
     return 0
 
 

@@ -46,6 +46,7 @@ class FlowgraphSettings:
     scratch_dir: str
     trigger_interval: str = "1 second"
     max_messages: int = 200
+    max_bytes: int = 256 << 20
     splits: int = 2
     fence: dict | None = None     # endpoints/root/node_id for OwnershipFence; None without etcd
 
@@ -92,7 +93,7 @@ class FlowgraphManager:
         return start_flowgraph(self.spark, self.storage, info.vchan,
                                base64.b64encode(info.schema.SerializeToString()).decode(),
                                bootstrap=s.bootstrap, scratch_dir=s.scratch_dir,
-                               trigger_interval=s.trigger_interval, max_messages=s.max_messages,
+                               trigger_interval=s.trigger_interval, max_messages=s.max_messages, max_bytes=s.max_bytes,
                                splits=s.splits, node_id=self.node_id, fence=fence)
 
     @staticmethod

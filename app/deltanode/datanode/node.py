@@ -50,7 +50,8 @@ class DataNode:
         settings = FlowgraphSettings(
             bootstrap=conf.get("mq.kafka.bootstrap.servers"), scratch_dir=str(conf.get("datanode.checkpoint.dir")),
             trigger_interval=f"{int(conf.get('datanode.trigger.interval') * 1000)} milliseconds",
-            max_messages=conf.get("datanode.batch.max.messages"), splits=conf.get("datanode.read.splits"),
+            max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
+            splits=conf.get("datanode.read.splits"),
             fence={"endpoints": conf.get("etcd.endpoints"), "root": root})
         self.flowgraphs = FlowgraphManager(self.spark, StorageLayout(str(conf.get("storage.root"))),
                                            self.session.server_id, settings)

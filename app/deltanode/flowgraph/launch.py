@@ -72,7 +72,7 @@ def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) 
 
 def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelInfo, schema_b64: str, *,
                     bootstrap: str, scratch_dir: str, trigger_interval: str = "1 second",
-                    max_messages: int = 200, splits: int = 2, node_id: int = 0,
+                    max_messages: int = 200, max_bytes: int = 256 << 20, splits: int = 2, node_id: int = 0,
                     fence: dict | None = None) -> StreamingQuery:
     # The channel watcher starts flowgraphs from its own threads; Spark's active session is
     # per JVM thread, and the sink lookup needs it to find our registered data sources.
@@ -84,7 +84,7 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
     spec = FlowgraphSpec(
         vchannel=state.vchannel, pchannel=state.pchannel, collection_id=state.collection_id,
         schema_b64=schema_b64, bootstrap=bootstrap, storage_root=storage.root, context_file=context_file,
-        start_offset=state.checkpoint_offset, max_messages=max_messages, splits=splits,
+        start_offset=state.checkpoint_offset, max_messages=max_messages, max_bytes=max_bytes, splits=splits,
         partition=state.partition,
         delete_watermark=meta.table_watermark(storage.delta_log(state.collection_id), state.vchannel),
         quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence)

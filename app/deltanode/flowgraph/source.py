@@ -68,6 +68,17 @@ class VchannelReader(DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.spec.max_messages)
 
+    def _message_cap(self, limit: ReadLimit) -> int:
+        """Messages per batch: max_messages, fewer when max_bytes at the channel's average
+        message size so far says so (sizes are unknown until read)."""
+        cap = self.spec.max_messages
+        average = self._state.load().average_message_bytes()
+        if average:
+            cap = min(cap, max(1, int(self.spec.max_bytes // average)))
+        if isinstance(limit, ReadMaxRows):
+            cap = min(cap, limit.max_rows)
+        return cap
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if self._state.load().collection_dropped:
             return start  # nothing more to do until the channel is released
@@ -78,10 +89,7 @@ class VchannelReader(DataSourceStreamReader):
         if high < first:
             raise BrokerError(f"{self.spec.pchannel}[{self.spec.partition}] ends at offset {high}, before the "
                               f"checkpoint {first}: the broker lost data (a memory-only broker restarted?)")
-        cap = self.spec.max_messages
-        if isinstance(limit, ReadMaxRows):
-            cap = min(cap, limit.max_rows)
-        return {"offset": min(high, first + cap)}
+        return {"offset": min(high, first + self._message_cap(limit))}
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         state = self._state.load()

@@ -27,6 +27,7 @@ class FlowgraphSpec:
     context_file: str            # driver-local JSON: the ChannelState handed from sink to source
     start_offset: int
     max_messages: int = 200
+    max_bytes: int = 256 << 20
     splits: int = 2
     partition: int = 0
     delete_watermark: int = 0

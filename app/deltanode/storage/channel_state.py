@@ -42,6 +42,11 @@ class ChannelState:
     node_id: int = 0
     batches: int = 0
     rows: int = 0
+    messages: int = 0            # consumed and committed, with their wire bytes: the source sizes
+    wire_bytes: int = 0          # batches by the channel's average message size
+
+    def average_message_bytes(self) -> float | None:
+        return self.wire_bytes / self.messages if self.messages else None
 
     def dropped_segments(self) -> set[int]:
         return {s.segment_id for s in self.segments.values() if s.state == DROPPED}

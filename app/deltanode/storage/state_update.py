@@ -81,6 +81,8 @@ def advance(state: ChannelState, results: list[TaskResult]) -> BatchOutcome:
     inserted = sum(t["inserted_rows"] for t in tasks)
     new.batches += 1
     new.rows += inserted
+    new.messages += sum(t["messages"] for t in tasks)
+    new.wire_bytes += sum(t["bytes"] for t in tasks)
     return BatchOutcome(new, start, end, new.dropped_segments() - before_dropped, inserted,
                         sum(t["deleted_rows"] for t in tasks), sum(t["quarantined"] for t in tasks),
                         sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks))
