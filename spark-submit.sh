@@ -4,7 +4,8 @@
 #   standalone  everything on this machine (embedded etcd/broker as configured), conf/standalone.conf by default
 #   datanode    one DataNode against the configured etcd and message queue
 #   datacoord   the channel assigner
-#   admin       create-collection | show-channels | show-segments | health
+#   admin       create-collection | show-channels | show-segments | health | produce
+#               (runs without Spark: plain Python on the same zip, JSON on stdout)
 #
 # Runs pyspark's spark-submit from .venv with --py-files build/dist/deltanode-<version>.zip
 # (rebuilt when app/deltanode is newer), app/main.py as the primary file, and every spark.* key
@@ -62,6 +63,13 @@ ZIP="$ROOT/build/dist/deltanode-$VERSION.zip"
 if [ ! -f "$ZIP" ] || [ -n "$(find "$ROOT/app/deltanode" -name __pycache__ -prune -o -type f \
         ! -name '*.pyc' -newer "$ZIP" -print -quit)" ]; then
     bash "$ROOT/build/package.sh" -q || die "packaging failed (build/package.sh)"
+fi
+
+# Admin commands are clients of etcd, the broker and the Delta tables: they need no Spark, so
+# they run on the venv's Python with the same zip, without a JVM. (spark-submit would also
+# merge the driver's stderr into stdout, and their stdout is JSON.)
+if [ "$1" = "admin" ]; then
+    PYTHONPATH="$ZIP" exec "$PY" "$MAIN" "$@"
 fi
 
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$PY}"

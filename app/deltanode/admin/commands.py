@@ -135,7 +135,7 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
     producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(record.schema),
                               record.collection_id, record.name)
     stop = threading.Event()
-    ticker(producer, record.pchannels, stop)
+    ticks = ticker(producer, record.pchannels, stop)
     started = time.monotonic()
     first_pks = []
     try:
@@ -149,10 +149,11 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         deleted = first_pks[:args.deletes]
         if deleted:
             producer.delete(record.pchannels[0], record.vchannels[0], record.collection_id, deleted)
-        producer.flush_producer()
         time.sleep(0.5)  # a few more ticks, so consumers see the last batch as closed
     finally:
         stop.set()
+        ticks.join()
+        producer.flush_producer()
     seconds = time.monotonic() - started
     _print({"collection": record.name, "insert_requests": args.messages, "rows": args.messages * args.rows,
             "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})
