@@ -22,6 +22,13 @@ APP = os.path.join(os.path.dirname(__file__), "..", "..", "app")
 _ids = itertools.count(int(time.time()) % 100000 * 100)
 
 
+@pytest.fixture
+def client(etcd_server):
+    from deltanode.etcd.client import EtcdClient
+    with EtcdClient(etcd_server.endpoint) as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -61,10 +61,12 @@ def settled_watermark(coll: Collection, pchannel: str) -> int:
     return high_watermark(coll.producer.bootstrap, pchannel)
 
 
-def wait_until(predicate, timeout: float = 90.0, what: str = "condition") -> None:
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):
+    """Poll ``predicate`` until it returns something true (returned), or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
+        result = predicate()
+        if result:
+            return result
+        time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import threading
 import time
 
 import pytest
@@ -54,7 +55,8 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
                                conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
     producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(schema),
                               record.collection_id, "sys")
-    stop_ticks = ticker(producer, record.pchannels, stop := __import__("threading").Event())
+    stop = threading.Event()
+    ticker(producer, record.pchannels, stop)
     produced: list[int] = []
 
     def produce(n: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from pymilvus.grpc_gen import msg_pb2, schema_pb2
@@ -15,18 +14,10 @@ from deltanode.etcd.client import EtcdClient
 from deltanode.etcd.session import Session
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
 
+from .support import wait_until
+
 S = ChannelWatchState
 CHANNELS = [f"by-dev-rootcoord-dml_{i}_100v{i}" for i in range(4)]
-
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Handler:
@@ -106,12 +97,6 @@ class Cluster:
             manager.stop()
         for node in self.nodes:
             node.close()
-
-
-@pytest.fixture
-def client(etcd_server):
-    with EtcdClient(etcd_server.endpoint) as c:
-        yield c
 
 
 @pytest.fixture

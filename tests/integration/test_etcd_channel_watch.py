@@ -9,21 +9,12 @@ import pytest
 
 from deltanode.datanode.channel_watch import ChannelWatcher
 from deltanode.etcd import keys
-from deltanode.etcd.client import EtcdClient
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
+
+from .support import wait_until
 
 S = ChannelWatchState
 NODE = 7
-
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class RecordingHandler:
@@ -48,12 +39,6 @@ class RecordingHandler:
         self.calls.append(("release", vchannel))
         if "release" in self.fail:
             raise RuntimeError("cannot stop the stream")
-
-
-@pytest.fixture
-def client(etcd_server):
-    with EtcdClient(etcd_server.endpoint) as c:
-        yield c
 
 
 @pytest.fixture

@@ -14,21 +14,7 @@ from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.watch import DELETE, PUT
 from deltanode.standalone.services import EmbeddedEtcd, free_port
 
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def client(etcd_server):
-    with EtcdClient(etcd_server.endpoint) as c:
-        yield c
+from .support import wait_until
 
 
 def test_parse_endpoints():

@@ -12,7 +12,6 @@ import pytest
 from pymilvus.grpc_gen import schema_pb2
 
 from deltanode.etcd import keys
-from deltanode.etcd.client import EtcdClient
 from deltanode.etcd.fence import OwnershipFence, OwnershipLost
 from deltanode.etcd.session import Session
 from deltanode.standalone.services import free_port
@@ -20,12 +19,6 @@ from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelI
 
 VCHANNEL = "by-dev-rootcoord-dml_3_448712345678901234v0"
 S = ChannelWatchState
-
-
-@pytest.fixture
-def client(etcd_server):
-    with EtcdClient(etcd_server.endpoint) as c:
-        yield c
 
 
 @pytest.fixture

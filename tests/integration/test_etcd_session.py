@@ -6,26 +6,11 @@ import json
 import threading
 import time
 
-import pytest
 
 from deltanode.etcd.client import EtcdClient
 from deltanode.etcd.session import SESSION_VERSION, Session, list_sessions, watch_sessions
 
-
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@pytest.fixture
-def client(etcd_server):
-    with EtcdClient(etcd_server.endpoint) as c:
-        yield c
+from .support import wait_until
 
 
 def test_server_ids_are_unique_and_follow_the_milvus_counter(client, etcd_root):

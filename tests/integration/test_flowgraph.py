@@ -43,7 +43,7 @@ def test_two_shards_on_one_pchannel_commit_each_row_once(spark, broker, make_col
                for v in coll.vchannels]
     try:
         for v in coll.vchannels:
-            wait_until(caught_up(coll, broker, v, p), what=f"{v} to commit the backlog")
+            wait_until(caught_up(coll, broker, v, p), timeout=90, what=f"{v} to commit the backlog")
     finally:
         for q in queries:
             q.stop()
@@ -78,7 +78,7 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(spark, br
     prod.flush_producer()
     q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=1)
     try:
-        wait_until(caught_up(coll, broker, v, p), what="the channel to pass the bad messages")
+        wait_until(caught_up(coll, broker, v, p), timeout=90, what="the channel to pass the bad messages")
     finally:
         q.stop()
     assert len(coll.insert_rows()) == 20
@@ -105,7 +105,7 @@ def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection
         prod.insert(p, v, segment_id=2, partition_id=20, rows=10)
         prod.flush(p)
         prod.insert(p, v, segment_id=3, partition_id=10, rows=10)
-        wait_until(caught_up(coll, broker, v, p), what="the flush to commit")
+        wait_until(caught_up(coll, broker, v, p), 90, "the flush to commit")
         segs = coll.state(v).segments
         assert (segs[1].state, segs[2].state, segs[3].state) == ("Flushed", "Flushed", "Growing")
         assert segs[1].num_rows == 10 and len(coll.insert_rows()) == 30
@@ -113,7 +113,7 @@ def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection
         prod.drop_partition(p, 20)
         prod.insert(p, v, segment_id=4, partition_id=20, rows=10)   # into the dropped partition
         prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
-        wait_until(caught_up(coll, broker, v, p), what="the partition drop to commit")
+        wait_until(caught_up(coll, broker, v, p), 90, "the partition drop to commit")
         state = coll.state(v)
         assert state.segments[2].state == "Dropped" and 20 in state.dropped_partitions and 4 not in state.segments
         rows = coll.insert_rows()
@@ -121,7 +121,7 @@ def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection
 
         prod.drop_collection(p)
         prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
-        wait_until(lambda: coll.state(v).collection_dropped, what="the collection drop to commit")
+        wait_until(lambda: coll.state(v).collection_dropped, 90, "the collection drop to commit")
         assert all(s.state == "Dropped" for s in coll.state(v).segments.values())
         assert coll.insert_rows() == []
     finally:

@@ -88,22 +88,30 @@ def show_channels(conf: Conf, args: argparse.Namespace) -> int:
     return 0
 
 
-def _find(client: EtcdClient, root: str, name_or_id: str) -> CollectionRecord | None:
-    record = find_collection(client, root, name_or_id)
-    if record is None and name_or_id.isdigit():
-        record = next((c for c in list_collections(client, root) if c.collection_id == int(name_or_id)), None)
+class AdminError(RuntimeError):
+    """A request that cannot be answered; the message goes to stderr."""
+
+
+def _collection(conf: Conf, name_or_id: str) -> CollectionRecord:
+    try:
+        with _client(conf) as client:
+            root = conf.get("etcd.root")
+            record = find_collection(client, root, name_or_id)
+            if record is None and name_or_id.isdigit():
+                record = next((c for c in list_collections(client, root) if c.collection_id == int(name_or_id)), None)
+    except EtcdError as e:
+        raise AdminError(str(e)) from None
+    if record is None:
+        raise AdminError(f"no collection named {name_or_id!r}")
     return record
 
 
 def show_segments(conf: Conf, args: argparse.Namespace) -> int:
     storage = StorageLayout(str(conf.get("storage.root")))
     try:
-        with _client(conf) as client:
-            record = _find(client, conf.get("etcd.root"), args.collection)
-    except EtcdError as e:
+        record = _collection(conf, args.collection)
+    except AdminError as e:
         return _fail(str(e))
-    if record is None:
-        return _fail(f"no collection named {args.collection!r}")
     binlogs = meta.segment_binlogs(storage, record.collection_id)
     rows = []
     for vchannel in record.vchannels:
@@ -126,12 +134,9 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
     from ..mq.milvus_producer import MilvusProducer, ticker
     from ..wire.schema import CollectionLayout
     try:
-        with _client(conf) as client:
-            record = _find(client, conf.get("etcd.root"), args.collection)
-    except EtcdError as e:
+        record = _collection(conf, args.collection)
+    except AdminError as e:
         return _fail(str(e))
-    if record is None:
-        return _fail(f"no collection named {args.collection!r}")
     producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(record.schema),
                               record.collection_id, record.name)
     stop = threading.Event()

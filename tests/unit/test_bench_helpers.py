@@ -1,0 +1,113 @@
+"""Pure helpers of the benchmark: percentiles, commit matching, RSS windows, table layout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deltanode.bench import latency as lat
+from deltanode.bench.main import parse_args
+from deltanode.bench.procs import Sample, classify, window
+from deltanode.bench.report import short_channel, table
+
+
+def test_percentile_interpolates_between_ranks():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert lat.percentile(xs, 0) == 1.0
+    assert lat.percentile(xs, 50) == 3.0
+    assert lat.percentile(xs, 100) == 5.0
+    assert lat.percentile(xs, 25) == 2.0
+    assert lat.percentile([1.0, 2.0], 99) == pytest.approx(1.99)
+    assert lat.percentile([7.0], 99) == 7.0
+
+
+def test_percentile_rejects_empty_and_out_of_range():
+    with pytest.raises(ValueError):
+        lat.percentile([], 50)
+    with pytest.raises(ValueError):
+        lat.percentile([1.0], 101)
+
+
+def _entry(version, vchannel, end, ts_ms, rows=0):
+    return {"version": version, "timestamp": ts_ms, "deltanode.vchannel": vchannel,
+            "deltanode.channel_state": json.dumps({"checkpoint_offset": end, "rows": rows})}
+
+
+def test_commits_from_history_keeps_one_vchannel_oldest_first():
+    history = [_entry(3, "a", 9, 3000), _entry(2, "b", 4, 2500), _entry(1, "a", 5, 2000),
+               {"version": 0, "timestamp": 1000, "operation": "CREATE TABLE"}]
+    commits = lat.commits_from_history(history, "a")
+    assert [(c.version, c.end, c.t) for c in commits] == [(1, 5, 2.0), (3, 9, 3.0)]
+
+
+def test_latency_uses_first_commit_covering_the_offset():
+    commits = [lat.Commit(1, 5, 10.0, 0), lat.Commit(2, 9, 11.5, 0)]
+    assert lat.commit_of(commits, 4).version == 1
+    assert lat.commit_of(commits, 5).version == 2   # end is exclusive
+    assert lat.commit_of(commits, 9) is None
+    lats, missing = lat.latencies([(0, 9.5), (6, 11.0), (12, 11.2)], commits)
+    assert lats == pytest.approx([0.5, 0.5])
+    assert missing == 1
+
+
+def test_wire_bytes_warm_rate_and_upto():
+    sizes = [(0, 100), (1, 100), (2, 100), (3, 100), (4, 100)]
+    assert lat.wire_bytes(sizes, 1, 4) == 300
+    commits = [lat.Commit(1, 2, 10.0, 0), lat.Commit(2, 4, 11.0, 0), lat.Commit(3, 5, 12.0, 0),
+               lat.Commit(4, 6, 13.0, 0)]
+    assert lat.upto(commits, 5) == commits[:3]
+    assert lat.warm_rate(commits[:3], sizes) == pytest.approx(300 / 2.0)
+    assert lat.warm_rate(commits[:1], sizes) is None
+
+
+def test_classify_separates_driver_jvm_and_workers():
+    procs = {10: ("python", 1), 11: ("java", 10), 12: ("python", 11), 13: ("python", 12),
+             14: ("python", 11), 20: ("python", 1), 15: ("rdk:broker", 10)}
+    kinds = classify(10, procs)
+    assert kinds == {10: "driver", 11: "jvm", 12: "worker", 13: "worker", 14: "worker", 15: "worker"}
+
+
+def test_window_gives_peaks_and_busy_cores():
+    s = [Sample(0.0, 10, 100, 5, 5, 1, 0.0, 0.0, 0.0, 0.0),
+         Sample(1.0, 12, 90, 30, 20, 2, 1.5, 0.1, 0.9, 0.5),
+         Sample(2.0, 11, 95, 8, 8, 1, 3.0, 0.2, 1.8, 1.0),
+         Sample(3.0, 99, 99, 99, 99, 9, 9.0, 9.0, 9.0, 9.0)]
+    w = window(s, 0.0, 2.0)
+    assert (w.driver_peak, w.jvm_peak, w.workers_peak, w.worker_max_peak, w.workers_max_count) == (12, 100, 30, 20, 2)
+    assert w.cores == pytest.approx(1.5)
+    assert w.cores_jvm == pytest.approx(0.9)
+    assert window(s, 5.0, 6.0) is None
+
+
+def test_table_aligns_columns_and_rejects_ragged_rows():
+    text = table(["dim", "vch", "MB/s"], [[768, "v0", "12.5"], [128, "total", "1,234.0"]], indent="")
+    lines = text.splitlines()
+    assert lines[0] == "dim  vch       MB/s"
+    assert lines[1] == "---  -----  -------"
+    assert lines[2] == "768  v0        12.5"
+    assert lines[3] == "128  total  1,234.0"
+    with pytest.raises(ValueError):
+        table(["a", "b"], [[1]])
+
+
+def test_short_channel():
+    assert short_channel("bench1-rootcoord-dml_0_1v0") == "v0"
+    assert short_channel("odd") == "odd"
+
+
+def test_quick_fills_only_what_was_not_given():
+    a = parse_args(["--quick", "--messages", "9"])
+    assert a.messages == 9 and a.dim_list == [768] and a.backlog_factor == 3
+    d = parse_args([])
+    assert d.dim_list == [128, 768] and d.messages == 30 and not d.quick
+    with pytest.raises(SystemExit):
+        parse_args(["--dims", "x"])
+
+
+def test_largest_batch_from_commit_ends():
+    sizes = [(0, 10), (1, 20), (2, 30), (3, 40), (5, 1)]
+    commits = [lat.Commit(1, 2, 1.0, 0), lat.Commit(2, 4, 2.0, 0), lat.Commit(3, 6, 3.0, 0)]
+    assert lat.largest_batch(commits, sizes, 0) == 70
+    assert lat.largest_batch(commits[1:], sizes, 2) == 70
+    assert lat.largest_batch([], sizes, 0) == 0
