@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-
 from deltanode.mq.kafka import create_topics
 from deltanode.mq.milvus_producer import MilvusProducer, ticker
 from deltanode.storage.layout import StorageLayout
@@ -33,9 +32,8 @@ def client(etcd_server):
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from pyspark.sql import SparkSession
-
     from deltanode.flowgraph.launch import register_sources
+    from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]").appName("deltanode-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.showConsoleProgress", "false").getOrCreate())

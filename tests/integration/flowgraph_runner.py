@@ -24,12 +24,11 @@ def main() -> int:
     faults.arm(os.getpgrp())
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
-    from pyspark.sql import SparkSession
-
     from deltanode.flowgraph.launch import register_sources, start_flowgraph
     from deltanode.storage.layout import StorageLayout
     from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
+    from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from deltanode.faults import CRASH_AT, CRASH_DIR
 from deltanode.flowgraph.spec import encode_schema
 from deltanode.storage.tables import open_table

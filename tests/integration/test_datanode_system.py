@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import create_collection
 from deltanode.datacoord.coordinator import DataCoord

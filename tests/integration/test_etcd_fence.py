@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from pymilvus.grpc_gen import schema_pb2
-
 from deltanode.etcd import keys
 from deltanode.etcd.fence import OwnershipFence, OwnershipLost
 from deltanode.etcd.session import Session
 from deltanode.standalone.services import free_port
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
+from pymilvus.grpc_gen import schema_pb2
 
 VCHANNEL = "by-dev-rootcoord-dml_3_448712345678901234v0"
 S = ChannelWatchState

@@ -6,9 +6,13 @@ import json
 import threading
 import time
 
-
 from deltanode.etcd.client import EtcdClient
-from deltanode.etcd.session import SESSION_VERSION, Session, list_sessions, watch_sessions
+from deltanode.etcd.session import (
+    SESSION_VERSION,
+    Session,
+    list_sessions,
+    watch_sessions,
+)
 
 from .support import wait_until
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from pymilvus.grpc_gen import common_pb2, msg_pb2
-
 from deltanode.flowgraph.launch import start_flowgraph
 from deltanode.flowgraph.spec import encode_schema
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import schema_from_json
+from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 from .support import SCHEMA, settled_watermark, wait_until
 

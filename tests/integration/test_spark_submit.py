@@ -11,7 +11,6 @@ import time
 import zipfile
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = re.search(r'__version__ = "([^"]+)"',
                     (ROOT / "app/deltanode/__init__.py").read_text()).group(1)

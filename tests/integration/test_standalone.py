@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from deltanode.standalone.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

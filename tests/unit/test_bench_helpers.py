@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from deltanode.bench import latency as lat
 from deltanode.bench.main import parse_args
 from deltanode.bench.procs import Sample, classify, window

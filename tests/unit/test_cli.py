@@ -9,7 +9,6 @@ import types
 from pathlib import Path
 
 import pytest
-
 from deltanode import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,9 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from deltanode.config import (
-    KEYS, Conf, ConfError, env_name, keys_markdown, load_conf, parse_duration, parse_hostports,
+    KEYS,
+    Conf,
+    ConfError,
+    env_name,
+    keys_markdown,
+    load_conf,
+    parse_duration,
+    parse_hostports,
     parse_size,
 )
 

@@ -1,8 +1,11 @@
 """The DataNode's channel handler refuses what it must not start."""
 
 import pytest
-
-from deltanode.datanode.flowgraphs import FlowgraphManager, FlowgraphSettings, summarize_error
+from deltanode.datanode.flowgraphs import (
+    FlowgraphManager,
+    FlowgraphSettings,
+    summarize_error,
+)
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import ChannelWatchInfo, VchannelInfo
 from deltanode.wire.names import UnsafeNameError

@@ -1,9 +1,14 @@
 """How a committed batch changes a ChannelState."""
 
 import pytest
-
 from deltanode.storage.binlog_writer import SegmentStats, TaskResult
-from deltanode.storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from deltanode.storage.channel_state import (
+    DROPPED,
+    FLUSHED,
+    GROWING,
+    ChannelState,
+    SegmentMeta,
+)
 from deltanode.storage.state_update import BatchRangeError, advance
 
 

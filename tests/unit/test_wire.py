@@ -3,8 +3,6 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from pymilvus.grpc_gen import common_pb2, msg_pb2
-
 from deltanode.flowgraph import decode
 from deltanode.flowgraph.source import split_range
 from deltanode.mq.milvus_producer import MilvusProducer
@@ -12,6 +10,7 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
 from deltanode.wire.positions import compose_ts, kafka_msg_id, kafka_offset
 from deltanode.wire.schema import CollectionLayout, SchemaError, schema_from_json
+from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 ALL_TYPES = {"fields": [
     {"name": "pk", "data_type": "VarChar", "is_primary_key": True, "max_length": 32},

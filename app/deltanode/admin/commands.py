@@ -9,8 +9,13 @@ import threading
 import time
 
 from ..config import Conf
-from ..datacoord.catalog import CatalogError, CollectionRecord, create_collection as catalog_create, \
-    find_collection, list_collections
+from ..datacoord.catalog import (
+    CatalogError,
+    CollectionRecord,
+    find_collection,
+    list_collections,
+)
+from ..datacoord.catalog import create_collection as catalog_create
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError

@@ -12,6 +12,7 @@ tree (``procs.TreeSampler``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -54,6 +55,10 @@ def child(args: dict) -> int:
     _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])
+    extra = {}
+    if args.get("max_bytes") and "max_bytes" in inspect.signature(start_flowgraph).parameters:
+        extra["max_bytes"] = args["max_bytes"]
+    _emit(status, "settings", max_bytes_applied=bool(extra))
     queries = []
     for coll in args["collections"]:
         for v in coll["vchannels"]:
@@ -61,7 +66,7 @@ def child(args: dict) -> int:
             info = VchannelInfo(collectionID=coll["collection_id"], channelName=v)
             queries.append(start_flowgraph(spark, storage, info, coll["schema_b64"], bootstrap=args["bootstrap"],
                                            scratch_dir=args["scratch"], trigger_interval=args["trigger"],
-                                           max_messages=args["max_messages"], splits=args["splits"]))
+                                           max_messages=args["max_messages"], splits=args["splits"], **extra))
     _emit(status, "queries_started")
 
     stop = threading.Event()
@@ -84,7 +89,7 @@ def child(args: dict) -> int:
                     tables.pop(cid)
                     continue
             else:
-                table.update()
+                table.update_incremental()
             for v in coll["vchannels"]:
                 off = table.transaction_version(v) or 0
                 if off != last.get(v):
@@ -96,6 +101,12 @@ def child(args: dict) -> int:
             rc = 1
             break
     for q in queries:
+        deadline = time.monotonic() + 5   # let the last batch's progress report land
+        while time.monotonic() < deadline and (q.status.get("isTriggerActive") or not q.recentProgress):
+            time.sleep(0.1)
+        for prog in q.recentProgress:
+            _emit(status, "progress", vchannel=q.name, batch=prog.batchId, rows=prog.numInputRows,
+                  duration=dict(prog.durationMs), timestamp=prog.timestamp)
         q.stop()
     spark.stop()
     _emit(status, "stopped")
@@ -115,14 +126,15 @@ class DataNode:
     events: list[dict] = field(default_factory=list)
     _pos: int = 0
 
-    def start(self) -> "DataNode":
+    def start(self) -> DataNode:
         open(self.status_file, "w").close()
         env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.t_start = time.time()
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "deltanode.bench.datanode_run", json.dumps(self.args)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=APP,
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=os.path.dirname(os.path.abspath(self.status_file)),
                 start_new_session=True)
         self.sampler = TreeSampler(self.proc.pid).start()
         return self
@@ -152,8 +164,9 @@ class DataNode:
         if err is not None:
             raise RuntimeError(f"DataNode query failed: {err['message']}\n(log: {self.log_file})")
         if self.proc.poll() is not None:
-            raise RuntimeError(f"DataNode exited with code {self.proc.returncode}; see {self.log_file}:\n"
-                               + open(self.log_file, errors="replace").read()[-3000:])
+            with open(self.log_file, errors="replace") as f:
+                tail = f.read()[-3000:]
+            raise RuntimeError(f"DataNode exited with code {self.proc.returncode}; see {self.log_file}:\n{tail}")
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout

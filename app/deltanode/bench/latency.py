@@ -94,3 +94,21 @@ def upto(commits: Sequence[Commit], target: int) -> list[Commit]:
         if c.end >= target:
             break
     return out
+
+
+def largest_batch(commits: Sequence[Commit], sizes: Iterable[tuple[int, int]], start: int) -> int:
+    """Wire bytes of the largest micro-batch among ``commits`` (the first one begins at ``start``)."""
+    sizes = sorted(sizes)
+    offs = [o for o, _ in sizes]
+    cum = [0]
+    for _, n in sizes:
+        cum.append(cum[-1] + n)
+
+    def upto_offset(x: int) -> int:
+        return cum[bisect.bisect_left(offs, x)]
+
+    best, prev = 0, start
+    for c in commits:
+        best = max(best, upto_offset(c.end) - upto_offset(prev))
+        prev = c.end
+    return best

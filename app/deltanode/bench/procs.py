@@ -117,7 +117,7 @@ class TreeSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self._thread.start()
         return self
 

@@ -1,11 +1,15 @@
 """The reference point: one plain Python process, no Spark.
 
 ``python -m deltanode.bench.reference SPEC_JSON`` consumes each channel's offset range with
-the DataNode's own consumer (``mq.kafka.read_range``), decodes with the DataNode's own
+confluent-kafka (the DataNode's consumer settings), decodes with the DataNode's own
 decoder (``flowgraph.decode.parse`` / ``insert_columns``) and writes the insert_log
 columns to one parquet file per vchannel with the binlog writer's settings (snappy,
 statistics and dictionary on the system columns only). It prints one JSON line: bytes,
 rows, messages and seconds per stage, per channel.
+
+It does not use ``mq.kafka.read_range``: that asks ``consume()`` for 64 messages with a
+0.5 s timeout, so the tail of every range waits 0.5 s for messages past its end; the
+reference asks for at most the messages left in the range.
 """
 
 from __future__ import annotations
@@ -26,11 +30,10 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-
+    from confluent_kafka import Consumer, TopicPartition
     from pymilvus.grpc_gen import schema_pb2
 
     from ..flowgraph import decode
-    from ..mq.kafka import read_range
     from ..wire.schema import CollectionLayout
 
     layout = CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(base64.b64decode(ch["schema_b64"])))
@@ -41,15 +44,29 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
     t0 = time.perf_counter()
     writer = pq.ParquetWriter(path, schema, compression="snappy", write_statistics=SYSTEM_STATS,
                               use_dictionary=SYSTEM_STATS)
-    it = read_range(bootstrap, ch["topic"], 0, ch["start"], ch["end"])
-    while True:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "deltanode-bench-reference",
+                         "enable.auto.commit": False, "auto.offset.reset": "error",
+                         "fetch.max.bytes": 32 << 20, "max.partition.fetch.bytes": 16 << 20,
+                         "queued.max.messages.kbytes": 32 << 10, "fetch.wait.max.ms": 20})
+    consumer.assign([TopicPartition(ch["topic"], 0, ch["start"])])
+    next_offset, end = ch["start"], ch["end"]
+    last_progress = time.monotonic()
+    while next_offset < end:
+        if time.monotonic() - last_progress > 60:
+            raise RuntimeError(f"no data from {ch['topic']} at offset {next_offset} for 60 s (range ends at {end})")
         a = time.perf_counter()
-        chunk = next(it, None)
-        b = time.perf_counter()
-        t_consume += b - a
-        if chunk is None:
-            break
-        for _offset, value in chunk:
+        chunk = []
+        for m in consumer.consume(num_messages=min(64, end - next_offset), timeout=0.5):
+            if m.error() is not None:
+                if m.error().retriable():
+                    continue
+                raise RuntimeError(f"reading {ch['topic']}: {m.error()}")
+            if m.offset() < end:
+                chunk.append(m.value())
+            next_offset = m.offset() + 1
+            last_progress = time.monotonic()
+        t_consume += time.perf_counter() - a
+        for value in chunk:
             messages += 1
             nbytes += len(value or b"")
             a = time.perf_counter()
@@ -67,6 +84,7 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
             t_decode += b - a
             t_write += c - b
             rows += n
+    consumer.close()
     a = time.perf_counter()
     writer.close()
     t_write += time.perf_counter() - a
@@ -87,8 +105,9 @@ def run(bootstrap: str, channels: list[dict], out_dir: str, timeout: float = 600
     """Run the reference in a process of its own; returns its JSON result."""
     env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
     spec = {"bootstrap": bootstrap, "channels": channels, "out_dir": out_dir}
+    os.makedirs(out_dir, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "deltanode.bench.reference", json.dumps(spec)], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=APP)
+                          capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"reference process failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

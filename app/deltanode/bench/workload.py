@@ -21,11 +21,11 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from pymilvus.grpc_gen import msg_pb2
 
 from ..flowgraph.spec import encode_schema
 from ..mq.kafka import Watermarks, create_topics
 from ..mq.milvus_producer import MilvusProducer, field_data, ticker
+from ..wire.milvus_proto import msg_pb2
 from ..wire.names import pchannel_name, vchannel_name
 from ..wire.schema import CollectionLayout, DataType, schema_from_json
 

@@ -13,10 +13,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import Producer
-from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
 
 from ..etcd.client import EtcdClient
 from ..mq.kafka import BrokerError, create_topics
+from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from ..wire.names import check_safe, pchannel_name, vchannel_name
 from ..wire.positions import now_ts
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import time
 
-from pymilvus.grpc_gen import schema_pb2
-
 from ..etcd.client import EtcdClient
 from ..storage import meta
 from ..storage.layout import StorageLayout
 from ..storage.tables import open_table
 from ..wire.datapb import VchannelInfo
+from ..wire.milvus_proto import schema_pb2
 from .catalog import DROPPED, CollectionRecord, list_collections
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info

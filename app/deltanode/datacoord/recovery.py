@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pymilvus.grpc_gen import common_pb2, msg_pb2
-
 from ..storage import meta
 from ..storage.channel_state import DROPPED, FLUSHED, ChannelState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
+from ..wire.milvus_proto import common_pb2, msg_pb2
 from ..wire.names import pchannel_of
 from ..wire.positions import kafka_msg_id
 from .catalog import CollectionRecord

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 
+from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 from ..wire.schema import CollectionLayout, DataType, FieldSpec, arrow_type
 
 MsgType = common_pb2.MsgType

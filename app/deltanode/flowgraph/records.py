@@ -1,36 +1,41 @@
-"""The Arrow record layout that flows from the source to the sink of one flowgraph.
+"""The rows that flow from a flowgraph's source to its sink: one row per Milvus message.
 
-One schema carries four kinds of rows, told apart by ``_kind``, so that a single Spark
-streaming query can move them without a shuffle:
+A decoded insert or delete travels as ONE row whose ``_payload`` is the message's Arrow
+columns serialized as an Arrow IPC record batch. Spark then moves a few large binary values
+per batch instead of converting every vector of every row to JVM arrays and back, which
+is where a row-per-entity layout spends most of its time; the sink reads the payload back
+zero-copy. Kinds (``_kind``):
 
-- INSERT: user columns + ``_ts``, ``_row_id``, ``_segment_id``, ``_partition_id``
-- DELETE: primary key column + ``_ts`` + ``_partition_id``
-- EVENT: ``_event`` JSON for the driver (DDL, flush, ticks, per-task summaries); a few per task
-- QUARANTINE: ``_event`` JSON reason + ``_payload`` raw message bytes
+- INSERT: ``_payload`` = insert_log columns (user fields + _ts, _row_id, _segment_id, _partition_id)
+- DELETE: ``_payload`` = delta_log columns (primary key, _ts, _partition_id)
+- EVENT: ``_event`` = JSON for the driver (DDL, flush, per-task summaries)
+- QUARANTINE: ``_event`` = JSON reason, ``_payload`` = the raw message bytes
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ..wire.schema import CollectionLayout
-
 INSERT, DELETE, EVENT, QUARANTINE = 0, 1, 2, 3
 
-HEAD = [pa.field("_kind", pa.int8()), pa.field("_offset", pa.int64())]
-TAIL = [pa.field("_event", pa.string()), pa.field("_payload", pa.binary())]
-
-
-def record_schema(layout: CollectionLayout) -> pa.Schema:
-    return pa.schema(HEAD + list(layout.insert_schema()) + TAIL)
+RECORD_SCHEMA = pa.schema([
+    pa.field("_kind", pa.int8()), pa.field("_offset", pa.int64()),
+    pa.field("_segment_id", pa.int64()), pa.field("_partition_id", pa.int64()),
+    pa.field("_rows", pa.int32()), pa.field("_min_ts", pa.int64()), pa.field("_max_ts", pa.int64()),
+    pa.field("_event", pa.string()), pa.field("_payload", pa.binary()),
+])
 
 
 def spark_ddl(schema: pa.Schema) -> str:
-    """The Spark SQL DDL string of an Arrow schema (the types used by record_schema only)."""
-    def sql(t: pa.DataType) -> str:
-        if pa.types.is_list(t):
-            return f"array<{sql(t.value_type)}>"
-        return {pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint",
-                pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean",
-                pa.string(): "string", pa.binary(): "binary"}[t]
-    return ", ".join(f"`{f.name}` {sql(f.type)}" for f in schema)
+    """The Spark SQL DDL string of an Arrow schema of flat columns."""
+    names = {pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "bigint", pa.string(): "string",
+             pa.binary(): "binary"}
+    return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)
+
+
+def to_ipc(batch: pa.RecordBatch) -> pa.Buffer:
+    return batch.serialize()
+
+
+def from_ipc(buffer: pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
+    return pa.ipc.read_record_batch(buffer, schema)

@@ -1,7 +1,6 @@
 """One task's walk over its messages: parse, filter (shard, dropped, replay), emit Arrow rows.
 
-Runs on executors. Each message becomes at most one RecordBatch of the flowgraph's record
-schema (see ``records``); DDL, flush and tick information becomes EVENT rows for the
+Runs on executors. Each message becomes at most one row of the record schema (``records``); DDL, flush and tick information becomes EVENT rows for the
 driver; anything unparseable or off-schema becomes a QUARANTINE row and the walk goes on.
 """
 
@@ -16,7 +15,7 @@ import pyarrow as pa
 from ..storage.channel_state import ChannelState
 from ..wire.schema import CollectionLayout
 from . import decode
-from .records import DELETE, EVENT, INSERT, QUARANTINE, record_schema
+from .records import DELETE, EVENT, INSERT, QUARANTINE, RECORD_SCHEMA, to_ipc
 from .replay_filter import ReplayFilter
 
 MsgType = decode.MsgType
@@ -38,13 +37,22 @@ class TaskStats:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
 
+def _binary(payload: bytes | pa.Buffer | None) -> pa.Array:
+    """A one-value binary array; over an Arrow buffer it is zero-copy (payloads are MBs)."""
+    if isinstance(payload, pa.Buffer):
+        offsets = pa.py_buffer(np.array([0, payload.size], dtype=np.int32))
+        return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, payload])
+    return pa.array([payload], pa.binary())
+
+
 class Router:
     """Turns (offset, payload) pairs of one task into record batches."""
 
     def __init__(self, layout: CollectionLayout, state: ChannelState, collection_name: str,
                  delete_watermark: int, quarantine_watermark: int, first: int, end: int) -> None:
         self.layout = layout
-        self.schema = record_schema(layout)
+        self.insert_schema = layout.insert_schema()
+        self.delete_schema = layout.delete_schema()
         self.state = state
         self.collection_name = collection_name
         self.delete_watermark = delete_watermark
@@ -53,32 +61,19 @@ class Router:
         self.dropped_partitions = set(state.dropped_partitions)
         self.replay = ReplayFilter.from_json(state.replay) if state.replay else None
         self.stats = TaskStats(first, end)
-        self._pk_index = [f.name for f in layout.fields].index(layout.primary_key.name)
-        self._n_user = len(layout.fields)
 
     # -- rows ----------------------------------------------------------------------------
-    def _full(self, n: int, value: int, dtype) -> pa.Array:
-        return pa.array(np.full(n, value, dtype=dtype))
-
-    def _batch(self, kind: int, offset: int, n: int, user: list[pa.Array | None],
-               ts=None, row_id=None, segment=None, partition=None, event=None, payload=None) -> pa.RecordBatch:
-        types = [f.type for f in self.schema]
-        cols = [self._full(n, kind, np.int8), self._full(n, offset, np.int64)]
-        cols += [c if c is not None else pa.nulls(n, types[2 + i]) for i, c in enumerate(user)]
-        sys_start = 2 + self._n_user
-        for i, c in enumerate((ts, row_id, segment, partition)):
-            if c is None:
-                c = pa.nulls(n, pa.int64())
-            elif isinstance(c, int):
-                c = self._full(n, c, np.int64)
-            cols.append(c)
-        assert len(cols) == sys_start + 4
-        cols.append(pa.array([event] * n, pa.string()) if event is not None else pa.nulls(n, pa.string()))
-        cols.append(pa.array([payload] * n, pa.binary()) if payload is not None else pa.nulls(n, pa.binary()))
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+    def _row(self, kind: int, offset: int, *, segment: int | None = None, partition: int | None = None,
+             rows: int = 0, min_ts: int | None = None, max_ts: int | None = None, event: str | None = None,
+             payload: bytes | pa.Buffer | None = None) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays([
+            pa.array([kind], pa.int8()), pa.array([offset], pa.int64()), pa.array([segment], pa.int64()),
+            pa.array([partition], pa.int64()), pa.array([rows], pa.int32()), pa.array([min_ts], pa.int64()),
+            pa.array([max_ts], pa.int64()), pa.array([event], pa.string()), _binary(payload),
+        ], schema=RECORD_SCHEMA)
 
     def event(self, offset: int, doc: dict) -> pa.RecordBatch:
-        return self._batch(EVENT, offset, 1, [None] * self._n_user, event=json.dumps(doc))
+        return self._row(EVENT, offset, event=json.dumps(doc))
 
     def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> pa.RecordBatch | None:
         self.stats.quarantined += 1
@@ -86,8 +81,7 @@ class Router:
             return None  # recorded by an earlier, committed attempt
         doc = {"reason": reason, "msg_type": msg_type, "vchannel": self.state.vchannel,
                "pchannel": self.state.pchannel, "partition": self.state.partition}
-        return self._batch(QUARANTINE, offset, 1, [None] * self._n_user, event=json.dumps(doc),
-                           payload=value or b"")
+        return self._row(QUARANTINE, offset, event=json.dumps(doc), payload=value or b"")
 
     # -- messages ------------------------------------------------------------------------
     def route(self, offset: int, value: bytes | None) -> pa.RecordBatch | None:
@@ -137,9 +131,12 @@ class Router:
             self.stats.skip("replay filter")
             return None
         cols, n = decode.insert_columns(self.layout, msg)
+        cols.append(pa.array(np.full(n, msg.segmentID, dtype=np.int64)))
+        cols.append(pa.array(np.full(n, msg.partitionID, dtype=np.int64)))
         self.stats.inserted_rows += n
-        return self._batch(INSERT, offset, n, cols[:-2], ts=cols[-2], row_id=cols[-1],
-                           segment=msg.segmentID, partition=msg.partitionID)
+        payload = to_ipc(pa.RecordBatch.from_arrays(cols, schema=self.insert_schema))
+        return self._row(INSERT, offset, segment=msg.segmentID, partition=msg.partitionID, rows=n,
+                         min_ts=begin_ts, max_ts=end_ts, payload=payload)
 
     def _delete(self, offset: int, msg) -> pa.RecordBatch | None:
         if not msg.timestamps:
@@ -151,9 +148,9 @@ class Router:
             self.stats.skip("delete already committed")
             return None
         self.stats.deleted_rows += n
-        user: list[pa.Array | None] = [None] * self._n_user
-        user[self._pk_index] = keys
-        return self._batch(DELETE, offset, n, user, ts=ts, partition=msg.partitionID)
+        partition = pa.array(np.full(n, msg.partitionID, dtype=np.int64))
+        payload = to_ipc(pa.RecordBatch.from_arrays([keys, ts, partition], schema=self.delete_schema))
+        return self._row(DELETE, offset, partition=msg.partitionID, rows=n, payload=payload)
 
     def _control(self, offset: int, msg_type: int, msg) -> pa.RecordBatch | None:
         ts = msg.base.timestamp

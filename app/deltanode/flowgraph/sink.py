@@ -7,7 +7,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from ..faults import crash_point
 from ..storage.binlog_writer import BinlogWriter, TaskResult
@@ -42,8 +46,7 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         crash_point("before_binlog_write")
         spec, storage = self.spec, self.spec.storage
         writer = BinlogWriter(storage.insert_log(spec.collection_id), storage.delta_log(spec.collection_id),
-                              storage.quarantine(), spec.layout.insert_schema(), spec.layout.delete_schema(),
-                              spec.layout.primary_key.name)
+                              storage.quarantine(), spec.layout.insert_schema(), spec.layout.delete_schema())
         for batch in iterator:
             writer.add(batch)
         return BinlogMessage(writer.close())

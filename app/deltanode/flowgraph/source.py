@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from ..mq.kafka import BrokerError, Watermarks, read_range
-from .records import record_schema, spark_ddl
+from .records import RECORD_SCHEMA, spark_ddl
 from .route import Router
 from .spec import FlowgraphSpec, StateFile
 
@@ -36,7 +36,7 @@ class VchannelSource(DataSource):
         return "deltanode_vchannel"
 
     def schema(self) -> str:
-        return spark_ddl(record_schema(FlowgraphSpec.from_option(self.options["spec"]).layout))
+        return spark_ddl(RECORD_SCHEMA)
 
     def streamReader(self, schema) -> "VchannelReader":
         return VchannelReader(FlowgraphSpec.from_option(self.options["spec"]))

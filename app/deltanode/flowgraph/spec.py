@@ -9,10 +9,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from functools import cached_property
 
-from pymilvus.grpc_gen import schema_pb2
-
 from ..storage.channel_state import ChannelState
 from ..storage.layout import StorageLayout
+from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout
 
 

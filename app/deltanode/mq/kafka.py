@@ -98,7 +98,9 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         last_progress = time.monotonic()
         next_offset = start
         while next_offset < end:
-            msgs = consumer.consume(num_messages=chunk_messages, timeout=0.5)
+            # Ask for no more than the range still needs: consume() waits out its timeout
+            # while it cannot fill num_messages, which would idle every short range.
+            msgs = consumer.consume(num_messages=min(chunk_messages, end - next_offset), timeout=0.5)
             chunk = []
             for m in msgs:
                 err = m.error()

@@ -13,8 +13,8 @@ import threading
 
 import numpy as np
 from confluent_kafka import Producer
-from pymilvus.grpc_gen import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 
+from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 from ..wire.positions import now_ts
 from ..wire.schema import CollectionLayout, DataType
 

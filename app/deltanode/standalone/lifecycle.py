@@ -22,7 +22,10 @@ from typing import Callable
 
 from deltanode.config import Conf
 from deltanode.standalone.services import (
-    EmbeddedBroker, EmbeddedEtcd, PortInUseError, ServiceError,
+    EmbeddedBroker,
+    EmbeddedEtcd,
+    PortInUseError,
+    ServiceError,
 )
 
 log = logging.getLogger("deltanode.standalone")

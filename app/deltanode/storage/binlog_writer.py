@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..flowgraph.records import DELETE, EVENT, INSERT, QUARANTINE
+from ..flowgraph.records import DELETE, EVENT, INSERT, QUARANTINE, from_ipc
 from .layout import QUARANTINE_SCHEMA, filesystem
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
@@ -93,9 +93,9 @@ class BinlogWriter:
     """Writes one task's rows; ``close()`` returns the TaskResult for the driver."""
 
     def __init__(self, insert_root: str, delete_root: str, quarantine_root: str,
-                 insert_schema: pa.Schema, delete_schema: pa.Schema, pk_name: str) -> None:
+                 insert_schema: pa.Schema, delete_schema: pa.Schema) -> None:
         self.roots = {INSERT_TABLE: insert_root, DELETE_TABLE: delete_root, QUARANTINE_TABLE: quarantine_root}
-        self.insert_schema, self.delete_schema, self.pk = insert_schema, delete_schema, pk_name
+        self.insert_schema, self.delete_schema = insert_schema, delete_schema
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
         self._deletes: _File | None = None
@@ -106,60 +106,50 @@ class BinlogWriter:
         return f"part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
 
     def add(self, batch: pa.RecordBatch) -> None:
-        kinds = batch.column("_kind")
-        first = kinds[0].as_py() if batch.num_rows else None
-        if batch.num_rows and pc.all(pc.equal(kinds, first)).as_py():
-            self._add_kind(first, batch)
-            return
-        for kind in pc.unique(kinds).to_pylist():
-            self._add_kind(kind, batch.filter(pc.equal(kinds, kind)))
+        """Take one batch of message rows (``flowgraph.records``)."""
+        kinds = batch.column("_kind").to_pylist()
+        offsets = batch.column("_offset").to_pylist()
+        segments = batch.column("_segment_id").to_pylist()
+        partitions = batch.column("_partition_id").to_pylist()
+        min_ts, max_ts = batch.column("_min_ts").to_pylist(), batch.column("_max_ts").to_pylist()
+        events, payloads = batch.column("_event"), batch.column("_payload")
+        for i, kind in enumerate(kinds):
+            if kind == INSERT:
+                self._add_insert(segments[i], partitions[i], from_ipc(payloads[i].as_buffer(), self.insert_schema),
+                                 offsets[i], min_ts[i], max_ts[i])
+            elif kind == DELETE:
+                if self._deletes is None:
+                    self._deletes = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(), self.delete_schema,
+                                          ["_ts", "_partition_id"])
+                self._deletes.write(from_ipc(payloads[i].as_buffer(), self.delete_schema))
+            elif kind == EVENT:
+                self.result.events.append(json.loads(events[i].as_py()))
+            elif kind == QUARANTINE:
+                self._add_quarantine(offsets[i], json.loads(events[i].as_py()), payloads[i].as_py())
 
-    def _add_kind(self, kind: int, batch: pa.RecordBatch) -> None:
-        if kind == INSERT:
-            segs = batch.column("_segment_id")
-            for seg in pc.unique(segs).to_pylist():
-                part = batch if len(pc.unique(segs)) == 1 else batch.filter(pc.equal(segs, seg))
-                self._add_insert(seg, part)
-        elif kind == DELETE:
-            if self._deletes is None:
-                self._deletes = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(), self.delete_schema,
-                                      ["_ts", "_partition_id"])
-            self._deletes.write(batch.select(self.delete_schema.names).cast(self.delete_schema))
-        elif kind == EVENT:
-            self.result.events.extend(json.loads(e) for e in batch.column("_event").to_pylist())
-        elif kind == QUARANTINE:
-            self._add_quarantine(batch)
-
-    def _add_insert(self, seg: int, batch: pa.RecordBatch) -> None:
-        part_id = batch.column("_partition_id")[0].as_py()
+    def _add_insert(self, seg: int, part_id: int, batch: pa.RecordBatch, offset: int, lo: int, hi: int) -> None:
         f = self._segments.get(seg)
         if f is None:
             f = self._segments[seg] = _File(INSERT_TABLE, self.roots[INSERT_TABLE], f"{part_id}/{seg}/{self._name()}",
                                             self.insert_schema, ["_ts", "_row_id", "_segment_id", "_partition_id"],
                                             seg, part_id)
-        f.write(batch.select(self.insert_schema.names))
+        f.write(batch)
         st = self.result.segments.get(seg)
-        ts = pc.min_max(batch.column("_ts"))
-        lo, hi = ts["min"].as_py(), ts["max"].as_py()
         if st is None:
-            st = self.result.segments[seg] = SegmentStats(part_id, 0, lo, hi,
-                                                          batch.column("_offset")[0].as_py(), lo)
+            st = self.result.segments[seg] = SegmentStats(part_id, 0, lo, hi, offset, lo)
         st.rows += batch.num_rows
         st.min_ts, st.max_ts = min(st.min_ts, lo), max(st.max_ts, hi)
+        if offset < st.first_offset:
+            st.first_offset, st.first_ts = offset, lo
 
-    def _add_quarantine(self, batch: pa.RecordBatch) -> None:
+    def _add_quarantine(self, offset: int, doc: dict, payload: bytes) -> None:
         if self._quarantine is None:
             self._quarantine = _File(QUARANTINE_TABLE, self.roots[QUARANTINE_TABLE], self._name(),
                                      QUARANTINE_SCHEMA, ["offset"])
-        now = int(time.time() * 1000)
-        docs = [json.loads(e) for e in batch.column("_event").to_pylist()]
-        rows = pa.RecordBatch.from_pydict({
-            "vchannel": [d["vchannel"] for d in docs], "pchannel": [d["pchannel"] for d in docs],
-            "partition": [d["partition"] for d in docs], "offset": batch.column("_offset"),
-            "msg_type": [d["msg_type"] for d in docs], "reason": [d["reason"] for d in docs],
-            "payload": batch.column("_payload"), "recorded_at_ms": [now] * batch.num_rows,
-        }, schema=QUARANTINE_SCHEMA)
-        self._quarantine.write(rows)
+        self._quarantine.write(pa.RecordBatch.from_pydict({
+            "vchannel": [doc["vchannel"]], "pchannel": [doc["pchannel"]], "partition": [doc["partition"]],
+            "offset": [offset], "msg_type": [doc["msg_type"]], "reason": [doc["reason"]], "payload": [payload],
+            "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA))
 
     def close(self) -> TaskResult:
         for f in [*self._segments.values(), self._deletes, self._quarantine]:

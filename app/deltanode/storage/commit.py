@@ -31,7 +31,13 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from ..faults import crash_point
-from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, FileEntry, TaskResult
+from .binlog_writer import (
+    DELETE_TABLE,
+    INSERT_TABLE,
+    QUARANTINE_TABLE,
+    FileEntry,
+    TaskResult,
+)
 from .channel_state import METADATA_KEY, ChannelState
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
 from .state_update import BatchOutcome, advance

@@ -10,7 +10,8 @@ reads are left out; protobuf skips unknown fields, so that is wire compatible.
 from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from pymilvus.grpc_gen import common_pb2, msg_pb2, schema_pb2
+
+from .milvus_proto import common_pb2, msg_pb2, schema_pb2
 
 _F = descriptor_pb2.FieldDescriptorProto
 

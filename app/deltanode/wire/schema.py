@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from pymilvus.grpc_gen import common_pb2, schema_pb2
+
+from .milvus_proto import common_pb2, schema_pb2
 
 DataType = schema_pb2.DataType
 
