@@ -243,6 +243,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.batch.max.bytes", "size", "256m",
        "most MQ payload bytes one micro-batch reads", min=1),
     _k("datanode.trigger.interval", "duration", "1s", "Spark micro-batch trigger interval", min=0),
+    _k("datanode.checkpoint.interval", "duration", "10s",
+       "longest a channel's checkpoint may lag while only ticks arrive (idle batches are not committed)", min=0),
     _k("datanode.read.splits", "int", "2", "Spark read partitions per micro-batch", min=1),
     _k("datanode.checkpoint.dir", "path", "var/spark-checkpoints",
        "Spark streaming checkpoint directory (path or URI)"),

@@ -14,6 +14,7 @@ from deltanode.storage.state_update import BatchRangeError, advance
 
 def task(first, end, max_tick=0, inserted=0, replay=None):
     return {"type": "task", "first": first, "end": end, "messages": end - first, "bytes": 10, "max_tick": max_tick,
+            "dml_messages": 0, "dml_bytes": 0,
             "inserted_rows": inserted, "deleted_rows": 0, "quarantined": 0, "skipped": {}, "replay": replay}
 
 
@@ -81,6 +82,6 @@ def test_the_source_sizes_batches_by_bytes_at_the_average_message_size(tmp_path)
     save_state(spec.context_file, s)
     reader = VchannelReader(spec)
     assert reader._message_cap(ReadAllAvailable()) == 200          # no history yet: the message cap
-    s.messages, s.wire_bytes = 10, 1_000_000                       # 100 kB a message on average
+    s.dml_messages, s.dml_bytes = 10, 1_000_000                    # 100 kB an insert on average
     save_state(spec.context_file, s)
     assert reader._message_cap(ReadAllAvailable()) == 30

@@ -47,6 +47,7 @@ class FlowgraphSettings:
     trigger_interval: str = "1 second"
     max_messages: int = 200
     max_bytes: int = 256 << 20
+    checkpoint_interval_ms: int = 10_000
     splits: int = 2
     fence: dict | None = None     # endpoints/root/node_id for OwnershipFence; None without etcd
 
@@ -94,6 +95,7 @@ class FlowgraphManager:
                                base64.b64encode(info.schema.SerializeToString()).decode(),
                                bootstrap=s.bootstrap, scratch_dir=s.scratch_dir,
                                trigger_interval=s.trigger_interval, max_messages=s.max_messages, max_bytes=s.max_bytes,
+                               checkpoint_interval_ms=s.checkpoint_interval_ms,
                                splits=s.splits, node_id=self.node_id, fence=fence)
 
     @staticmethod

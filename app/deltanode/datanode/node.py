@@ -51,6 +51,7 @@ class DataNode:
             bootstrap=conf.get("mq.kafka.bootstrap.servers"), scratch_dir=str(conf.get("datanode.checkpoint.dir")),
             trigger_interval=f"{int(conf.get('datanode.trigger.interval') * 1000)} milliseconds",
             max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
+            checkpoint_interval_ms=int(conf.get("datanode.checkpoint.interval") * 1000),
             splits=conf.get("datanode.read.splits"),
             fence={"endpoints": conf.get("etcd.endpoints"), "root": root})
         self.flowgraphs = FlowgraphManager(self.spark, StorageLayout(str(conf.get("storage.root"))),

@@ -73,6 +73,7 @@ def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) 
 def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelInfo, schema_b64: str, *,
                     bootstrap: str, scratch_dir: str, trigger_interval: str = "1 second",
                     max_messages: int = 200, max_bytes: int = 256 << 20, splits: int = 2, node_id: int = 0,
+                    checkpoint_interval_ms: int = 10_000,
                     fence: dict | None = None) -> StreamingQuery:
     # The channel watcher starts flowgraphs from its own threads; Spark's active session is
     # per JVM thread, and the sink lookup needs it to find our registered data sources.
@@ -85,6 +86,7 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
         vchannel=state.vchannel, pchannel=state.pchannel, collection_id=state.collection_id,
         schema_b64=schema_b64, bootstrap=bootstrap, storage_root=storage.root, context_file=context_file,
         start_offset=state.checkpoint_offset, max_messages=max_messages, max_bytes=max_bytes, splits=splits,
+        checkpoint_interval_ms=checkpoint_interval_ms,
         partition=state.partition,
         delete_watermark=meta.table_watermark(storage.delta_log(state.collection_id), state.vchannel),
         quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence)

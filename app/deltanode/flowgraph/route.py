@@ -28,6 +28,8 @@ class TaskStats:
     messages: int = 0
     bytes: int = 0
     max_tick: int = 0
+    dml_messages: int = 0
+    dml_bytes: int = 0
     inserted_rows: int = 0
     deleted_rows: int = 0
     quarantined: int = 0
@@ -93,10 +95,10 @@ class Router:
             if msg is None:
                 self.stats.skip("ignored type")
                 return None
-            if msg_type == MsgType.Insert:
-                return self._insert(offset, msg)
-            if msg_type == MsgType.Delete:
-                return self._delete(offset, msg)
+            if msg_type in (MsgType.Insert, MsgType.Delete):
+                self.stats.dml_messages += 1
+                self.stats.dml_bytes += len(value)
+                return self._insert(offset, msg) if msg_type == MsgType.Insert else self._delete(offset, msg)
             return self._control(offset, msg_type, msg)
         except decode.Reject as e:
             return self.quarantine(offset, value, str(e), msg_type)
@@ -180,7 +182,7 @@ class Router:
     def summary(self) -> pa.RecordBatch:
         s = self.stats
         doc = {"type": "task", "first": s.first, "end": s.end, "messages": s.messages, "bytes": s.bytes,
-               "max_tick": s.max_tick, "inserted_rows": s.inserted_rows, "deleted_rows": s.deleted_rows,
+               "max_tick": s.max_tick, "dml_messages": s.dml_messages, "dml_bytes": s.dml_bytes, "inserted_rows": s.inserted_rows, "deleted_rows": s.deleted_rows,
                "quarantined": s.quarantined, "skipped": s.skipped,
                "replay": self.replay.to_json() if self.replay is not None else None}
         return self.event(s.end, doc)

@@ -49,7 +49,9 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
                               storage.quarantine(), spec.layout.insert_schema(), spec.layout.delete_schema())
         for batch in iterator:
             writer.add(batch)
-        return BinlogMessage(writer.close())
+        result = writer.close()
+        pa.default_memory_pool().release_unused()  # workers are reused: keep their RSS flat
+        return BinlogMessage(result)
 
     def commit(self, messages: list[BinlogMessage], batchId: int) -> None:
         crash_point("after_binlog_write")
@@ -57,9 +59,12 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         state = StateFile(spec.context_file).load()
         results = [m.result for m in messages if m is not None]
         done = commit_batch(spec.storage, state, results, spec.layout.insert_schema(),
-                            spec.layout.delete_schema(), fence=spec.make_fence())
+                            spec.layout.delete_schema(), fence=spec.make_fence(),
+                            coalesce_ms=spec.checkpoint_interval_ms)
         crash_point("after_commit")
-        save_state(spec.context_file, done.outcome.state)
+        save_state(spec.context_file, done.state)
+        if done.coalesced is not None:
+            return
         o = done.outcome
         log.info("%s batch %d [%d, %d): %d rows, %d deletes, %d quarantined, %.1f MB, commit %.3f s%s",
                  spec.vchannel, batchId, o.start, o.end, o.inserted_rows, o.deleted_rows, o.quarantined,

@@ -70,9 +70,10 @@ class VchannelReader(DataSourceStreamReader):
 
     def _message_cap(self, limit: ReadLimit) -> int:
         """Messages per batch: max_messages, fewer when max_bytes at the channel's average
-        message size so far says so (sizes are unknown until read)."""
+        Insert/Delete message size says so (sizes are unknown until read; counting every
+        message as DML-sized keeps a batch under max_bytes whatever the mix)."""
         cap = self.spec.max_messages
-        average = self._state.load().average_message_bytes()
+        average = self._state.load().average_dml_bytes()
         if average:
             cap = min(cap, max(1, int(self.spec.max_bytes // average)))
         if isinstance(limit, ReadMaxRows):

@@ -27,6 +27,7 @@ class FlowgraphSpec:
     start_offset: int
     max_messages: int = 200
     max_bytes: int = 256 << 20
+    checkpoint_interval_ms: int = 10_000
     splits: int = 2
     partition: int = 0
     delete_watermark: int = 0

@@ -42,11 +42,17 @@ class ChannelState:
     node_id: int = 0
     batches: int = 0
     rows: int = 0
-    messages: int = 0            # consumed and committed, with their wire bytes: the source sizes
-    wire_bytes: int = 0          # batches by the channel's average message size
+    dml_messages: int = 0        # Insert/Delete messages read, with their bytes: the source sizes
+    dml_bytes: int = 0           # batches by their average (ticks are tiny and would skew it)
+    committed_at_ms: int = 0     # wall clock of the last commit
+    resume_offset: int = -1      # where the next batch starts when tick-only batches were coalesced
 
-    def average_message_bytes(self) -> float | None:
-        return self.wire_bytes / self.messages if self.messages else None
+    def next_offset(self) -> int:
+        """Where the next batch must start: after the last batch handled, committed or not."""
+        return self.resume_offset if self.resume_offset >= 0 else self.checkpoint_offset
+
+    def average_dml_bytes(self) -> float | None:
+        return self.dml_bytes / self.dml_messages if self.dml_messages else None
 
     def dropped_segments(self) -> set[int]:
         return {s.segment_id for s in self.segments.values() if s.state == DROPPED}

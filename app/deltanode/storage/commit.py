@@ -54,9 +54,14 @@ class CommitRefused(RuntimeError):
 @dataclass
 class CommitResult:
     outcome: BatchOutcome
-    committed: bool       # False when an earlier attempt had already committed the batch
+    committed: bool       # False when nothing was committed (coalesced, or committed before)
     seconds: float
     version: int | None = None
+    coalesced: ChannelState | None = None   # the state to keep when an idle batch was coalesced
+
+    @property
+    def state(self) -> ChannelState:
+        return self.coalesced if self.coalesced is not None else self.outcome.state
 
 
 def _now_ms() -> int:
@@ -98,13 +103,19 @@ def _segment_files(table: DeltaTable, segments: set[int]) -> list[tuple[str, int
 
 def commit_batch(storage: StorageLayout, state: ChannelState, results: list[TaskResult],
                  insert_schema: pa.Schema, delete_schema: pa.Schema, *, fence=None,
-                 attempts: int = 5) -> CommitResult:
-    """Commit one batch; returns the outcome whose ``state`` is the new ChannelState."""
+                 attempts: int = 5, coalesce_ms: int = 0) -> CommitResult:
+    """Commit one batch; returns the outcome whose ``state`` is the new ChannelState.
+
+    An idle batch (only ticks or other shards' messages) is not committed while the last
+    commit is younger than ``coalesce_ms``: its range is remembered in the state
+    (``resume_offset``) and the next commit covers it. The checkpoint then lags by at most
+    that long, and a channel that only ticks does not write a Delta commit every trigger.
+    """
     t0 = time.monotonic()
-    outcome = advance(state, results)
-    if outcome.start != state.checkpoint_offset:
-        raise CommitRefused(f"{state.vchannel}: batch starts at {outcome.start}, checkpoint is "
-                            f"{state.checkpoint_offset}")
+    now = _now_ms()
+    outcome = advance(state, results, now)
+    if outcome.idle and not state.replay and now - state.committed_at_ms < coalesce_ms:
+        return CommitResult(outcome, False, time.monotonic() - t0, coalesced=outcome.coalesced(state))
     files = [f for r in results for f in r.files]
     by_table = {t: [f for f in files if f.table == t] for t in (INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE)}
     insert_uri = storage.insert_log(state.collection_id)

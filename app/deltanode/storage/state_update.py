@@ -24,6 +24,13 @@ class BatchOutcome:
     quarantined: int
     wire_bytes: int
     messages: int
+    idle: bool           # nothing to persist but the checkpoint: ticks, other shards' messages
+
+    def coalesced(self, previous: ChannelState) -> ChannelState:
+        """``previous`` with this idle batch remembered as handled but not committed."""
+        state = copy.deepcopy(previous)
+        state.resume_offset = self.end
+        return state
 
 
 def batch_range(results: list[TaskResult]) -> tuple[int, int, list[dict]]:
@@ -37,9 +44,11 @@ def batch_range(results: list[TaskResult]) -> tuple[int, int, list[dict]]:
     return tasks[0]["first"], tasks[-1]["end"], tasks
 
 
-def advance(state: ChannelState, results: list[TaskResult]) -> BatchOutcome:
+def advance(state: ChannelState, results: list[TaskResult], now_ms: int = 0) -> BatchOutcome:
     """The state after committing ``results``: segment counts, flush/drop events, checkpoint."""
     start, end, tasks = batch_range(results)
+    if start != state.next_offset():
+        raise BatchRangeError(f"{state.vchannel}: batch starts at {start}, expected {state.next_offset()}")
     new = copy.deepcopy(state)
     for r in results:
         for seg_id, st in r.segments.items():
@@ -81,8 +90,11 @@ def advance(state: ChannelState, results: list[TaskResult]) -> BatchOutcome:
     inserted = sum(t["inserted_rows"] for t in tasks)
     new.batches += 1
     new.rows += inserted
-    new.messages += sum(t["messages"] for t in tasks)
-    new.wire_bytes += sum(t["bytes"] for t in tasks)
-    return BatchOutcome(new, start, end, new.dropped_segments() - before_dropped, inserted,
-                        sum(t["deleted_rows"] for t in tasks), sum(t["quarantined"] for t in tasks),
-                        sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks))
+    new.dml_messages += sum(t["dml_messages"] for t in tasks)
+    new.dml_bytes += sum(t["dml_bytes"] for t in tasks)
+    new.committed_at_ms, new.resume_offset = now_ms, -1
+    deleted, quarantined = sum(t["deleted_rows"] for t in tasks), sum(t["quarantined"] for t in tasks)
+    idle = (not events and not any(r.files or r.segments for r in results) and inserted == deleted == quarantined == 0
+            and new.replay == state.replay)
+    return BatchOutcome(new, state.checkpoint_offset, end, new.dropped_segments() - before_dropped, inserted,
+                        deleted, quarantined, sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks), idle)
