@@ -2,7 +2,6 @@
 
 import pyarrow as pa
 import pytest
-
 from deltanode.flowgraph.records import INSERT, RECORD_SCHEMA, to_ipc
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import ChannelState
