@@ -32,13 +32,13 @@ def client(etcd_server):
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from deltanode.flowgraph.launch import register_sources
+    from deltanode.flowgraph.launch import prepare_spark
     from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]").appName("deltanode-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
-    register_sources(session)
+    prepare_spark(session)
     yield session
     session.stop()
 

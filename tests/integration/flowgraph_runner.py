@@ -24,7 +24,7 @@ def main() -> int:
     faults.arm(os.getpgrp())
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
-    from deltanode.flowgraph.launch import register_sources, start_flowgraph
+    from deltanode.flowgraph.launch import prepare_spark, start_flowgraph
     from deltanode.storage.layout import StorageLayout
     from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
@@ -32,7 +32,7 @@ def main() -> int:
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    register_sources(spark)
+    prepare_spark(spark)
     storage = StorageLayout(args["storage_root"])
     info = VchannelInfo(collectionID=args["collection_id"], channelName=args["vchannel"])
     query = start_flowgraph(spark, storage, info, args["schema_b64"], bootstrap=args["bootstrap"],

@@ -39,7 +39,7 @@ def child(args: dict) -> int:
     os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
-    from ..flowgraph.launch import register_sources, start_flowgraph
+    from ..flowgraph.launch import prepare_spark, start_flowgraph
     from ..storage.layout import StorageLayout
     from ..storage.tables import open_table
     from ..wire.datapb import VchannelInfo
@@ -51,7 +51,7 @@ def child(args: dict) -> int:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register_sources(spark)
+    prepare_spark(spark)
     _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])

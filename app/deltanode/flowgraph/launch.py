@@ -30,9 +30,21 @@ from .spec import FlowgraphSpec, save_state
 log = logging.getLogger(__name__)
 
 
-def register_sources(spark: SparkSession) -> None:
+# Defaults a flowgraph session needs, unless the conf sets them. A flowgraph row is a whole
+# Milvus message (MBs of Arrow payload): Arrow batches of 2 rows from the JVM to the sink keep
+# the JVM from assembling one huge vector per task (measured on a 930 MB backlog of 768-dim
+# inserts: 84 vs 75 MB/s, JVM peak RSS 592 vs 1007 MiB, against the default of 10,000 rows).
+SESSION_DEFAULTS = {"spark.sql.execution.arrow.maxRecordsPerBatch": "2"}
+
+
+def prepare_spark(spark: SparkSession) -> None:
+    """Register the flowgraph's data sources and apply SESSION_DEFAULTS the conf leaves unset."""
     spark.dataSource.register(VchannelSource)
     spark.dataSource.register(BinlogSink)
+    configured = spark.sparkContext.getConf()
+    for key, value in SESSION_DEFAULTS.items():
+        if not configured.contains(key):
+            spark.conf.set(key, value)
 
 
 def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
