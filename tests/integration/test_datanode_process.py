@@ -1,0 +1,130 @@
+"""The real DataNode process (spark-submit.sh datanode) killed with SIGKILL mid-stream."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from deltanode.datacoord.catalog import create_collection
+from deltanode.etcd.client import EtcdClient
+from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.storage.layout import StorageLayout
+from deltanode.storage.tables import open_table
+from deltanode.wire.schema import CollectionLayout, schema_from_json
+
+from .support import SCHEMA, high_watermark, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.spark
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (spark-submit puts the JVM in a group of its own,
+    and pyspark's worker daemon makes yet another: a process-group kill would miss some)."""
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children[ppid].append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def start(what: str, conf: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(ROOT / "spark-submit.sh"), what, "--conf", str(conf)], cwd=ROOT,
+                            stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, sig: int) -> None:
+    for pid in descendants(proc.pid):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=60)
+
+
+def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, broker, etcd_root, tmp_path):
+    conf = tmp_path / "datanode.conf"
+    prefix = f"proc{int(time.time() * 1000) % 10**9}-rootcoord-dml"
+    conf.write_text(f"""
+etcd.endpoints = {etcd_server.endpoint}
+etcd.root = {etcd_root}
+mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
+mq.pchannel.prefix = {prefix}
+mq.pchannel.count = 2
+storage.root = {tmp_path / "delta"}
+datanode.checkpoint.dir = {tmp_path / "scratch"}
+datanode.trigger.interval = 300ms
+datanode.batch.max.messages = 8
+session.ttl = 3s
+spark.master = local[2]
+spark.ui.enabled = false
+spark.log.level = ERROR
+""")
+    log = tmp_path / "processes.log"
+    storage = StorageLayout(str(tmp_path / "delta"))
+    client = EtcdClient(etcd_server.endpoint)
+    schema = schema_from_json(SCHEMA, "killed")
+    record = create_collection(client, etcd_root, broker.bootstrap_servers, "killed", schema, 2, prefix, 2)
+    producer = MilvusProducer(broker.bootstrap_servers, CollectionLayout.from_proto(schema), record.collection_id,
+                              "killed")
+    ticks_stop = threading.Event()
+    ticker(producer, record.pchannels, ticks_stop)
+    produced: list[int] = []
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            k = i % 2
+            first = producer.insert(record.pchannels[k], record.vchannels[k], 70 + k, 1, 100)
+            produced.extend(range(first, first + 100))
+        producer.flush_producer()
+
+    def rows() -> list[int]:
+        table = open_table(storage.insert_log(record.collection_id))
+        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+
+    coord = start("datacoord", conf, log)
+    node = start("datanode", conf, log)
+    try:
+        produce(60)
+        wait_until(lambda: len(rows()) >= 1000, 150, "the DataNode to commit part of the backlog")
+        stop(node, signal.SIGKILL)
+        at_kill = len(rows())
+        produce(20)  # traffic while no DataNode runs; its lease runs out, the channels park
+        node = start("datanode", conf, log)
+        time.sleep(1)
+        targets = {}
+        for p in record.pchannels:
+            producer.tick(p)
+            producer.flush_producer()
+            targets[p] = high_watermark(broker.bootstrap_servers, p)
+        table = lambda: open_table(storage.insert_log(record.collection_id))  # noqa: E731
+        wait_until(lambda: all((table().transaction_version(v) or 0) >= targets[p]
+                               for v, p in zip(record.vchannels, record.pchannels)), 180,
+                   "the new DataNode to commit everything")
+    finally:
+        ticks_stop.set()
+        for proc in (node, coord):
+            if proc.poll() is None:
+                stop(proc, signal.SIGTERM)
+        client.close()
+    got = rows()
+    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    print(f"datanode SIGKILL: produced {len(produced)}, {at_kill} in Delta at the kill, {len(got)} after restart, "
+          f"{len(dupes)} duplicated")
+    assert at_kill < len(produced)
+    assert not dupes and sorted(got) == sorted(produced)
