@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from deltanode.faults import CRASH_AT, CRASH_DIR
+from deltanode.faults import CRASH_AT, CRASH_DIR, POINTS
 from deltanode.flowgraph.spec import encode_schema
 from deltanode.storage.tables import open_table
 from deltanode.wire.schema import schema_from_json
@@ -32,8 +32,7 @@ def run_node(coll, broker, tmp_path, target: int, crash: str | None) -> subproce
                           text=True, timeout=240)
 
 
-@pytest.mark.parametrize("point", ["before_binlog_write", "after_binlog_write", "after_side_commits",
-                                   "after_commit"])
+@pytest.mark.parametrize("point", POINTS)
 def test_sigkill_then_restart_keeps_every_row_exactly_once(point, broker, make_collection, tmp_path):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]

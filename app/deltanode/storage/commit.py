@@ -128,6 +128,8 @@ def commit_batch(storage: StorageLayout, state: ChannelState, results: list[Task
             log.info("%s: batch [%d, %d) already committed (txn %d); discarding its files",
                      state.vchannel, outcome.start, outcome.end, current)
             _delete_files(insert_uri, by_table[INSERT_TABLE])
+            _delete_files(storage.delta_log(state.collection_id), by_table[DELETE_TABLE])
+            _delete_files(storage.quarantine(), by_table[QUARANTINE_TABLE])
             return CommitResult(outcome, False, time.monotonic() - t0)
         if current is not None and current != outcome.start:
             raise CommitRefused(f"{state.vchannel}: insert_log txn is {current}, this flowgraph's batch "
