@@ -108,13 +108,21 @@ class EtcdClient:
         return self._run(start())
 
     def _cancel(self, task: asyncio.Task) -> None:
-        """Cancel a task started with :meth:`_spawn` and wait until it has unwound."""
+        """Cancel a task started with :meth:`_spawn` and wait until it has unwound.
+
+        Stopping never fails the caller: a task that does not unwind in time is left to
+        finish on the loop on its own, with a warning.
+        """
         async def stop() -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-        self._run(stop())
+        try:
+            self._run(stop())
+        except EtcdUnavailable:
+            log.warning("an etcd task on %s did not stop within %.1f s; abandoning it",
+                        self.endpoint, self.request_timeout)
 
     def _adopt(self, child: Any) -> None:
         with self._children_lock:

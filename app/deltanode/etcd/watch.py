@@ -26,6 +26,7 @@ DELETE = "DELETE"
 
 _MIN_BACKOFF = 0.1
 _MAX_BACKOFF = 5.0
+_SHUTDOWN_TIMEOUT = 1.0
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,11 @@ class PrefixWatch:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
             finally:
+                # Bounded: a stream that does not close gracefully must not keep a cancelled
+                # watch from unwinding (its caller is waiting in EtcdClient._cancel).
                 try:
-                    await watcher.shutdown()
-                except Exception as exc:  # the stream is being discarded anyway
+                    await asyncio.wait_for(watcher.shutdown(), _SHUTDOWN_TIMEOUT)
+                except (Exception, asyncio.TimeoutError) as exc:  # the stream is discarded anyway
                     log.debug("closing a watch stream on %r: %r", self.prefix, exc)
 
     def _deliver(self, event: aetcd.Event) -> int:
