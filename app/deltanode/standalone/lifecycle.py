@@ -49,15 +49,6 @@ class ServiceGroup:
         self._started = False
         self._stopped = False
 
-    # -- endpoints the rest of the standalone run connects to
-    @property
-    def etcd_endpoints(self) -> str:
-        return self.conf.get("etcd.endpoints")
-
-    @property
-    def kafka_bootstrap_servers(self) -> str:
-        return self.conf.get("mq.kafka.bootstrap.servers")
-
     @property
     def data_dir(self) -> Path:
         return Path(self.conf.get("embedded.data.dir"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .milvus_proto import common_pb2, schema_pb2
+from .milvus_proto import schema_pb2
 
 DataType = schema_pb2.DataType
 
@@ -148,10 +148,3 @@ def load_schema_file(path: str | Path, collection_name: str) -> schema_pb2.Colle
         return schema_from_json(doc, collection_name)
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None
-
-
-def msg_type_name(value: int) -> str:
-    try:
-        return common_pb2.MsgType.Name(value)
-    except ValueError:
-        return f"MsgType({value})"
