@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 
 from pyspark.sql import SparkSession
@@ -28,6 +29,10 @@ from .source import VchannelSource
 from .spec import FlowgraphSpec, save_state
 
 log = logging.getLogger(__name__)
+# One query start at a time per process: the channel watcher starts flowgraphs from one
+# thread per vchannel, and planning two streaming queries on one session at once can corrupt
+# session state (seen once: every later task failed with java.io.OptionalDataException).
+_START_LOCK = threading.Lock()
 
 
 # Defaults a flowgraph session needs, unless the conf sets them. A flowgraph row is a whole
@@ -87,9 +92,6 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
                     max_messages: int = 200, max_bytes: int = 256 << 20, splits: int = 2, node_id: int = 0,
                     checkpoint_interval_ms: int = 10_000,
                     fence: dict | None = None) -> StreamingQuery:
-    # The channel watcher starts flowgraphs from its own threads; Spark's active session is
-    # per JVM thread, and the sink lookup needs it to find our registered data sources.
-    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
     state = initial_state(storage, info, node_id)
     run_dir = os.path.join(scratch_dir, check_safe("vchannel", state.vchannel), uuid.uuid4().hex[:12])
     context_file = os.path.join(run_dir, "state.json")
@@ -103,15 +105,24 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
         delete_watermark=meta.table_watermark(storage.delta_log(state.collection_id), state.vchannel),
         quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence)
     option = spec.to_option()
+    with _START_LOCK:
+        query = _start_query(spark, option, os.path.join(run_dir, "spark"), trigger_interval, state.vchannel)
+    query.deltanode_run_dir = run_dir  # type: ignore[attr-defined]
     log.info("%s: flowgraph starts at offset %d (ts %d), %d segments known, replay filter %s",
              state.vchannel, state.checkpoint_offset, state.checkpoint_ts, len(state.segments),
              "active" if state.replay else "idle")
-    query = (spark.readStream.format(VchannelSource.name()).option("spec", option).load()
-             .writeStream.format(BinlogSink.name()).option("spec", option)
-             .option("checkpointLocation", os.path.join(run_dir, "spark"))
-             .trigger(processingTime=trigger_interval).queryName(state.vchannel).start())
-    query.deltanode_run_dir = run_dir  # type: ignore[attr-defined]
     return query
+
+
+def _start_query(spark: SparkSession, option: str, checkpoint: str, trigger_interval: str,
+                 name: str) -> StreamingQuery:
+    # The channel watcher starts flowgraphs from its own threads; Spark's active session is
+    # per JVM thread, and the sink lookup needs it to find our registered data sources.
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)
+    return (spark.readStream.format(VchannelSource.name()).option("spec", option).load()
+            .writeStream.format(BinlogSink.name()).option("spec", option)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=trigger_interval).queryName(name).start())
 
 
 def discard_run_dir(query: StreamingQuery) -> None:
