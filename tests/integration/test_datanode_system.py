@@ -98,7 +98,7 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
         stop.set()
         for node in (node_a, node_b):
             if node is not None:
-                node.flowgraphs.stop_all()
+                node.stop()
         coord.stop()
         client.close()
     got = rows()
