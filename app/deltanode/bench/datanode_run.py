@@ -12,7 +12,6 @@ tree (``procs.TreeSampler``).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import signal
@@ -55,10 +54,6 @@ def child(args: dict) -> int:
     _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])
-    extra = {}
-    if args.get("max_bytes") and "max_bytes" in inspect.signature(start_flowgraph).parameters:
-        extra["max_bytes"] = args["max_bytes"]
-    _emit(status, "settings", max_bytes_applied=bool(extra))
     queries = []
     for coll in args["collections"]:
         for v in coll["vchannels"]:
@@ -66,7 +61,8 @@ def child(args: dict) -> int:
             info = VchannelInfo(collectionID=coll["collection_id"], channelName=v)
             queries.append(start_flowgraph(spark, storage, info, coll["schema_b64"], bootstrap=args["bootstrap"],
                                            scratch_dir=args["scratch"], trigger_interval=args["trigger"],
-                                           max_messages=args["max_messages"], splits=args["splits"], **extra))
+                                           max_messages=args["max_messages"], max_bytes=args["max_bytes"],
+                                           splits=args["splits"]))
     _emit(status, "queries_started")
 
     stop = threading.Event()

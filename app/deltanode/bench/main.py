@@ -57,8 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="micro-batch cap in pchannel records (inserts and ticks), the flowgraph's "
                         "max_messages (default 200, datanode.batch.max.messages)")
     p.add_argument("--max-bytes-per-batch", default="256m",
-                   help="micro-batch cap in wire bytes, passed as start_flowgraph(max_bytes=...) when the "
-                        "flowgraph has that parameter (default 256m, datanode.batch.max.bytes)")
+                   help="micro-batch cap in wire bytes (default 256m, datanode.batch.max.bytes)")
     p.add_argument("--splits", type=int, default=2, help="Spark read partitions per micro-batch (default 2)")
     p.add_argument("--trigger-ms", type=int, default=1000,
                    help="Spark micro-batch trigger interval (default 1000, datanode.trigger.interval)")
@@ -321,8 +320,8 @@ class Bench:
             (f"software: python {m['python']}, pyspark {_version('pyspark')}, deltalake {_version('deltalake')}, "
              f"broker Tansu (embedded, memory storage)"),
             (f"settings: Spark local[2], {a.vchannels} vchannel(s) per collection, {ROWS_PER_MESSAGE} rows per "
-             f"message, micro-batch cap {a.max_messages_per_batch} records and {a.max_bytes_per_batch} bytes "
-             f"({self.max_bytes_note()}), {a.splits} splits, trigger {a.trigger_ms} ms"),
+             f"message, micro-batch cap {a.max_messages_per_batch} records and {a.max_bytes_per_batch} bytes, "
+             f"{a.splits} splits, trigger {a.trigger_ms} ms"),
             "",
         ]
         first = [r for r in self.runs if r.label == "1x"]
@@ -430,13 +429,6 @@ class Bench:
         out += ["", f"bench wall time {wall:.0f} s"]
         return "\n".join(out)
 
-    def max_bytes_note(self) -> str:
-        applied = {e.get("max_bytes_applied") for _, _, n in self.nodes for e in n.events if e["ev"] == "settings"}
-        if applied == {True}:
-            return "byte cap passed to the flowgraph"
-        if applied == {False}:
-            return "byte cap NOT applied: start_flowgraph has no max_bytes"
-        return "byte cap applied in some runs only" if applied else "no DataNode ran"
 
     def targets(self) -> list[str]:
         lines = []
