@@ -125,3 +125,33 @@ def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection
         assert coll.insert_rows() == []
     finally:
         q.stop()
+
+
+def test_a_drop_read_by_one_task_filters_the_rows_a_concurrent_later_task_kept(spark, broker, make_collection, tmp_path):
+    """One batch of 8 messages split into [0, 4) and [4, 8): the partition drop at offset 3 is
+    seen by the first task only, yet the second task's rows of that partition must not land."""
+    coll = make_collection(ticking=False)
+    p, v = coll.pchannels[0], coll.vchannels[0]
+    prod = coll.producer
+    prod.insert(p, v, segment_id=1, partition_id=10, rows=10)        # 0
+    first_pk = prod.insert(p, v, segment_id=2, partition_id=20, rows=10)  # 1
+    prod.delete(p, v, 10, [1])                                        # 2
+    prod.drop_partition(p, 20)                                        # 3
+    prod.insert(p, v, segment_id=4, partition_id=20, rows=10)        # 4: dropped partition
+    prod.delete(p, v, 20, [first_pk])                                 # 5: dropped partition
+    prod.delete(p, v, 10, [2])                                        # 6
+    prod.insert(p, v, segment_id=1, partition_id=10, rows=5)         # 7
+    assert settled_watermark(coll, p) >= 8
+    q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=2, max_messages=8)
+    try:
+        # Only ticks follow offset 8, and an idle batch waits for the next one to commit.
+        wait_until(lambda: coll.committed_offset(v) >= 8, 90, "the 8 messages to commit")
+    finally:
+        q.stop()
+    state = coll.state(v)
+    assert 4 not in state.segments and state.segments[2].state == "Dropped"
+    assert state.segments[1].num_rows == 15 and state.rows == 25
+    rows = coll.insert_rows()
+    assert len(rows) == 15 and {r["_partition_id"] for r in rows} == {10}
+    deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().to_pylist()
+    assert sorted((d["_partition_id"], d["pk"]) for d in deletes) == [(10, 1), (10, 2)]

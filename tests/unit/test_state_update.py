@@ -1,7 +1,7 @@
 """How a committed batch changes a ChannelState."""
 
 import pytest
-from deltanode.storage.binlog_writer import SegmentStats, TaskResult
+from deltanode.storage.binlog_writer import FileEntry, SegmentStats, TaskResult
 from deltanode.storage.channel_state import (
     DROPPED,
     FLUSHED,
@@ -9,13 +9,13 @@ from deltanode.storage.channel_state import (
     ChannelState,
     SegmentMeta,
 )
-from deltanode.storage.state_update import BatchRangeError, advance
+from deltanode.storage.state_update import BatchRangeError, advance, retract_after_drops
 
 
-def task(first, end, max_tick=0, inserted=0, replay=None):
+def task(first, end, max_tick=0, inserted=0, replay=None, deleted=0):
     return {"type": "task", "first": first, "end": end, "messages": end - first, "bytes": 10, "max_tick": max_tick,
             "dml_messages": 0, "dml_bytes": 0,
-            "inserted_rows": inserted, "deleted_rows": 0, "quarantined": 0, "skipped": {}, "replay": replay}
+            "inserted_rows": inserted, "deleted_rows": deleted, "quarantined": 0, "skipped": {}, "replay": replay}
 
 
 def state():
@@ -70,6 +70,40 @@ def test_a_flush_seals_only_segments_that_had_rows_before_it():
                           events=[task(10, 14), {"type": "flush", "offset": 12, "ts": 690}])]
     out = advance(state(), results)
     assert out.state.segments[7].state == FLUSHED and out.state.segments[9].state == GROWING
+
+
+def file(table, partition, rows, segment=-1):
+    return FileEntry(table, f"{partition}/{segment}/f-{table}-{rows}.parquet", 100, rows, "{}", segment, partition)
+
+
+def test_a_drop_in_an_earlier_task_of_a_split_batch_retracts_what_later_tasks_kept():
+    # Task 1 drops partition 2 at offset 12; task 2 (offsets 14..) ran concurrently from the
+    # batch's starting state, so it kept an insert into partition 2 and a delete of it.
+    first = TaskResult(files=[file("insert", 2, 5, segment=9)], segments={9: SegmentStats(2, 5, 600, 600, 11, 600)},
+                       events=[task(10, 14, inserted=5), {"type": "drop_partition", "offset": 12, "ts": 620,
+                                                         "partition_id": 2}])
+    later = [file("insert", 2, 4, segment=11), file("insert", 1, 3, segment=7), file("delete", 2, 6),
+             file("delete", 1, 2), file("quarantine", -1, 1)]
+    second = TaskResult(files=later, segments={11: SegmentStats(2, 4, 630, 640, 15, 630),
+                                               7: SegmentStats(1, 3, 650, 650, 16, 650)},
+                        events=[task(14, 18, inserted=7, deleted=8)])
+    results, discarded = retract_after_drops([first, second])
+    assert discarded == [later[0], later[2]]
+    assert results[0] is first and results[1].files == [later[1], later[3], later[4]]
+    out = advance(state(), results)
+    assert 11 not in out.state.segments and out.state.segments[9].state == DROPPED
+    assert out.state.segments[7].num_rows == 5 + 3 and out.newly_dropped == {9}
+    assert (out.inserted_rows, out.deleted_rows) == (8, 2)
+
+
+def test_a_collection_drop_in_an_earlier_task_retracts_every_later_insert_and_delete():
+    first = TaskResult(events=[task(10, 12), {"type": "drop_collection", "offset": 11, "ts": 620}])
+    second = TaskResult(files=[file("insert", 1, 3, segment=7), file("delete", -1, 2)],
+                        segments={7: SegmentStats(1, 3, 650, 650, 13, 650)}, events=[task(12, 14, inserted=3, deleted=2)])
+    results, discarded = retract_after_drops([first, second])
+    assert len(discarded) == 2 and results[1].files == [] and results[1].segments == {}
+    out = advance(state(), results)
+    assert out.state.segments[7].num_rows == 5 and (out.inserted_rows, out.deleted_rows) == (0, 0)
 
 
 def test_the_source_sizes_batches_by_bytes_at_the_average_message_size(tmp_path):

@@ -2,7 +2,8 @@
 
 Insert rows go to one parquet file per segment per task (under
 ``{partition}/{segment}/`` in the insert_log table, the Milvus binlog path shape); delete
-rows to one file per task in delta_log; quarantine rows to the quarantine table. Files are
+rows to one file per partition per task in delta_log (so the driver can retract a
+partition's deletes, see ``state_update.retract_after_drops``); quarantine rows to the quarantine table. Files are
 written incrementally (row group by row group), so a task's memory does not grow with the
 size of its offset range. Nothing is visible to readers until the driver commits the files.
 """
@@ -98,7 +99,7 @@ class BinlogWriter:
         self.insert_schema, self.delete_schema = insert_schema, delete_schema
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
-        self._deletes: _File | None = None
+        self._deletes: dict[int, _File] = {}
         self._quarantine: _File | None = None
         self.result = TaskResult()
 
@@ -118,10 +119,7 @@ class BinlogWriter:
                 self._add_insert(segments[i], partitions[i], from_ipc(payloads[i].as_buffer(), self.insert_schema),
                                  offsets[i], min_ts[i], max_ts[i])
             elif kind == DELETE:
-                if self._deletes is None:
-                    self._deletes = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(), self.delete_schema,
-                                          ["_ts", "_partition_id"])
-                self._deletes.write(from_ipc(payloads[i].as_buffer(), self.delete_schema))
+                self._add_delete(partitions[i], from_ipc(payloads[i].as_buffer(), self.delete_schema))
             elif kind == EVENT:
                 self.result.events.append(json.loads(events[i].as_py()))
             elif kind == QUARANTINE:
@@ -142,6 +140,13 @@ class BinlogWriter:
         if offset < st.first_offset:
             st.first_offset, st.first_ts = offset, lo
 
+    def _add_delete(self, part_id: int, batch: pa.RecordBatch) -> None:
+        f = self._deletes.get(part_id)
+        if f is None:
+            f = self._deletes[part_id] = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(), self.delete_schema,
+                                               ["_ts", "_partition_id"], partition_id=part_id)
+        f.write(batch)
+
     def _add_quarantine(self, offset: int, doc: dict, payload: bytes) -> None:
         if self._quarantine is None:
             self._quarantine = _File(QUARANTINE_TABLE, self.roots[QUARANTINE_TABLE], self._name(),
@@ -152,7 +157,7 @@ class BinlogWriter:
             "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA))
 
     def close(self) -> TaskResult:
-        for f in [*self._segments.values(), self._deletes, self._quarantine]:
+        for f in [*self._segments.values(), *self._deletes.values(), self._quarantine]:
             if f is not None:
                 self.result.files.append(f.close())
         return self.result

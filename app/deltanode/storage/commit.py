@@ -40,7 +40,7 @@ from .binlog_writer import (
 )
 from .channel_state import METADATA_KEY, ChannelState
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
-from .state_update import BatchOutcome, advance
+from .state_update import BatchOutcome, advance, retract_after_drops
 from .tables import open_or_create
 
 log = logging.getLogger(__name__)
@@ -113,12 +113,15 @@ def commit_batch(storage: StorageLayout, state: ChannelState, results: list[Task
     """
     t0 = time.monotonic()
     now = _now_ms()
+    results, retracted = retract_after_drops(results)
     outcome = advance(state, results, now)
     if outcome.idle and not state.replay and now - state.committed_at_ms < coalesce_ms:
         return CommitResult(outcome, False, time.monotonic() - t0, coalesced=outcome.coalesced(state))
     files = [f for r in results for f in r.files]
     by_table = {t: [f for f in files if f.table == t] for t in (INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE)}
     insert_uri = storage.insert_log(state.collection_id)
+    _delete_files(insert_uri, [f for f in retracted if f.table == INSERT_TABLE])
+    _delete_files(storage.delta_log(state.collection_id), [f for f in retracted if f.table == DELETE_TABLE])
     if fence is not None:
         fence.check()
     for attempt in range(attempts):

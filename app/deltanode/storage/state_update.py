@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .binlog_writer import TaskResult
+from .binlog_writer import DELETE_TABLE, INSERT_TABLE, FileEntry, TaskResult
 from .channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
 
 
@@ -42,6 +42,44 @@ def batch_range(results: list[TaskResult]) -> tuple[int, int, list[dict]]:
             raise BatchRangeError(f"task ranges are not contiguous: [{a['first']}, {a['end']}) then "
                                   f"[{b['first']}, {b['end']})")
     return tasks[0]["first"], tasks[-1]["end"], tasks
+
+
+def retract_after_drops(results: list[TaskResult]) -> tuple[list[TaskResult], list[FileEntry]]:
+    """Take back what a task kept that a drop in an earlier task of the same batch filters out.
+
+    A split batch's tasks run concurrently, each starting from the batch's ChannelState, so a
+    task after a DropPartition (DropCollection) still kept that partition's (every) inserts
+    and deletes. Within one task the router already filters them; here the later tasks'
+    segment counts and binlog files of the dropped partitions are removed, so the outcome is
+    the one a single task would have had. Returns the corrected results and the files to
+    discard. (Quarantine rows of such messages stay: a record of bad input is never wrong.)
+    """
+    drops = sorted((e for r in results for e in r.events if e["type"] in ("drop_partition", "drop_collection")),
+                   key=lambda e: e["offset"])
+    if not drops:
+        return results, []
+    kept, discarded = [], []
+    for r in results:
+        task = next(e for e in r.events if e["type"] == "task")
+        earlier = [e for e in drops if e["offset"] < task["first"]]
+        everything = any(e["type"] == "drop_collection" for e in earlier)
+        parts = {e["partition_id"] for e in earlier if e["type"] == "drop_partition"}
+        if not everything and not parts:
+            kept.append(r)
+            continue
+
+        def gone(f: FileEntry) -> bool:
+            return f.table in (INSERT_TABLE, DELETE_TABLE) and (everything or f.partition_id in parts)
+
+        segments = {s: st for s, st in r.segments.items() if not (everything or st.partition_id in parts)}
+        files = [f for f in r.files if not gone(f)]
+        retracted = [f for f in r.files if gone(f)]
+        discarded += retracted
+        task = dict(task, inserted_rows=task["inserted_rows"] - sum(f.rows for f in retracted if f.table == INSERT_TABLE),
+                    deleted_rows=task["deleted_rows"] - sum(f.rows for f in retracted if f.table == DELETE_TABLE))
+        events = [task if e["type"] == "task" else e for e in r.events]
+        kept.append(replace(r, files=files, segments=segments, events=events))
+    return kept, discarded
 
 
 def advance(state: ChannelState, results: list[TaskResult], now_ms: int = 0) -> BatchOutcome:
