@@ -127,7 +127,7 @@ def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection
         q.stop()
 
 
-def test_a_drop_read_by_one_task_filters_the_rows_a_concurrent_later_task_kept(spark, broker, make_collection, tmp_path):
+def test_a_drop_read_by_one_task_filters_what_a_concurrent_later_task_kept(spark, broker, make_collection, tmp_path):
     """One batch of 8 messages split into [0, 4) and [4, 8): the partition drop at offset 3 is
     seen by the first task only, yet the second task's rows of that partition must not land."""
     coll = make_collection(ticking=False)

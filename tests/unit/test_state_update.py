@@ -99,7 +99,8 @@ def test_a_drop_in_an_earlier_task_of_a_split_batch_retracts_what_later_tasks_ke
 def test_a_collection_drop_in_an_earlier_task_retracts_every_later_insert_and_delete():
     first = TaskResult(events=[task(10, 12), {"type": "drop_collection", "offset": 11, "ts": 620}])
     second = TaskResult(files=[file("insert", 1, 3, segment=7), file("delete", -1, 2)],
-                        segments={7: SegmentStats(1, 3, 650, 650, 13, 650)}, events=[task(12, 14, inserted=3, deleted=2)])
+                        segments={7: SegmentStats(1, 3, 650, 650, 13, 650)},
+                        events=[task(12, 14, inserted=3, deleted=2)])
     results, discarded = retract_after_drops([first, second])
     assert len(discarded) == 2 and results[1].files == [] and results[1].segments == {}
     out = advance(state(), results)

@@ -75,8 +75,9 @@ def retract_after_drops(results: list[TaskResult]) -> tuple[list[TaskResult], li
         files = [f for f in r.files if not gone(f)]
         retracted = [f for f in r.files if gone(f)]
         discarded += retracted
-        task = dict(task, inserted_rows=task["inserted_rows"] - sum(f.rows for f in retracted if f.table == INSERT_TABLE),
-                    deleted_rows=task["deleted_rows"] - sum(f.rows for f in retracted if f.table == DELETE_TABLE))
+        rows = {t: sum(f.rows for f in retracted if f.table == t) for t in (INSERT_TABLE, DELETE_TABLE)}
+        task = dict(task, inserted_rows=task["inserted_rows"] - rows[INSERT_TABLE],
+                    deleted_rows=task["deleted_rows"] - rows[DELETE_TABLE])
         events = [task if e["type"] == "task" else e for e in r.events]
         kept.append(replace(r, files=files, segments=segments, events=events))
     return kept, discarded
