@@ -246,6 +246,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.checkpoint.interval", "duration", "10s",
        "longest a channel's checkpoint may lag while only ticks arrive (idle batches are not committed)", min=0),
     _k("datanode.read.splits", "int", "2", "Spark read partitions per micro-batch", min=1),
+    _k("datanode.warmup", "bool", "true",
+       "run one throw-away micro-batch at start, before registering, so the first channel's first "
+       "batch does not wait for Spark's Python workers to start"),
     _k("datanode.checkpoint.dir", "path", "var/spark-checkpoints",
        "Spark streaming checkpoint directory (path or URI)"),
     _k("datanode.address", "str", "127.0.0.1", "address the DataNode registers in its session"),

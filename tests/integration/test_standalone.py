@@ -62,6 +62,7 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path):
         rc, health = admin(env, "health")
         assert rc == 0 and health["healthy"] is True
         assert "rows in" in (tmp_path / "standalone.log").read_text()  # progress reports
+        assert "warm-up done" in (tmp_path / "standalone.log").read_text()
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
         try:

@@ -1,7 +1,7 @@
 """A DataNode (one flowgraph per vchannel, Spark local[2]) in a child process.
 
 Child: ``python -m deltanode.bench.datanode_run SPEC_JSON``. It starts a SparkSession,
-starts one flowgraph per vchannel with ``start_flowgraph`` and, every ``poll`` seconds,
+warms it up as a DataNode does (``datanode.warmup``), starts one flowgraph per vchannel with ``start_flowgraph`` and, every ``poll`` seconds,
 writes each vchannel's insert_log ``txn`` to the status file when it moved, as JSON lines
 (``{"ev": ..., "t": wall clock, ...}``). It stops its queries and Spark when a line
 arrives on stdin (or stdin closes).
@@ -39,6 +39,7 @@ def child(args: dict) -> int:
     from pyspark.sql import SparkSession
 
     from ..flowgraph.launch import prepare_spark, start_flowgraph
+    from ..flowgraph.warmup import warm_up
     from ..storage.layout import StorageLayout
     from ..storage.tables import open_table
     from ..wire.datapb import VchannelInfo
@@ -51,6 +52,9 @@ def child(args: dict) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     prepare_spark(spark)
+    _emit(status, "spark_session")
+    if args.get("warmup", True):  # as a DataNode does with datanode.warmup = true (the default)
+        warm_up(spark, args["scratch"], args["splits"])
     _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])

@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--splits", type=int, default=2, help="Spark read partitions per micro-batch (default 2)")
     p.add_argument("--trigger-ms", type=int, default=1000,
                    help="Spark micro-batch trigger interval (default 1000, datanode.trigger.interval)")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="start flowgraphs on a cold Spark session (datanode.warmup = false)")
     p.add_argument("--no-reference", action="store_true", help="skip the plain-Python reference")
     p.add_argument("--work-dir", help="keep broker logs, Delta tables and Spark logs here (default: a "
                                       "temporary directory, removed at the end)")
@@ -121,7 +123,8 @@ class NodeRun:
     label: str
     dim: int
     t_start: float
-    spark_ready: float
+    spark_session: float             # SparkSession up
+    spark_ready: float               # ... and warmed up (datanode.warmup)
     channels: list[ChannelRun]
     stats: WindowStats | None        # whole run (memory)
     busy: WindowStats | None         # from queries started to last commit (cores)
@@ -184,7 +187,7 @@ class Bench:
                                  "schema_b64": coll.schema_b64}],
                 "trigger": f"{a.trigger_ms} milliseconds", "max_messages": a.max_messages_per_batch,
                 "max_bytes": a.max_bytes,
-                "splits": a.splits, "master": "local[2]"}
+                "splits": a.splits, "master": "local[2]", "warmup": not a.no_warmup}
         spec["status_file"] = os.path.join(self.work, f"node{n}.status")
         return DataNode(spec, spec["status_file"], os.path.join(self.work, f"node{n}.log"))
 
@@ -219,8 +222,8 @@ class Bench:
                             starts[v], targets[v], node.first("query_start", vchannel=v)["t"], commits[-1].t,
                             commits, lat.warm_rate(commits, sizes), lat.largest_batch(commits, sizes, starts[v]))
             chans.append(ch)
-        ready = node.first("spark_ready")["t"]
-        run = NodeRun(label, coll.dim, node.t_start, ready, chans, None, None)
+        run = NodeRun(label, coll.dim, node.t_start, node.first("spark_session")["t"], node.first("spark_ready")["t"],
+                      chans, None, None)
         run.stats = window(node.sampler.samples, node.t_start, run.t_done + 0.25)
         run.busy = window(node.sampler.samples, node.first("queries_started")["t"], run.t_done + 0.25)
         firsts = [c.commits[0].t for c in chans if len(c.commits) >= 2]
@@ -343,10 +346,17 @@ class Bench:
                          rate(tot_b / span / 1e6), rate(tot_r / span, 0), "-",
                          sum(len(c.commits) for c in r.channels), rate(rr / 1e6 if rr else None),
                          f"{tot_b / span / rr:.2f}" if rr else "-"])
-        out.append("Backlog, cold start: DataNode from flowgraph start (Spark session up) to the Delta commit of the "
-                   "last message; total = all vchannels from the first start to the last commit")
+        out.append("Backlog, first start: DataNode from flowgraph start (Spark session up and warmed up, see "
+                   "Start-up) to the Delta commit of the last message; total = all vchannels from the first start "
+                   "to the last commit")
         out.append(table(["dim", "vch", "msgs", "wire MB", "seconds", "MB/s", "rows/s", "MB/s after 1st commit",
                           "commits", "ref MB/s", "DataNode/ref"], rows))
+        out += ["", "Start-up: DataNode process start -> SparkSession up -> warmed up (datanode.warmup; "
+                    "'-' with --no-warmup) -> first flowgraph started"]
+        out.append(table(["dim", "run", "session s", "warm-up s", "flowgraph start s"], [
+            [r.dim, r.label, secs(r.spark_session - r.t_start),
+             secs(r.spark_ready - r.spark_session) if not a.no_warmup else "-", secs(r.t_query - r.t_start)]
+            for r in self.runs]))
         if self.refs:
             out += ["", "Reference: one plain Python process, consume -> decode -> parquet, same messages, no Spark"]
             rows = []
@@ -406,7 +416,7 @@ class Bench:
                              secs(r.spark_ready - r.t_start), secs(span), secs(r.t_done - r.t_query),
                              rate(nbytes / (r.t_done - r.t_query) / 1e6), rate(nbytes / span / 1e6),
                              rate(min(warm) / 1e6) if all(warm) else "-", sum(len(c.commits) for c in r.channels)])
-            out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark session ready s", "all committed s",
+            out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark ready s", "all committed s",
                               "of which flowgraphs s", "MB/s flowgraphs", "MB/s incl. startup",
                               "MB/s after 1st commit", "commits"], rows))
         rows = []

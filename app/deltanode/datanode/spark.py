@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import SparkSession
 
 from ..config import Conf
 from ..flowgraph.launch import prepare_spark
+from ..flowgraph.warmup import warm_up
+
+log = logging.getLogger(__name__)
 
 
 def spark_session(conf: Conf, app_name: str = "deltanode-datanode") -> SparkSession:
@@ -16,4 +21,14 @@ def spark_session(conf: Conf, app_name: str = "deltanode-datanode") -> SparkSess
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     prepare_spark(spark)
+    if conf.get("datanode.warmup"):
+        _warm_up(spark, str(conf.get("datanode.checkpoint.dir")), conf.get("datanode.read.splits"))
     return spark
+
+
+def _warm_up(spark: SparkSession, checkpoint_dir: str, splits: int) -> None:
+    log.info("warming up Spark's Python workers (datanode.warmup)")
+    try:
+        log.info("warm-up done in %.1f s", warm_up(spark, checkpoint_dir, splits))
+    except Exception as e:  # noqa: BLE001 - an optimisation: the flowgraphs report real failures
+        log.warning("warm-up failed, going on without it: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
