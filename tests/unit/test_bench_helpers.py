@@ -97,9 +97,9 @@ def test_short_channel():
 
 def test_quick_fills_only_what_was_not_given():
     a = parse_args(["--quick", "--messages", "9"])
-    assert a.messages == 9 and a.dim_list == [768] and a.backlog_factor == 3
+    assert a.messages == 9 and a.dim_list == [768] and a.factors == [3]
     d = parse_args([])
-    assert d.dim_list == [128, 768] and d.messages == 30 and not d.quick
+    assert d.dim_list == [128, 768] and d.messages == 30 and d.factors == [3, 10] and not d.quick
     with pytest.raises(SystemExit):
         parse_args(["--dims", "x"])
 

@@ -116,7 +116,12 @@ def test_the_source_sizes_batches_by_bytes_at_the_average_message_size(tmp_path)
                          max_messages=200, max_bytes=3_000_000)
     save_state(spec.context_file, s)
     reader = VchannelReader(spec)
-    assert reader._message_cap(ReadAllAvailable()) == 200          # no history yet: the message cap
+    assert reader._message_cap(ReadAllAvailable()) == 1            # no history yet: max_bytes of 10 MiB messages
+    spec.max_bytes = 256 << 20
+    assert reader._message_cap(ReadAllAvailable()) == 25
+    spec.max_bytes = 3_000_000
     s.dml_messages, s.dml_bytes = 10, 1_000_000                    # 100 kB an insert on average
     save_state(spec.context_file, s)
     assert reader._message_cap(ReadAllAvailable()) == 30
+    spec.max_messages = 20
+    assert reader._message_cap(ReadAllAvailable()) == 20

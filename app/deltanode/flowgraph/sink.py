@@ -18,6 +18,7 @@ from ..storage.binlog_writer import BinlogWriter, TaskResult
 from ..storage.commit import commit_batch
 from ..storage.layout import filesystem
 from .spec import FlowgraphSpec, StateFile, save_state
+from .task_memory import release_task_memory
 
 log = logging.getLogger("deltanode.sink")
 
@@ -50,7 +51,7 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         for batch in iterator:
             writer.add(batch)
         result = writer.close()
-        pa.default_memory_pool().release_unused()  # workers are reused: keep their RSS flat
+        release_task_memory()
         return BinlogMessage(result)
 
     def commit(self, messages: list[BinlogMessage], batchId: int) -> None:

@@ -19,6 +19,7 @@ from ..mq.kafka import BrokerError, Watermarks, read_range
 from .records import RECORD_SCHEMA, spark_ddl
 from .route import Router
 from .spec import FlowgraphSpec, StateFile
+from .task_memory import release_task_memory
 
 
 @dataclass
@@ -50,6 +51,14 @@ def split_range(first: int, end: int, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+# The largest message a Milvus producer sends (its Kafka producer's message.max.bytes,
+# milvus-wire-facts.md). Until a channel has an average Insert/Delete size, a batch takes
+# max_bytes // this many messages: a brand-new channel's first batch would otherwise take
+# max_messages whatever their size (200 messages of 768-dim inserts are 620 MB against a
+# 256m cap).
+MAX_MESSAGE_BYTES = 10 << 20
+
+
 class VchannelReader(DataSourceStreamReader):
     def __init__(self, spec: FlowgraphSpec) -> None:
         self.spec = spec
@@ -71,11 +80,11 @@ class VchannelReader(DataSourceStreamReader):
     def _message_cap(self, limit: ReadLimit) -> int:
         """Messages per batch: max_messages, fewer when max_bytes at the channel's average
         Insert/Delete message size says so (sizes are unknown until read; counting every
-        message as DML-sized keeps a batch under max_bytes whatever the mix)."""
+        message as DML-sized keeps a batch under max_bytes whatever the mix); the largest
+        message size until the channel has an average."""
         cap = self.spec.max_messages
         average = self._state.load().average_dml_bytes()
-        if average:
-            cap = min(cap, max(1, int(self.spec.max_bytes // average)))
+        cap = min(cap, max(1, int(self.spec.max_bytes // (average or MAX_MESSAGE_BYTES))))
         if isinstance(limit, ReadMaxRows):
             cap = min(cap, limit.max_rows)
         return cap
@@ -108,7 +117,9 @@ class VchannelReader(DataSourceStreamReader):
                 batch = router.route(offset, value)
                 if batch is not None:
                     yield batch
+            del chunk
         yield router.summary()
+        release_task_memory()
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the sink's Delta commit is the checkpoint."""
