@@ -117,7 +117,7 @@ class VchannelReader(DataSourceStreamReader):
                 batch = router.route(offset, value)
                 if batch is not None:
                     yield batch
-            del chunk
+            del chunk  # not kept alive through release_task_memory below
         yield router.summary()
         release_task_memory()
 

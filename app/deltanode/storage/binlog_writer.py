@@ -3,8 +3,8 @@
 Insert rows go to one parquet file per segment per task (under
 ``{partition}/{segment}/`` in the insert_log table, the Milvus binlog path shape); delete
 rows to one file per partition per task in delta_log (so the driver can retract a
-partition's deletes, see ``state_update.retract_after_drops``); quarantine rows to the quarantine table. Files are
-written incrementally (row group by row group), so a task's memory does not grow with the
+partition's deletes, see ``state_update.retract_after_drops``); quarantine rows to the
+quarantine table. Files are written incrementally (row group by row group), so a task's memory does not grow with the
 size of its offset range. Nothing is visible to readers until the driver commits the files.
 """
 
