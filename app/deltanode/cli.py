@@ -24,6 +24,7 @@ from typing import Sequence
 
 from deltanode import __version__
 from deltanode.config import ENV_PREFIX, ConfError, load_conf
+from deltanode.logs import setup_logging
 
 PROG = "spark-submit.sh"
 DEFAULT_STANDALONE_CONF = "conf/standalone.conf"
@@ -148,14 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse argv; raises SystemExit (0 after --help, 2 on a usage error)."""
     return build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-
-
-def setup_logging(level: str = "INFO") -> None:
-    """Log to stderr with timestamps at ``level`` (log.level)."""
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", force=True)
-    for noisy in ("py4j", "py4j.clientserver", "kafka", "grpc", "urllib3"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.root.level))
 
 
 def _resolve(args: argparse.Namespace):

@@ -249,6 +249,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.warmup", "bool", "true",
        "run one throw-away micro-batch at start, before registering, so the first channel's first "
        "batch does not wait for Spark's Python workers to start"),
+    _k("datanode.handoff.dir", "str", "/dev/shm/deltanode-handoff",
+       "absolute directory on every executor host (tmpfs is best) where a task's source leaves large "
+       "payloads for its sink instead of sending them through the JVM; off: through the JVM"),
     _k("datanode.checkpoint.dir", "path", "var/spark-checkpoints",
        "Spark streaming checkpoint directory (path or URI)"),
     _k("datanode.address", "str", "127.0.0.1", "address the DataNode registers in its session"),
@@ -471,6 +474,10 @@ def _check_cross(conf: Conf) -> None:
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
             fail("etcd.endpoints", f"{conf.get('etcd.endpoints')!r}: with embedded.etcd = true "
                                    "it must be one loopback endpoint, e.g. 127.0.0.1:2379")
+    handoff = conf.get("datanode.handoff.dir")
+    if handoff != "off" and not os.path.isabs(handoff):
+        fail("datanode.handoff.dir", f"{handoff!r}: an absolute directory that exists on every executor host "
+                                     "(e.g. /dev/shm/deltanode-handoff), or off")
     if conf.get("embedded.broker"):
         if conf.get("mq.type") != "kafka":
             fail("embedded.broker", "the embedded broker speaks the Kafka protocol only; "

@@ -25,6 +25,7 @@ def main() -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
     from deltanode.flowgraph.launch import prepare_spark, start_flowgraph
+    from deltanode.logs import setup_logging
     from deltanode.storage.layout import StorageLayout
     from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
@@ -33,11 +34,12 @@ def main() -> int:
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     prepare_spark(spark)
+    setup_logging("INFO")  # the batch lines (handoff counts) are asserted on
     storage = StorageLayout(args["storage_root"])
     info = VchannelInfo(collectionID=args["collection_id"], channelName=args["vchannel"])
     query = start_flowgraph(spark, storage, info, args["schema_b64"], bootstrap=args["bootstrap"],
                             scratch_dir=args["scratch"], trigger_interval="100 milliseconds",
-                            max_messages=args["max_messages"], splits=2)
+                            max_messages=args["max_messages"], splits=2, handoff_dir=args.get("handoff_dir"))
     deadline = time.monotonic() + args.get("timeout", 120)
     while time.monotonic() < deadline:
         table = open_table(storage.insert_log(args["collection_id"]))

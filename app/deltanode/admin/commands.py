@@ -152,8 +152,8 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         for i in range(args.messages):
             shard = i % record.shards
             first_pks.append(producer.insert(record.pchannels[shard], record.vchannels[shard],
-                                             segment_id=record.collection_id + 1 + shard, partition_id=record.collection_id,
-                                             rows=args.rows))
+                                             segment_id=record.collection_id + 1 + shard,
+                                             partition_id=record.collection_id, rows=args.rows))
             if i % 50 == 49:
                 print(f"admin: produced {i + 1}/{args.messages} InsertRequests", file=sys.stderr)
         deleted = first_pks[:args.deletes]

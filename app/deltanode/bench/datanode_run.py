@@ -1,7 +1,8 @@
 """A DataNode (one flowgraph per vchannel, Spark local[2]) in a child process.
 
 Child: ``python -m deltanode.bench.datanode_run SPEC_JSON``. It starts a SparkSession,
-warms it up as a DataNode does (``datanode.warmup``), starts one flowgraph per vchannel with ``start_flowgraph`` and, every ``poll`` seconds,
+warms it up as a DataNode does (``datanode.warmup``), starts one flowgraph per vchannel with
+``start_flowgraph`` and, every ``poll`` seconds,
 writes each vchannel's insert_log ``txn`` to the status file when it moved, as JSON lines
 (``{"ev": ..., "t": wall clock, ...}``). It stops its queries and Spark when a line
 arrives on stdin (or stdin closes).
@@ -66,7 +67,7 @@ def child(args: dict) -> int:
             queries.append(start_flowgraph(spark, storage, info, coll["schema_b64"], bootstrap=args["bootstrap"],
                                            scratch_dir=args["scratch"], trigger_interval=args["trigger"],
                                            max_messages=args["max_messages"], max_bytes=args["max_bytes"],
-                                           splits=args["splits"]))
+                                           splits=args["splits"], handoff_dir=args.get("handoff_dir")))
     _emit(status, "queries_started")
 
     stop = threading.Event()
@@ -136,7 +137,7 @@ class DataNode:
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=os.path.dirname(os.path.abspath(self.status_file)),
                 start_new_session=True)
-        self.sampler = TreeSampler(self.proc.pid).start()
+        self.sampler = TreeSampler(self.proc.pid, handoff_dir=self.args.get("handoff_dir")).start()
         return self
 
     def poll(self) -> list[dict]:

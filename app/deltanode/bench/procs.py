@@ -5,7 +5,8 @@ The tree of a local DataNode: the driver's Python process (the root), the JVM it
 workers, and the Python data source planner/commit runners). Each sample records the RSS
 of the driver, of the JVM, the sum and the largest of the Python workers, and the CPU
 time (user + system) of every process seen so far, so that a time window gives peak
-memory and average busy cores.
+memory and average busy cores. Payload files waiting in the flowgraph's handoff directory
+(tmpfs, so memory, but in no process's RSS until mapped) are sampled as their own figure.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Sample:
     cpu_driver: float
     cpu_jvm: float
     cpu_workers: float
+    handoff: int = 0     # bytes of payload files waiting in the handoff directory
 
 
 @dataclass
@@ -45,6 +47,27 @@ class WindowStats:
     cores_driver: float
     cores_jvm: float
     cores_workers: float
+    handoff_peak: int = 0
+
+    @property
+    def total_peak(self) -> int:
+        """Driver + JVM + Python workers + handoff files, each at its own peak."""
+        return self.driver_peak + self.jvm_peak + self.workers_peak + self.handoff_peak
+
+
+def _dir_bytes(directory: str | None) -> int:
+    total = 0
+    if directory:
+        try:
+            with os.scandir(directory) as entries:
+                for e in entries:
+                    try:
+                        total += e.stat().st_size
+                    except FileNotFoundError:
+                        pass
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def _stat(pid: int) -> tuple[str, int, float] | None:
@@ -104,14 +127,15 @@ def window(samples: list[Sample], t0: float, t1: float) -> WindowStats | None:
         cores_driver=(b.cpu_driver - a.cpu_driver) / span if span > 0 else 0.0,
         cores_jvm=(b.cpu_jvm - a.cpu_jvm) / span if span > 0 else 0.0,
         cores_workers=(b.cpu_workers - a.cpu_workers) / span if span > 0 else 0.0,
+        handoff_peak=max(s.handoff for s in inside),
     )
 
 
 class TreeSampler:
-    """Samples the tree under ``root`` every ``interval`` seconds in a thread."""
+    """Samples the tree under ``root`` (and ``handoff_dir``) every ``interval`` seconds in a thread."""
 
-    def __init__(self, root: int, interval: float = 0.2) -> None:
-        self.root, self.interval = root, interval
+    def __init__(self, root: int, interval: float = 0.2, handoff_dir: str | None = None) -> None:
+        self.root, self.interval, self.handoff_dir = root, interval, handoff_dir
         self.samples: list[Sample] = []
         self._cpu: dict[int, tuple[str, float]] = {}   # pid -> (kind, last cpu seconds)
         self._stop = threading.Event()
@@ -154,4 +178,5 @@ class TreeSampler:
         for kind, secs in self._cpu.values():
             cpu[kind] += secs
         self.samples.append(Sample(time.time(), rss["driver"], rss["jvm"], rss["worker"], worker_max, n_workers,
-                                   sum(cpu.values()), cpu["driver"], cpu["jvm"], cpu["worker"]))
+                                   sum(cpu.values()), cpu["driver"], cpu["jvm"], cpu["worker"],
+                                   _dir_bytes(self.handoff_dir)))

@@ -49,6 +49,7 @@ class FlowgraphSettings:
     max_bytes: int = 256 << 20
     checkpoint_interval_ms: int = 10_000
     splits: int = 2
+    handoff_dir: str | None = None
     fence: dict | None = None     # endpoints/root/node_id for OwnershipFence; None without etcd
 
 
@@ -96,7 +97,7 @@ class FlowgraphManager:
                                bootstrap=s.bootstrap, scratch_dir=s.scratch_dir,
                                trigger_interval=s.trigger_interval, max_messages=s.max_messages, max_bytes=s.max_bytes,
                                checkpoint_interval_ms=s.checkpoint_interval_ms,
-                               splits=s.splits, node_id=self.node_id, fence=fence)
+                               splits=s.splits, handoff_dir=s.handoff_dir, node_id=self.node_id, fence=fence)
 
     @staticmethod
     def _stop_query(vchannel: str, query: StreamingQuery) -> None:

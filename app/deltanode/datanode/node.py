@@ -22,6 +22,11 @@ from .flowgraphs import FlowgraphManager, FlowgraphSettings
 log = logging.getLogger(__name__)
 
 
+def _handoff_dir(conf: Conf) -> str | None:
+    value = conf.get("datanode.handoff.dir")
+    return None if value == "off" else value
+
+
 class SessionLost(RuntimeError):
     """The etcd session expired: another node may already own this node's channels."""
 
@@ -52,7 +57,7 @@ class DataNode:
             trigger_interval=f"{int(conf.get('datanode.trigger.interval') * 1000)} milliseconds",
             max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
             checkpoint_interval_ms=int(conf.get("datanode.checkpoint.interval") * 1000),
-            splits=conf.get("datanode.read.splits"),
+            splits=conf.get("datanode.read.splits"), handoff_dir=_handoff_dir(conf),
             fence={"endpoints": conf.get("etcd.endpoints"), "root": root})
         self.flowgraphs = FlowgraphManager(self.spark, StorageLayout(str(conf.get("storage.root"))),
                                            self.session.server_id, settings)

@@ -17,6 +17,7 @@ import uuid
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from ..logs import deltanode_level
 from ..storage import meta
 from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
 from ..storage.layout import StorageLayout
@@ -89,7 +90,8 @@ def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) 
 
 def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelInfo, schema_b64: str, *,
                     bootstrap: str, scratch_dir: str, trigger_interval: str = "1 second",
-                    max_messages: int = 200, max_bytes: int = 256 << 20, splits: int = 2, node_id: int = 0,
+                    max_messages: int = 200, max_bytes: int = 256 << 20, splits: int = 2,
+                    handoff_dir: str | None = None, node_id: int = 0,
                     checkpoint_interval_ms: int = 10_000,
                     fence: dict | None = None) -> StreamingQuery:
     state = initial_state(storage, info, node_id)
@@ -103,7 +105,8 @@ def start_flowgraph(spark: SparkSession, storage: StorageLayout, info: VchannelI
         checkpoint_interval_ms=checkpoint_interval_ms,
         partition=state.partition,
         delete_watermark=meta.table_watermark(storage.delta_log(state.collection_id), state.vchannel),
-        quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence)
+        quarantine_watermark=meta.table_watermark(storage.quarantine(), state.vchannel), fence=fence,
+        handoff_dir=handoff_dir, log_level=deltanode_level())
     option = spec.to_option()
     with _START_LOCK:
         query = _start_query(spark, option, os.path.join(run_dir, "spark"), trigger_interval, state.vchannel)

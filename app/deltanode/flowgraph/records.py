@@ -4,10 +4,12 @@ A decoded insert or delete travels as ONE row whose ``_payload`` is the message'
 columns serialized as an Arrow IPC record batch. Spark then moves a few large binary values
 per batch instead of converting every vector of every row to JVM arrays and back, which
 is where a row-per-entity layout spends most of its time; the sink reads the payload back
-zero-copy. Kinds (``_kind``):
+zero-copy. A large payload may instead wait in a host-local file whose path is ``_handoff``
+(``handoff``), with ``_payload`` empty. Kinds (``_kind``):
 
-- INSERT: ``_payload`` = insert_log columns (user fields + _ts, _row_id, _segment_id, _partition_id)
-- DELETE: ``_payload`` = delta_log columns (primary key, _ts, _partition_id)
+- INSERT: ``_payload`` (or the ``_handoff`` file) = insert_log columns (user fields + _ts,
+  _row_id, _segment_id, _partition_id)
+- DELETE: ``_payload`` (or the ``_handoff`` file) = delta_log columns (primary key, _ts, _partition_id)
 - EVENT: ``_event`` = JSON for the driver (DDL, flush, per-task summaries)
 - QUARANTINE: ``_event`` = JSON reason, ``_payload`` = the raw message bytes
 """
@@ -22,7 +24,7 @@ RECORD_SCHEMA = pa.schema([
     pa.field("_kind", pa.int8()), pa.field("_offset", pa.int64()),
     pa.field("_segment_id", pa.int64()), pa.field("_partition_id", pa.int64()),
     pa.field("_rows", pa.int32()), pa.field("_min_ts", pa.int64()), pa.field("_max_ts", pa.int64()),
-    pa.field("_event", pa.string()), pa.field("_payload", pa.binary()),
+    pa.field("_event", pa.string()), pa.field("_payload", pa.binary()), pa.field("_handoff", pa.string()),
 ])
 
 

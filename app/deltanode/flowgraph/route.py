@@ -1,7 +1,8 @@
 """One task's walk over its messages: parse, filter (shard, dropped, replay), emit Arrow rows.
 
-Runs on executors. Each message becomes at most one row of the record schema (``records``); DDL, flush and tick information becomes EVENT rows for the
-driver; anything unparseable or off-schema becomes a QUARANTINE row and the walk goes on.
+Runs on executors. Each message becomes at most one row of the record schema (``records``);
+DDL, flush and tick information becomes EVENT rows for the driver; anything unparseable or
+off-schema becomes a QUARANTINE row and the walk goes on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pyarrow as pa
 from ..storage.channel_state import ChannelState
 from ..wire.schema import CollectionLayout
 from . import decode
+from .handoff import Handoff
 from .records import DELETE, EVENT, INSERT, QUARANTINE, RECORD_SCHEMA, to_ipc
 from .replay_filter import ReplayFilter
 
@@ -33,6 +35,7 @@ class TaskStats:
     inserted_rows: int = 0
     deleted_rows: int = 0
     quarantined: int = 0
+    handed_off: int = 0          # payloads that went through the handoff directory
     skipped: dict[str, int] = field(default_factory=dict)
 
     def skip(self, why: str) -> None:
@@ -51,7 +54,8 @@ class Router:
     """Turns (offset, payload) pairs of one task into record batches."""
 
     def __init__(self, layout: CollectionLayout, state: ChannelState, collection_name: str,
-                 delete_watermark: int, quarantine_watermark: int, first: int, end: int) -> None:
+                 delete_watermark: int, quarantine_watermark: int, first: int, end: int,
+                 handoff: Handoff | None = None) -> None:
         self.layout = layout
         self.insert_schema = layout.insert_schema()
         self.delete_schema = layout.delete_schema()
@@ -63,15 +67,23 @@ class Router:
         self.dropped_partitions = set(state.dropped_partitions)
         self.replay = ReplayFilter.from_json(state.replay) if state.replay else None
         self.stats = TaskStats(first, end)
+        self.handoff = handoff
 
     # -- rows ----------------------------------------------------------------------------
     def _row(self, kind: int, offset: int, *, segment: int | None = None, partition: int | None = None,
              rows: int = 0, min_ts: int | None = None, max_ts: int | None = None, event: str | None = None,
              payload: bytes | pa.Buffer | None = None) -> pa.RecordBatch:
+        handoff = None
+        if kind in (INSERT, DELETE) and self.handoff is not None:
+            handoff = self.handoff.put(payload)
+            if handoff is not None:
+                payload = b""
+                self.stats.handed_off += 1
         return pa.RecordBatch.from_arrays([
             pa.array([kind], pa.int8()), pa.array([offset], pa.int64()), pa.array([segment], pa.int64()),
             pa.array([partition], pa.int64()), pa.array([rows], pa.int32()), pa.array([min_ts], pa.int64()),
             pa.array([max_ts], pa.int64()), pa.array([event], pa.string()), _binary(payload),
+            pa.array([handoff], pa.string()),
         ], schema=RECORD_SCHEMA)
 
     def event(self, offset: int, doc: dict) -> pa.RecordBatch:
@@ -182,7 +194,8 @@ class Router:
     def summary(self) -> pa.RecordBatch:
         s = self.stats
         doc = {"type": "task", "first": s.first, "end": s.end, "messages": s.messages, "bytes": s.bytes,
-               "max_tick": s.max_tick, "dml_messages": s.dml_messages, "dml_bytes": s.dml_bytes, "inserted_rows": s.inserted_rows, "deleted_rows": s.deleted_rows,
-               "quarantined": s.quarantined, "skipped": s.skipped,
+               "max_tick": s.max_tick, "dml_messages": s.dml_messages, "dml_bytes": s.dml_bytes,
+               "inserted_rows": s.inserted_rows, "deleted_rows": s.deleted_rows,
+               "quarantined": s.quarantined, "handed_off": s.handed_off, "skipped": s.skipped,
                "replay": self.replay.to_json() if self.replay is not None else None}
         return self.event(s.end, doc)

@@ -14,6 +14,7 @@ from pyspark.sql.datasource import (
 )
 
 from ..faults import crash_point
+from ..logs import ensure_logging
 from ..storage.binlog_writer import BinlogWriter, TaskResult
 from ..storage.commit import commit_batch
 from ..storage.layout import filesystem
@@ -57,6 +58,7 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[BinlogMessage], batchId: int) -> None:
         crash_point("after_binlog_write")
         spec = self.spec
+        ensure_logging(spec.log_level)
         state = StateFile(spec.context_file).load()
         results = [m.result for m in messages if m is not None]
         done = commit_batch(spec.storage, state, results, spec.layout.insert_schema(),
@@ -67,9 +69,10 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
         if done.coalesced is not None:
             return
         o = done.outcome
-        log.info("%s batch %d [%d, %d): %d rows, %d deletes, %d quarantined, %.1f MB, commit %.3f s%s",
-                 spec.vchannel, batchId, o.start, o.end, o.inserted_rows, o.deleted_rows, o.quarantined,
-                 o.wire_bytes / 1e6, done.seconds, "" if done.committed else " (already committed)")
+        log.info("%s batch %d [%d, %d): %d rows, %d deletes, %d quarantined, %.1f MB (%d payloads handed off), "
+                 "commit %.3f s%s", spec.vchannel, batchId, o.start, o.end, o.inserted_rows, o.deleted_rows,
+                 o.quarantined, o.wire_bytes / 1e6, o.handed_off, done.seconds,
+                 "" if done.committed else " (already committed)")
 
     def abort(self, messages: list[BinlogMessage], batchId: int) -> None:
         storage, spec = self.spec.storage, self.spec

@@ -16,6 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from ..mq.kafka import BrokerError, Watermarks, read_range
+from .handoff import Handoff
 from .records import RECORD_SCHEMA, spark_ddl
 from .route import Router
 from .spec import FlowgraphSpec, StateFile
@@ -110,14 +111,20 @@ class VchannelReader(DataSourceStreamReader):
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         from ..storage.channel_state import ChannelState
         spec = self.spec
+        handoff = Handoff.open(spec.handoff_dir)
         router = Router(spec.layout, ChannelState.from_json(partition.state_json), spec.schema.name,
-                        spec.delete_watermark, spec.quarantine_watermark, partition.first, partition.end)
-        for chunk in read_range(spec.bootstrap, spec.pchannel, spec.partition, partition.first, partition.end):
-            for offset, value in chunk:
-                batch = router.route(offset, value)
-                if batch is not None:
-                    yield batch
-            del chunk  # not kept alive through release_task_memory below
+                        spec.delete_watermark, spec.quarantine_watermark, partition.first, partition.end, handoff)
+        try:
+            for chunk in read_range(spec.bootstrap, spec.pchannel, spec.partition, partition.first, partition.end):
+                for offset, value in chunk:
+                    batch = router.route(offset, value)
+                    if batch is not None:
+                        yield batch
+                del chunk  # not kept alive through release_task_memory below
+        except BaseException:
+            if handoff is not None:
+                handoff.discard()
+            raise
         yield router.summary()
         release_task_memory()
 

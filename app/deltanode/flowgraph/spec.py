@@ -33,6 +33,8 @@ class FlowgraphSpec:
     delete_watermark: int = 0
     quarantine_watermark: int = 0
     fence: dict | None = None    # OwnershipFence arguments, None when no etcd (tests, tools)
+    handoff_dir: str | None = None  # host-local directory for payloads (flowgraph.handoff), None: via the JVM
+    log_level: str = "INFO"      # of the sink's commit process (the driver's deltanode level)
 
     def to_option(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

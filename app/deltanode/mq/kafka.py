@@ -71,11 +71,13 @@ class Watermarks:
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
-               chunk_messages: int = 64, fetch_bytes: int = 32 << 20,
+               chunk_messages: int = 64, chunk_bytes: int = 8 << 20, fetch_bytes: int = 32 << 20,
                stall_timeout: float = 60.0) -> Iterator[list[tuple[int, bytes | None]]]:
     """Yield lists of ``(offset, value)`` covering offsets ``[start, end)`` in order.
 
-    Memory stays bounded by ``fetch_bytes`` (the client's prefetch queue) plus one chunk.
+    Memory stays bounded by ``fetch_bytes`` (the client's prefetch queue) plus one chunk: at
+    most ``chunk_messages`` messages, fewer when their average size says they would pass
+    ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB).
     An offset that the broker no longer has (retention) raises BrokerError instead of
     silently skipping ahead: skipped offsets would be lost rows.
     """
@@ -97,10 +99,12 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         consumer.assign([tp])
         last_progress = time.monotonic()
         next_offset = start
+        seen_messages = seen_bytes = 0
         while next_offset < end:
             # Ask for no more than the range still needs: consume() waits out its timeout
             # while it cannot fill num_messages, which would idle every short range.
-            msgs = consumer.consume(num_messages=min(chunk_messages, end - next_offset), timeout=0.5)
+            by_size = chunk_bytes * seen_messages // seen_bytes if seen_bytes else 1
+            msgs = consumer.consume(num_messages=max(1, min(chunk_messages, by_size, end - next_offset)), timeout=0.5)
             chunk = []
             for m in msgs:
                 err = m.error()
@@ -115,7 +119,9 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                 if off >= end:
                     next_offset = end
                     break
-                chunk.append((off, m.value()))
+                value = m.value()
+                chunk.append((off, value))
+                seen_messages, seen_bytes = seen_messages + 1, seen_bytes + len(value or b"")
                 next_offset = off + 1
             if chunk:
                 last_progress = time.monotonic()

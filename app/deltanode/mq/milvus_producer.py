@@ -175,7 +175,8 @@ class MilvusProducer:
             raise RuntimeError("messages still queued after flush timeout")
 
 
-def ticker(producer: MilvusProducer, pchannels: list[str], stop: threading.Event, interval: float = 0.2) -> threading.Thread:
+def ticker(producer: MilvusProducer, pchannels: list[str], stop: threading.Event,
+           interval: float = 0.2) -> threading.Thread:
     """Send a TimeTick on every pchannel every ``interval`` s, as rootcoord does, until ``stop``."""
     def run() -> None:
         while not stop.wait(interval):

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..flowgraph import handoff
 from ..flowgraph.records import DELETE, EVENT, INSERT, QUARANTINE, from_ipc
 from .layout import QUARANTINE_SCHEMA, filesystem
 
@@ -114,12 +115,17 @@ class BinlogWriter:
         partitions = batch.column("_partition_id").to_pylist()
         min_ts, max_ts = batch.column("_min_ts").to_pylist(), batch.column("_max_ts").to_pylist()
         events, payloads = batch.column("_event"), batch.column("_payload")
+        handoffs = batch.column("_handoff").to_pylist()
+
+        def payload(i: int) -> pa.Buffer:
+            return handoff.take(handoffs[i]) if handoffs[i] else payloads[i].as_buffer()
+
         for i, kind in enumerate(kinds):
             if kind == INSERT:
-                self._add_insert(segments[i], partitions[i], from_ipc(payloads[i].as_buffer(), self.insert_schema),
+                self._add_insert(segments[i], partitions[i], from_ipc(payload(i), self.insert_schema),
                                  offsets[i], min_ts[i], max_ts[i])
             elif kind == DELETE:
-                self._add_delete(partitions[i], from_ipc(payloads[i].as_buffer(), self.delete_schema))
+                self._add_delete(partitions[i], from_ipc(payload(i), self.delete_schema))
             elif kind == EVENT:
                 self.result.events.append(json.loads(events[i].as_py()))
             elif kind == QUARANTINE:

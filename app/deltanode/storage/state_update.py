@@ -24,6 +24,7 @@ class BatchOutcome:
     quarantined: int
     wire_bytes: int
     messages: int
+    handed_off: int      # payloads passed through the handoff directory, not the JVM
     idle: bool           # nothing to persist but the checkpoint: ticks, other shards' messages
 
     def coalesced(self, previous: ChannelState) -> ChannelState:
@@ -136,4 +137,5 @@ def advance(state: ChannelState, results: list[TaskResult], now_ms: int = 0) -> 
     idle = (not events and not any(r.files or r.segments for r in results) and inserted == deleted == quarantined == 0
             and new.replay == state.replay)
     return BatchOutcome(new, state.checkpoint_offset, end, new.dropped_segments() - before_dropped, inserted,
-                        deleted, quarantined, sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks), idle)
+                        deleted, quarantined, sum(t["bytes"] for t in tasks), sum(t["messages"] for t in tasks),
+                        sum(t.get("handed_off", 0) for t in tasks), idle)
