@@ -93,3 +93,8 @@ SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 if [ "$(cat "$SITE/deltanode.pth" 2>/dev/null || true)" != "$ROOT/app" ]; then
     echo "$ROOT/app" >"$SITE/deltanode.pth"
 fi
+
+# Spark starts its Python processes with pyspark.zip first on PYTHONPATH; with bytecode in the
+# zip each one starts ~0.4 s sooner (build/zip_pyc.py). Again after pip replaced the zip.
+"$VENV/bin/python" "$ROOT/build/zip_pyc.py" --if-missing "$SITE"/pyspark/python/lib/*.zip \
+    || die "adding bytecode to pyspark's zips failed"

@@ -43,4 +43,6 @@ except BaseException:
     os.unlink(tmp)
     raise
 EOF
+# Bytecode in the archive: executors import from it without compiling (build/zip_pyc.py).
+"$PY" "$ROOT/build/zip_pyc.py" "$ZIP" 2>/dev/null
 [ "$QUIET" = 1 ] || echo "$ZIP"

@@ -1,13 +1,15 @@
-"""The driver's commit protocol on real Delta tables (no Spark): txn CAS, replays, coalescing."""
+"""The driver's commit protocol on real Delta tables (no Spark): txn CAS, replays, coalescing, resuming."""
 
 import pyarrow as pa
 import pytest
+from deltanode.flowgraph.launch import initial_state
 from deltanode.flowgraph.records import INSERT, RECORD_SCHEMA, to_ipc
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import ChannelState
 from deltanode.storage.commit import CommitRefused, commit_batch
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
+from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 LAYOUT = CollectionLayout.from_proto(schema_from_json(
@@ -71,3 +73,15 @@ def test_idle_batches_are_coalesced_into_the_next_commit(tmp_path):
     # once the interval is over, an idle batch is committed: the checkpoint moves on its own
     late = commit(storage, busy.state, 20, 25, [], coalesce_ms=0)
     assert late.committed and open_table(storage.insert_log(1)).transaction_version("v") == 25
+
+
+def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_know(tmp_path):
+    storage = StorageLayout(str(tmp_path))
+    commit(storage, ChannelState("v", 1, "p"), 0, 10, [1, 2])      # segment 5, growing, dml_ts 101
+    info = VchannelInfo(collectionID=1, channelName="v")
+    assert initial_state(storage, info).replay is None             # both splits from the first batch
+    foreign = info.unflushedSegments.add(ID=9, partitionID=1, num_of_rows=3)
+    foreign.dml_position.timestamp = 500
+    state = initial_state(storage, info)
+    assert state.checkpoint_offset == 10 and set(state.segments) == {5, 9}
+    assert state.replay == {"flushed": {}, "unflushed": {"9": 500}}

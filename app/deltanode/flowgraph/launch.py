@@ -40,7 +40,15 @@ _START_LOCK = threading.Lock()
 # Milvus message (MBs of Arrow payload): Arrow batches of 2 rows from the JVM to the sink keep
 # the JVM from assembling one huge vector per task (measured on a 930 MB backlog of 768-dim
 # inserts: 84 vs 75 MB/s, JVM peak RSS 592 vs 1007 MiB, against the default of 10,000 rows).
-SESSION_DEFAULTS = {"spark.sql.execution.arrow.maxRecordsPerBatch": "2"}
+#
+# Spark's scratch checkpoint (offset and commit logs) through the Hadoop FileSystem API: the
+# default FileContext manager's rename forks a `readlink` process per file on a local disk
+# (Hadoop without its native library), twice per micro-batch.
+SESSION_DEFAULTS = {
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "2",
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
 
 
 def prepare_spark(spark: SparkSession) -> None:
@@ -68,7 +76,14 @@ def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
 
 
 def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) -> ChannelState:
-    """The state a flowgraph starts from: Delta's if the channel committed before, else the VchannelInfo's."""
+    """The state a flowgraph starts from: Delta's if the channel committed before, else the VchannelInfo's.
+
+    The replay filter covers the segments whose data may lie beyond the start position: all of
+    the VchannelInfo's when starting from its seek position, only those Delta does not know when
+    resuming at Delta's exact offset (nothing after it is persisted for the others, and their
+    ``dml_ts``, the largest committed EndTs, is not tick-aligned like a Milvus dml position: a
+    later message of a segment may carry a smaller ts, which the filter would drop).
+    """
     vchannel = check_safe("vchannel", info.channelName)
     state = meta.channel_state(storage, info.collectionID, vchannel)
     if state is None:
@@ -77,12 +92,13 @@ def initial_state(storage: StorageLayout, info: VchannelInfo, node_id: int = 0) 
                              checkpoint_offset=kafka_offset(seek.msgID) if seek.msgID else 0,
                              checkpoint_ts=seek.timestamp, seek_ts=seek.timestamp,
                              segments=_segments_from_info(info))
+        replayed = list(state.segments.values())
     else:
         state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
-        for seg_id, seg in _segments_from_info(info).items():
-            state.segments.setdefault(seg_id, seg)
-    replay = ReplayFilter({s.segment_id: s.dml_ts for s in state.segments.values() if s.state == FLUSHED},
-                          {s.segment_id: s.dml_ts for s in state.segments.values() if s.state == GROWING})
+        replayed = [seg for seg_id, seg in _segments_from_info(info).items() if seg_id not in state.segments]
+        state.segments.update((seg.segment_id, seg) for seg in replayed)
+    replay = ReplayFilter({s.segment_id: s.dml_ts for s in replayed if s.state == FLUSHED},
+                          {s.segment_id: s.dml_ts for s in replayed if s.state == GROWING})
     state.replay = replay.to_json() if replay.active else None
     state.node_id = node_id
     return state
