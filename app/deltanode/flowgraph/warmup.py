@@ -5,7 +5,9 @@ starts one worker daemon per worker module (data source lookup, creation, read p
 write planning, the task workers, the streaming sink's commit runner), one after the
 other, and each imports pyspark before it forks. A DataNode runs one tiny streaming query
 through the same stages at start, so those daemons (and, for a minute, their idle workers)
-are up when a channel is assigned, and a failover does not pay for them.
+are up when a channel is assigned, and a failover does not pay for them. Importing this
+module imports the flowgraph's source and sink too, so the idle workers kept from the
+warm-up have them loaded (protobuf, Kafka client, parquet, deltalake).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from . import sink, source  # noqa: F401 - loaded into the warmed-up workers, see above
 from .records import RECORD_SCHEMA, spark_ddl
 
 
