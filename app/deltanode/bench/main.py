@@ -138,7 +138,6 @@ class NodeRun:
     stats: WindowStats | None        # whole run (memory)
     busy: WindowStats | None         # from queries started to last commit (cores)
     warm: WindowStats | None = None  # from the first commit to the last (cores once warm)
-    ref_mb_s: float | None = None    # the plain-process reference on the same messages (largest restart)
 
     @property
     def t_done(self) -> float:
@@ -169,7 +168,7 @@ class Bench:
         self.storage_root = os.path.join(work, "delta")
         self._ids = iter(range(int(time.time()) % 100000 * 10, 10 ** 9))
         self.runs: list[NodeRun] = []
-        self.refs: dict[int, dict] = {}
+        self.refs: dict[tuple[int, str], dict] = {}  # (dim, backlog label) -> reference result
         self.steady: SteadyRun | None = None
         self.msg_bytes: dict[int, int] = {}
         self._nodes = 0
@@ -255,7 +254,7 @@ class Bench:
             starts = {v: 0 for v in coll.vchannels}
             self.msg_bytes[dim] = max(s.size for s in coll.producer.sent if s.rows)
             if not a.no_reference:
-                self.refs[dim] = self.reference(coll, starts, targets, "1x")
+                self.refs[(dim, "1x")] = self.reference(coll, starts, targets, "1x")
             say(f"dim {dim}: DataNode cold start on the backlog")
             node, run = self.catch_up("1x", coll, starts, targets)
             self.runs.append(run)
@@ -274,7 +273,7 @@ class Bench:
                 node, run = self.catch_up(f"{factor}x", coll, starts, targets)
                 node.stop()
                 if i == len(a.factors) - 1 and not a.no_reference:
-                    run.ref_mb_s = self.reference(coll, starts, targets, f"{factor}x")["mb_s"]
+                    self.refs[(dim, run.label)] = self.reference(coll, starts, targets, run.label)
                 self.runs.append(run)
                 self.nodes.append((dim, f"{factor}x restart", node))
         finally:
@@ -353,7 +352,7 @@ class Bench:
         first = [r for r in self.runs if r.label == "1x"]
         rows = []
         for r in first:
-            ref = self.refs.get(r.dim)
+            ref = self.refs.get((r.dim, r.label))
             ref_rate = {c["vchannel"]: c["bytes"] / c["seconds"] for c in ref["channels"]} if ref else {}
             for c in r.channels:
                 mbs = c.bytes / c.seconds
@@ -383,13 +382,13 @@ class Bench:
         if self.refs:
             out += ["", "Reference: one plain Python process, consume -> decode -> parquet, same messages, no Spark"]
             rows = []
-            for dim, ref in self.refs.items():
+            for (dim, label), ref in self.refs.items():
                 for c in ref["channels"]:
-                    rows.append([dim, short_channel(c["vchannel"]), mb(c["bytes"]), secs(c["seconds"]),
+                    rows.append([dim, label, short_channel(c["vchannel"]), mb(c["bytes"]), secs(c["seconds"]),
                                  rate(c["bytes"] / c["seconds"] / 1e6), rate(c["rows"] / c["seconds"], 0),
                                  secs(c["consume"]), secs(c["decode"]), secs(c["write"]), mib(ref["peak_rss"])])
-            out.append(table(["dim", "vch", "wire MB", "seconds", "MB/s", "rows/s", "consume s", "decode s",
-                              "parquet s", "peak RSS MiB"], rows))
+            out.append(table(["dim", "backlog", "vch", "wire MB", "seconds", "MB/s", "rows/s", "consume s",
+                              "decode s", "parquet s", "peak RSS MiB"], rows))
         out += ["", ("Memory: peak RSS of the DataNode process tree (sampled every 0.2 s from /proc, whole run; the "
                      "py workers sum counts pages shared by forked workers once per process)")]
         rows, cpu = [], []
@@ -438,12 +437,13 @@ class Bench:
                 span = r.t_done - r.t_start
                 warm = [c.warm for c in r.channels]
                 flow = nbytes / (r.t_done - r.t_query) / 1e6
+                ref_mb_s = self.refs[(r.dim, r.label)]["mb_s"] if (r.dim, r.label) in self.refs else None
                 rows.append([r.dim, r.label, sum(c.messages for c in r.channels), mb(nbytes),
                              secs(r.spark_ready - r.t_start), secs(span), secs(r.t_done - r.t_query),
                              rate(flow), rate(nbytes / span / 1e6),
                              rate(min(warm) / 1e6) if all(warm) else "-", sum(len(c.commits) for c in r.channels),
-                             rate(r.ref_mb_s) if r.ref_mb_s else "-",
-                             f"{flow / r.ref_mb_s:.2f}" if r.ref_mb_s else "-"])
+                             rate(ref_mb_s) if ref_mb_s else "-",
+                             f"{flow / ref_mb_s:.2f}" if ref_mb_s else "-"])
             out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark ready s", "all committed s",
                               "of which flowgraphs s", "MB/s flowgraphs", "MB/s incl. startup",
                               "MB/s after 1st commit", "commits", "ref MB/s", "flowgraphs/ref"], rows))
@@ -479,11 +479,15 @@ class Bench:
             lines.append(f"  >= 40 MB/s per vchannel end to end, dim {big}, {x.label} backlog ({mbytes:.0f} MB, "
                          f"flowgraph start -> last commit): slowest vchannel {worst:.1f} MB/s"
                          f" -> {verdict(worst >= 40 if big == 768 else None)}")
-        for x in restarts[-1:]:
-            if x.ref_mb_s:
-                ratio = min(c.bytes / c.seconds for c in x.channels) / 1e6 / x.ref_mb_s
-                lines.append(f"  >= 0.6 of the plain-process reference on the same messages, dim {big}, {x.label} "
-                             f"backlog (flowgraph start -> last commit): {ratio:.2f} -> {verdict(ratio >= 0.6)}")
+        refs = [ref for (dim, _), ref in self.refs.items() if dim == big]
+        for x in restarts[-1:] if refs else []:
+            # Against the fastest reference run (the machine's practical limit), not only the one on
+            # the same backlog: one process reading 930 MB through one consumer is slower (see above).
+            best = max(ref["mb_s"] for ref in refs)
+            ratio = min(c.bytes / c.seconds for c in x.channels) / 1e6 / best
+            lines.append(f"  >= 0.6 of the plain-process reference, dim {big}, {x.label} backlog (flowgraph start -> "
+                         f"last commit) over the fastest reference run ({best:.1f} MB/s): {ratio:.2f} "
+                         f"-> {verdict(ratio >= 0.6)}")
         if r is not None:
             busy = [(x.label, w) for x in self.runs if x.dim == big for w in (x.busy, x.warm) if w is not None]
             if busy:
