@@ -64,10 +64,12 @@ def test_package_zip_imports_alone(tmp_path):
     names = zipfile.ZipFile(ZIP).namelist()
     assert "deltanode/__init__.py" in names and "deltanode/cli.py" in names
     assert "deltanode/config.py" in names and "deltanode/standalone/services.py" in names
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if "__pycache__" in n]
+    sources = {n[:-3] for n in names if n.endswith(".py")}
+    assert sources == {n[:-4] for n in names if n.endswith(".pyc")}  # bytecode beside each module
     # only the zip (and the standard library) on sys.path: no site-packages, no app/
     code = (f"import sys; sys.path.insert(0, {str(ZIP)!r}); import deltanode.cli as c; "
-            f"assert c.__file__.startswith({str(ZIP)!r}), c.__file__; "
+            f"assert c.__file__.startswith({str(ZIP)!r}) and c.__file__.endswith('.pyc'), c.__file__; "
             "assert c.main(['admin', '--help']) == 0")
     r = subprocess.run([sys.executable, "-S", "-I", "-c", code], cwd=tmp_path,
                        capture_output=True, text=True, timeout=30)
