@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from deltanode.bench import latency as lat
 from deltanode.bench.main import parse_args
-from deltanode.bench.procs import Sample, classify, window
+from deltanode.bench.procs import Sample, _machine_busy, classify, window
+from deltanode.bench.tasks import busy_while_full, running, task_spans
 from deltanode.bench.report import short_channel, table
 
 
@@ -68,15 +70,24 @@ def test_classify_separates_driver_jvm_and_workers():
 
 
 def test_window_gives_peaks_and_busy_cores():
-    s = [Sample(0.0, 10, 100, 5, 5, 1, 0.0, 0.0, 0.0, 0.0),
-         Sample(1.0, 12, 90, 30, 20, 2, 1.5, 0.1, 0.9, 0.5),
-         Sample(2.0, 11, 95, 8, 8, 1, 3.0, 0.2, 1.8, 1.0),
-         Sample(3.0, 99, 99, 99, 99, 9, 9.0, 9.0, 9.0, 9.0)]
+    s = [Sample(0.0, 10, 100, 5, 5, 1, 0.0, 0.0, 0.0, 0.0, cpu_broker=5.0, cpu_machine=100.0),
+         Sample(1.0, 12, 90, 30, 20, 2, 1.5, 0.1, 0.9, 0.5, cpu_broker=5.2, cpu_machine=101.8),
+         Sample(2.0, 11, 95, 8, 8, 1, 3.0, 0.2, 1.8, 1.0, cpu_broker=5.6, cpu_machine=103.8),
+         Sample(3.0, 99, 99, 99, 99, 9, 9.0, 9.0, 9.0, 9.0, cpu_broker=9.0, cpu_machine=999.0)]
     w = window(s, 0.0, 2.0)
     assert (w.driver_peak, w.jvm_peak, w.workers_peak, w.worker_max_peak, w.workers_max_count) == (12, 100, 30, 20, 2)
     assert w.cores == pytest.approx(1.5)
     assert w.cores_jvm == pytest.approx(0.9)
+    assert (w.cores_broker, w.cores_machine) == (pytest.approx(0.3), pytest.approx(1.9))
     assert window(s, 5.0, 6.0) is None
+
+
+def test_machine_busy_counts_every_core_but_idle_and_iowait():
+    a = _machine_busy()
+    spin = time.process_time() + 0.2
+    while time.process_time() < spin:
+        pass
+    assert _machine_busy() - a >= 0.15
 
 
 def test_table_aligns_columns_and_rejects_ragged_rows():
@@ -110,3 +121,30 @@ def test_largest_batch_from_commit_ends():
     assert lat.largest_batch(commits, sizes, 0) == 70
     assert lat.largest_batch(commits[1:], sizes, 2) == 70
     assert lat.largest_batch([], sizes, 0) == 0
+
+
+def test_task_concurrency_from_spans():
+    spans = [(0.0, 4.0), (1.0, 3.0), (5.0, 6.0), (5.5, 9.0)]
+    got = running(spans, 0.0, 8.0)
+    assert got == {1: pytest.approx(4.5), 2: pytest.approx(2.5), 0: pytest.approx(1.0)}
+    assert sum(got.values()) == pytest.approx(8.0)
+    assert running([], 0.0, 2.0) == {0: 2.0}
+
+
+def test_machine_busy_only_inside_full_stretches():
+    def at(t: float, machine: float) -> Sample:
+        return Sample(t, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, cpu_machine=machine)
+    samples = [at(0.0, 0.0), at(1.0, 1.0), at(2.0, 3.0), at(3.0, 5.0), at(4.0, 5.5)]
+    # two tasks from 1.0 to 3.2: the intervals [1, 2] and [2, 3] (2 cores busy each) count, [3, 4] does not
+    assert busy_while_full([(0.5, 3.2), (1.0, 3.2)], samples, 0.0, 4.0, 2) == pytest.approx(2.0)
+    assert busy_while_full([(0.5, 3.2)], samples, 0.0, 4.0, 2) is None
+
+
+def test_task_spans_read_finished_tasks_from_the_event_log(tmp_path):
+    lines = [{"Event": "SparkListenerTaskStart", "Task Info": {"Launch Time": 1000}},
+             {"Event": "SparkListenerTaskEnd", "Task Info": {"Launch Time": 1000, "Finish Time": 2500}}]
+    (tmp_path / "eventlog_v2_local-1").mkdir()
+    (tmp_path / "eventlog_v2_local-1" / ".events_1_local-1.crc").write_text("not json")
+    (tmp_path / "eventlog_v2_local-1" / "events_1_local-1").write_text("\n".join(json.dumps(x) for x in lines)
+                                               + '\n{"Event":"SparkListenerTaskEnd","Task In')
+    assert task_spans(str(tmp_path)) == [(1.0, 2.5)]

@@ -137,7 +137,8 @@ class DataNode:
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=os.path.dirname(os.path.abspath(self.status_file)),
                 start_new_session=True)
-        self.sampler = TreeSampler(self.proc.pid, handoff_dir=self.args.get("handoff_dir")).start()
+        self.sampler = TreeSampler(self.proc.pid, handoff_dir=self.args.get("handoff_dir"),
+                                   broker_pid=self.args.get("broker_pid")).start()
         return self
 
     def poll(self) -> list[dict]:

@@ -34,8 +34,11 @@ from . import latency as lat
 from . import reference
 from .datanode_run import DataNode
 from .procs import WindowStats, window
+from .tasks import busy_while_full, running, task_spans
 from .report import machine_info, mb, mib, rate, secs, short_channel, table, verdict
 from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
+
+SLOTS = 2   # Spark local[2]: the machine's 2 cores
 
 QUICK = {"messages": 6, "dims": "768", "backlog_factors": "3", "steady_seconds": 6.0}
 
@@ -138,6 +141,10 @@ class NodeRun:
     stats: WindowStats | None        # whole run (memory)
     busy: WindowStats | None         # from queries started to last commit (cores)
     warm: WindowStats | None = None  # from the first commit to the last (cores once warm)
+    event_log: str = ""              # Spark's event log directory of the run (task concurrency)
+    samples: list = field(default_factory=list)
+    t_started: float = 0.0           # the flowgraphs' queries started
+    t_warm: float | None = None      # the first commit (of the vchannel committing it last)
 
     @property
     def t_done(self) -> float:
@@ -146,6 +153,24 @@ class NodeRun:
     @property
     def t_query(self) -> float:
         return min(c.t_query for c in self.channels)
+
+    def task_use(self, w: WindowStats) -> TaskUse | None:
+        """Task concurrency over the window ``w`` is (``busy`` or ``warm``), from the event log."""
+        t0 = self.t_started if w is self.busy else self.t_warm
+        spans = task_spans(self.event_log) if self.event_log else []
+        if t0 is None or not spans:
+            return None
+        t1 = self.t_done + 0.25
+        by_count = running(spans, t0, t1)
+        return TaskUse(sum(v for k, v in by_count.items() if k >= SLOTS) / (t1 - t0), by_count.get(1, 0.0) / (t1 - t0),
+                       busy_while_full(spans, self.samples, t0, t1, SLOTS))
+
+
+@dataclass
+class TaskUse:
+    full_share: float                 # of the window, with every task slot taken
+    one_share: float                  # with one task running
+    busy_while_full: float | None     # machine's busy cores during full_share
 
 
 @dataclass
@@ -163,8 +188,8 @@ class SteadyRun:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, work: str, bootstrap: str) -> None:
-        self.args, self.work, self.bootstrap = args, work, bootstrap
+    def __init__(self, args: argparse.Namespace, work: str, bootstrap: str, broker_pid: int | None = None) -> None:
+        self.args, self.work, self.bootstrap, self.broker_pid = args, work, bootstrap, broker_pid
         self.storage_root = os.path.join(work, "delta")
         self._ids = iter(range(int(time.time()) % 100000 * 10, 10 ** 9))
         self.runs: list[NodeRun] = []
@@ -198,9 +223,13 @@ class Bench:
                                  "schema_b64": coll.schema_b64}],
                 "trigger": f"{a.trigger_ms} milliseconds", "max_messages": a.max_messages_per_batch,
                 "max_bytes": a.max_bytes,
-                "splits": a.splits, "master": "local[2]", "warmup": not a.no_warmup,
-                "handoff_dir": self.handoff_dir}
+                "splits": a.splits, "master": f"local[{SLOTS}]", "warmup": not a.no_warmup,
+                "handoff_dir": self.handoff_dir, "broker_pid": self.broker_pid}
         spec["status_file"] = os.path.join(self.work, f"node{n}.status")
+        spec["event_log"] = os.path.join(self.work, f"node{n}-events")
+        os.makedirs(spec["event_log"])
+        spec["spark_conf"] = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": spec["event_log"],
+                              "spark.eventLog.compress": "false"}
         return DataNode(spec, spec["status_file"], os.path.join(self.work, f"node{n}.log"))
 
     def history(self, coll: BenchCollection) -> list[dict]:
@@ -235,12 +264,14 @@ class Bench:
                             commits, lat.warm_rate(commits, sizes), lat.largest_batch(commits, sizes, starts[v]))
             chans.append(ch)
         run = NodeRun(label, coll.dim, node.t_start, node.first("spark_session")["t"], node.first("spark_ready")["t"],
-                      chans, None, None)
+                      chans, None, None, event_log=node.args["event_log"], samples=node.sampler.samples)
         run.stats = window(node.sampler.samples, node.t_start, run.t_done + 0.25)
-        run.busy = window(node.sampler.samples, node.first("queries_started")["t"], run.t_done + 0.25)
+        run.t_started = node.first("queries_started")["t"]
+        run.busy = window(node.sampler.samples, run.t_started, run.t_done + 0.25)
         firsts = [c.commits[0].t for c in chans if len(c.commits) >= 2]
         if len(firsts) == len(chans):
-            run.warm = window(node.sampler.samples, max(firsts), run.t_done + 0.25)
+            run.t_warm = max(firsts)
+            run.warm = window(node.sampler.samples, run.t_warm, run.t_done + 0.25)
         return run
 
     # -- phases ----------------------------------------------------------------------
@@ -343,7 +374,7 @@ class Bench:
             f"machine : nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, load average at start {self.load0}",
             (f"software: python {m['python']}, pyspark {_version('pyspark')}, deltalake {_version('deltalake')}, "
              f"broker Tansu (embedded, memory storage)"),
-            (f"settings: Spark local[2], {a.vchannels} vchannel(s) per collection, {ROWS_PER_MESSAGE} rows per "
+            (f"settings: Spark local[{SLOTS}], {a.vchannels} vchannel(s) per collection, {ROWS_PER_MESSAGE} rows per "
              f"message, micro-batch cap {a.max_messages_per_batch} records and {a.max_bytes_per_batch} bytes, "
              f"{a.splits} splits, trigger {a.trigger_ms} ms, payload handoff "
              f"{self.handoff_dir or 'off (through the JVM)'}"),
@@ -409,14 +440,15 @@ class Bench:
         for r in self.runs:
             for what, w in (("flowgraph start -> last commit", r.busy), ("first commit -> last commit", r.warm)):
                 if w is not None:
-                    cpu.append([r.dim, r.label, what, secs(w.seconds, 1), secs(w.cores), secs(w.cores_driver),
-                                secs(w.cores_jvm), secs(w.cores_workers)])
+                    cpu.append([r.dim, r.label, what, *_cpu_row(w), *_task_cols(r.task_use(w))])
         if self.steady and self.steady.stats:
-            w = self.steady.stats
-            cpu.append([self.steady.dim, "steady", "steady load", secs(w.seconds, 1), secs(w.cores),
-                        secs(w.cores_driver), secs(w.cores_jvm), secs(w.cores_workers)])
-        out += ["", "CPU: average busy cores of the DataNode process tree (user+system, /proc)"]
-        out.append(table(["dim", "run", "window", "seconds", "cores", "driver", "JVM", "py workers"], cpu))
+            cpu.append([self.steady.dim, "steady", "steady load", *_cpu_row(self.steady.stats), "-", "-", "-"])
+        out += ["", (f"CPU: average busy cores (user+system, /proc) of the DataNode process tree, of the embedded "
+                     f"broker, and of the whole machine ({os.cpu_count()} cores; the rest is the bench and the OS); "
+                     f"share of the window with {SLOTS} and with 1 Spark task running (Spark's event log), and the "
+                     f"machine's busy cores while {SLOTS} ran")]
+        out.append(table(["dim", "run", "window", "seconds", "DataNode", "driver", "JVM", "py workers", "broker",
+                          "machine", f"{SLOTS} tasks %", "1 task %", f"machine, {SLOTS} tasks"], cpu))
         if self.steady:
             st = self.steady
             out += ["", "Steady load on the running DataNode: produce() call to Delta commit timestamp, "
@@ -488,13 +520,21 @@ class Bench:
             lines.append(f"  >= 0.6 of the plain-process reference, dim {big}, {x.label} backlog (flowgraph start -> "
                          f"last commit) over the fastest reference run ({best:.1f} MB/s): {ratio:.2f} "
                          f"-> {verdict(ratio >= 0.6)}")
-        if r is not None:
-            busy = [(x.label, w) for x in self.runs if x.dim == big for w in (x.busy, x.warm) if w is not None]
-            if busy:
-                best = max(w.cores for _, w in busy)
-                lines.append(f"  both cores used for one vchannel, dim {big}: at most {best:.2f} cores busy on average "
-                             f"in any run window above -> {verdict(best >= 1.8 if len(r.channels) == 1 else None)}"
-                             f" (1.8 threshold)")
+        largest = (restarts[-1:] or [r])[0] if r is not None else None
+        w = largest and (largest.warm or largest.busy)
+        use = largest.task_use(w) if w is not None else None
+        if use is not None:
+            # Measured on the machine, not the DataNode's tree: the broker serving its fetches
+            # runs on the same cores. Between the batches' task phases lie the micro-batch
+            # boundaries (planning, the Delta commit, the tail of a batch whose tasks end apart).
+            cores = os.cpu_count() or 1
+            what = "first commit -> last commit" if w is largest.warm else "flowgraph start -> last commit"
+            busy = use.busy_while_full
+            met = (use.full_share > 0.5 and busy is not None and busy >= 0.9 * cores) if len(r.channels) == 1 else None
+            lines.append(f"  both cores used for one vchannel, dim {big}, {largest.label} backlog ({what}): "
+                         f"{SLOTS} tasks ran {use.full_share * 100:.0f}% of the time with the machine {secs(busy)} "
+                         f"of {cores} cores busy meanwhile; {w.cores_machine:.2f} over the whole window (DataNode "
+                         f"{w.cores:.2f}, broker {w.cores_broker:.2f}) -> {verdict(met)} (half the time, 90% busy)")
         # Backlogs above the byte cap (all batches full), smallest against largest.
         full = [x for x in self.runs if x.dim == big and x.stats and x.label != "1x"
                 and sum(c.bytes for c in x.channels) > self.args.max_bytes * len(x.channels)]
@@ -513,6 +553,17 @@ class Bench:
             lines.append(f"  insert-to-commit p99 <= 2 s at 10 MB/s: p99 {p99:.2f} s at {achieved:.1f} MB/s per "
                          f"vchannel -> {verdict(p99 <= 2.0 if achieved >= 9.5 else None)}")
         return lines
+
+
+def _task_cols(use: TaskUse | None) -> list[str]:
+    if use is None:
+        return ["-", "-", "-"]
+    return [f"{use.full_share * 100:.0f}", f"{use.one_share * 100:.0f}", secs(use.busy_while_full)]
+
+
+def _cpu_row(w: WindowStats) -> list[str]:
+    return [secs(w.seconds, 1), secs(w.cores), secs(w.cores_driver), secs(w.cores_jvm), secs(w.cores_workers),
+            secs(w.cores_broker), secs(w.cores_machine)]
 
 
 def _median_ms(durations: list[dict], key: str) -> str:
@@ -539,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
     broker.start()
-    bench = Bench(args, work, broker.bootstrap_servers)
+    bench = Bench(args, work, broker.bootstrap_servers, broker.proc.pid if broker.proc else None)
     bench.load0 = load0
     say(f"broker {broker.bootstrap_servers}, work dir {work}")
     ok = False
@@ -547,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         big = max(args.dim_list)
         for dim in args.dim_list:
             bench.run_dim(dim, full=dim == big)
+        report = bench.render(argv, time.monotonic() - t0)  # reads the run's event logs in the work dir
         ok = True
     finally:
         broker.stop()
@@ -556,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
         elif not ok:
             say(f"failed; logs kept in {work}")
-    print(bench.render(argv, time.monotonic() - t0), flush=True)
+    print(report, flush=True)
     return 0
 
 

@@ -7,6 +7,10 @@ of the driver, of the JVM, the sum and the largest of the Python workers, and th
 time (user + system) of every process seen so far, so that a time window gives peak
 memory and average busy cores. Payload files waiting in the flowgraph's handoff directory
 (tmpfs, so memory, but in no process's RSS until mapped) are sampled as their own figure.
+
+The whole machine's busy CPU (``/proc/stat``) and the embedded broker's are sampled too:
+on one machine the broker serving the DataNode's fetches shares its cores, so the tree's
+figure alone does not say whether a core sat idle.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Sample:
     cpu_jvm: float
     cpu_workers: float
     handoff: int = 0     # bytes of payload files waiting in the handoff directory
+    cpu_broker: float = 0.0
+    cpu_machine: float = 0.0   # busy CPU seconds of all cores (since boot)
 
 
 @dataclass
@@ -48,6 +54,8 @@ class WindowStats:
     cores_jvm: float
     cores_workers: float
     handoff_peak: int = 0
+    cores_broker: float = 0.0
+    cores_machine: float = 0.0   # all processes, all cores
 
     @property
     def total_peak(self) -> int:
@@ -81,6 +89,13 @@ def _stat(pid: int) -> tuple[str, int, float] | None:
     comm = data[lp + 1:rp]
     rest = data[rp + 2:].split()
     return comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / TICK
+
+
+def _machine_busy() -> float:
+    """CPU seconds all cores spent busy since boot (``/proc/stat``: everything but idle and iowait)."""
+    with open("/proc/stat", "rb") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICK
 
 
 def _rss(pid: int) -> int:
@@ -118,24 +133,30 @@ def window(samples: list[Sample], t0: float, t1: float) -> WindowStats | None:
         return None
     a, b = inside[0], inside[-1]
     span = b.t - a.t
+
+    def cores(x: float, y: float) -> float:
+        return (y - x) / span if span > 0 else 0.0
+
     return WindowStats(
         seconds=span,
         driver_peak=max(s.driver for s in inside), jvm_peak=max(s.jvm for s in inside),
         workers_peak=max(s.workers for s in inside), worker_max_peak=max(s.worker_max for s in inside),
         workers_max_count=max(s.n_workers for s in inside),
-        cores=(b.cpu - a.cpu) / span if span > 0 else 0.0,
-        cores_driver=(b.cpu_driver - a.cpu_driver) / span if span > 0 else 0.0,
-        cores_jvm=(b.cpu_jvm - a.cpu_jvm) / span if span > 0 else 0.0,
-        cores_workers=(b.cpu_workers - a.cpu_workers) / span if span > 0 else 0.0,
+        cores=cores(a.cpu, b.cpu), cores_driver=cores(a.cpu_driver, b.cpu_driver),
+        cores_jvm=cores(a.cpu_jvm, b.cpu_jvm), cores_workers=cores(a.cpu_workers, b.cpu_workers),
         handoff_peak=max(s.handoff for s in inside),
+        cores_broker=cores(a.cpu_broker, b.cpu_broker), cores_machine=cores(a.cpu_machine, b.cpu_machine),
     )
 
 
 class TreeSampler:
-    """Samples the tree under ``root`` (and ``handoff_dir``) every ``interval`` seconds in a thread."""
+    """Samples the tree under ``root`` (and ``handoff_dir``, the ``broker_pid`` process and the
+    machine's CPU) every ``interval`` seconds in a thread."""
 
-    def __init__(self, root: int, interval: float = 0.2, handoff_dir: str | None = None) -> None:
-        self.root, self.interval, self.handoff_dir = root, interval, handoff_dir
+    def __init__(self, root: int, interval: float = 0.2, handoff_dir: str | None = None,
+                 broker_pid: int | None = None) -> None:
+        self.root, self.interval, self.handoff_dir, self.broker_pid = root, interval, handoff_dir, broker_pid
+        self._broker_cpu = 0.0
         self.samples: list[Sample] = []
         self._cpu: dict[int, tuple[str, float]] = {}   # pid -> (kind, last cpu seconds)
         self._stop = threading.Event()
@@ -177,6 +198,8 @@ class TreeSampler:
         cpu = {"driver": 0.0, "jvm": 0.0, "worker": 0.0}
         for kind, secs in self._cpu.values():
             cpu[kind] += secs
+        if self.broker_pid in stats:
+            self._broker_cpu = stats[self.broker_pid][2]
         self.samples.append(Sample(time.time(), rss["driver"], rss["jvm"], rss["worker"], worker_max, n_workers,
                                    sum(cpu.values()), cpu["driver"], cpu["jvm"], cpu["worker"],
-                                   _dir_bytes(self.handoff_dir)))
+                                   _dir_bytes(self.handoff_dir), self._broker_cpu, _machine_busy()))
