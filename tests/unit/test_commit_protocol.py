@@ -6,7 +6,7 @@ from deltanode.flowgraph.launch import initial_state
 from deltanode.flowgraph.records import INSERT, RECORD_SCHEMA, to_ipc
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import ChannelState
-from deltanode.storage.commit import CommitRefused, commit_batch
+from deltanode.storage.commit import CommitRefused, commit_batch, discard
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
@@ -85,3 +85,13 @@ def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_k
     state = initial_state(storage, info)
     assert state.checkpoint_offset == 10 and set(state.segments) == {5, 9}
     assert state.replay == {"flushed": {}, "unflushed": {"9": 500}}
+
+
+def test_discard_removes_an_aborted_batch_files_from_their_tables(tmp_path):
+    storage = StorageLayout(str(tmp_path))
+    result = task_result(storage, 0, 10, [1, 2])
+    paths = [tmp_path / "insert_log" / "1" / f.path for f in result.files]
+    assert paths and all(p.exists() for p in paths)
+    discard(storage, 1, result.files + result.files)  # twice over: a file already gone is no error
+    assert not any(p.exists() for p in paths)
+    assert open_table(storage.insert_log(1)) is None  # nothing was committed

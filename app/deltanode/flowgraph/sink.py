@@ -16,8 +16,7 @@ from pyspark.sql.datasource import (
 from ..faults import crash_point
 from ..logs import ensure_logging
 from ..storage.binlog_writer import BinlogWriter, TaskResult
-from ..storage.commit import commit_batch
-from ..storage.layout import filesystem
+from ..storage.commit import commit_batch, discard
 from .spec import FlowgraphSpec, StateFile, save_state
 from .task_memory import release_task_memory
 
@@ -75,15 +74,5 @@ class BinlogStreamWriter(DataSourceStreamArrowWriter):
                  "" if done.committed else " (already committed)")
 
     def abort(self, messages: list[BinlogMessage], batchId: int) -> None:
-        storage, spec = self.spec.storage, self.spec
-        roots = {"insert": storage.insert_log(spec.collection_id), "delete": storage.delta_log(spec.collection_id),
-                 "quarantine": storage.quarantine()}
-        for m in messages:
-            if m is None:
-                continue
-            for f in m.result.files:
-                fs, base = filesystem(roots[f.table])
-                try:
-                    fs.delete_file(f"{base}/{f.path}")
-                except FileNotFoundError:
-                    pass
+        files = [f for m in messages if m is not None for f in m.result.files]
+        discard(self.spec.storage, self.spec.collection_id, files)

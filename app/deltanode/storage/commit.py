@@ -81,7 +81,7 @@ def _delete_files(root: str, files: list[FileEntry]) -> None:
             pass
 
 
-def _discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) -> None:
+def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) -> None:
     """Delete uncommitted binlog files, each from its own table."""
     roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
              QUARANTINE_TABLE: storage.quarantine()}
@@ -128,7 +128,7 @@ def commit_batch(storage: StorageLayout, state: ChannelState, results: list[Task
     files = [f for r in results for f in r.files]
     by_table = {t: [f for f in files if f.table == t] for t in (INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE)}
     insert_uri = storage.insert_log(state.collection_id)
-    _discard(storage, state.collection_id, retracted)
+    discard(storage, state.collection_id, retracted)
     if fence is not None:
         fence.check()
     for attempt in range(attempts):
@@ -137,7 +137,7 @@ def commit_batch(storage: StorageLayout, state: ChannelState, results: list[Task
         if current is not None and current >= outcome.end:
             log.info("%s: batch [%d, %d) already committed (txn %d); discarding its files",
                      state.vchannel, outcome.start, outcome.end, current)
-            _discard(storage, state.collection_id, files)
+            discard(storage, state.collection_id, files)
             return CommitResult(outcome, False, time.monotonic() - t0)
         if current is not None and current != outcome.start:
             raise CommitRefused(f"{state.vchannel}: insert_log txn is {current}, this flowgraph's batch "
