@@ -138,6 +138,8 @@ def test_machine_busy_only_inside_full_stretches():
     # two tasks from 1.0 to 3.2: the intervals [1, 2] and [2, 3] (2 cores busy each) count, [3, 4] does not
     assert busy_while_full([(0.5, 3.2), (1.0, 3.2)], samples, 0.0, 4.0, 2) == pytest.approx(2.0)
     assert busy_while_full([(0.5, 3.2)], samples, 0.0, 4.0, 2) is None
+    assert busy_while_full([(0.5, 2.2), (1.0, 2.2)], samples, 0.0, 4.0, 2) == pytest.approx(2.0)  # [1, 2] only
+    assert busy_while_full([(0.5, 2.2), (1.0, 2.2)], samples, 0.0, 4.0, 2, min_seconds=1.5) is None
 
 
 def test_task_spans_read_finished_tasks_from_the_event_log(tmp_path):

@@ -58,9 +58,11 @@ def running(spans: list[tuple[float, float]], t0: float, t1: float) -> dict[int,
 
 
 def busy_while_full(spans: list[tuple[float, float]], samples: list[Sample], t0: float, t1: float,
-                    slots: int) -> float | None:
+                    slots: int, min_seconds: float = 1.0) -> float | None:
     """Average busy cores of the machine over the sample intervals lying wholly inside stretches
-    of ``[t0, t1]`` when at least ``slots`` tasks ran; None if no interval does."""
+    of ``[t0, t1]`` when at least ``slots`` tasks ran; None if they add up to less than
+    ``min_seconds`` (/proc counts CPU time in 10 ms ticks: a few 0.2 s intervals can read 2.03
+    cores of 2)."""
     full = [(a, b) for a, b, k in _steps(spans, t0, t1) if k >= slots]
     merged: list[list[float]] = []
     for a, b in full:
@@ -72,4 +74,4 @@ def busy_while_full(spans: list[tuple[float, float]], samples: list[Sample], t0:
     for x, y in zip(samples, samples[1:]):
         if any(a <= x.t and y.t <= b for a, b in merged):
             cpu, secs = cpu + y.cpu_machine - x.cpu_machine, secs + y.t - x.t
-    return cpu / secs if secs > 0 else None
+    return cpu / secs if secs >= min_seconds else None
