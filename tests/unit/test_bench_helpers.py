@@ -150,3 +150,11 @@ def test_task_spans_read_finished_tasks_from_the_event_log(tmp_path):
     (tmp_path / "eventlog_v2_local-1" / "events_1_local-1").write_text("\n".join(json.dumps(x) for x in lines)
                                                + '\n{"Event":"SparkListenerTaskEnd","Task In')
     assert task_spans(str(tmp_path)) == [(1.0, 2.5)]
+
+
+def test_disk_probe_times_three_writes_and_leaves_nothing(tmp_path, capsys):
+    from deltanode.bench import disk_probe
+    assert disk_probe.main([str(tmp_path), "--keep-mb", "3", "--write-mb", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all("cpu" in line and "wall" in line for line in lines[1:])
+    assert list(tmp_path.iterdir()) == []
