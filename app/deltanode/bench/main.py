@@ -22,6 +22,7 @@ For the largest dim only (the one the targets name), then:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import shutil
@@ -154,16 +155,19 @@ class NodeRun:
     def t_query(self) -> float:
         return min(c.t_query for c in self.channels)
 
-    def task_use(self, w: WindowStats) -> TaskUse | None:
-        """Task concurrency over the window ``w`` is (``busy`` or ``warm``), from the event log."""
-        t0 = self.t_started if w is self.busy else self.t_warm
-        spans = task_spans(self.event_log) if self.event_log else []
-        if t0 is None or not spans:
+    @functools.cached_property
+    def spans(self) -> list[tuple[float, float]]:
+        """(launch, finish) of the run's Spark tasks; read once, after the run (the log is flushed)."""
+        return task_spans(self.event_log) if self.event_log else []
+
+    def task_use(self, t0: float | None) -> TaskUse | None:
+        """Task concurrency from ``t0`` to the last commit."""
+        if t0 is None or not self.spans:
             return None
         t1 = self.t_done + 0.25
-        by_count = running(spans, t0, t1)
+        by_count = running(self.spans, t0, t1)
         return TaskUse(sum(v for k, v in by_count.items() if k >= SLOTS) / (t1 - t0), by_count.get(1, 0.0) / (t1 - t0),
-                       busy_while_full(spans, self.samples, t0, t1, SLOTS))
+                       busy_while_full(self.spans, self.samples, t0, t1, SLOTS))
 
 
 @dataclass
@@ -438,9 +442,10 @@ class Bench:
                           "py workers MiB (sum)", "largest py worker MiB", "py procs", "handoff files MiB",
                           "sum MiB"], rows))
         for r in self.runs:
-            for what, w in (("flowgraph start -> last commit", r.busy), ("first commit -> last commit", r.warm)):
+            for what, w, t0 in (("flowgraph start -> last commit", r.busy, r.t_started),
+                                ("first commit -> last commit", r.warm, r.t_warm)):
                 if w is not None:
-                    cpu.append([r.dim, r.label, what, *_cpu_row(w), *_task_cols(r.task_use(w))])
+                    cpu.append([r.dim, r.label, what, *_cpu_row(w), *_task_cols(r.task_use(t0))])
         if self.steady and self.steady.stats:
             cpu.append([self.steady.dim, "steady", "steady load", *_cpu_row(self.steady.stats), "-", "-", "-"])
         out += ["", (f"CPU: average busy cores (user+system, /proc) of the DataNode process tree, of the embedded "
@@ -525,7 +530,7 @@ class Bench:
                          f"{ratio:.2f} -> {verdict(ratio >= 0.6)}")
         largest = (restarts[-1:] or [r])[0] if r is not None else None
         w = largest and (largest.warm or largest.busy)
-        use = largest.task_use(w) if w is not None else None
+        use = largest.task_use(largest.t_warm if w is largest.warm else largest.t_started) if w is not None else None
         if use is not None:
             # Measured on the machine, not the DataNode's tree: the broker serving its fetches
             # runs on the same cores. Between the batches' task phases lie the micro-batch
