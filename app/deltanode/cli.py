@@ -23,12 +23,11 @@ import sys
 from typing import Sequence
 
 from deltanode import __version__
-from deltanode.config import ENV_PREFIX, ConfError, load_conf
+from deltanode.config import ENV_PREFIX, SPARK_DEFAULTS, ConfError, load_conf
 from deltanode.logs import setup_logging
 
 PROG = "spark-submit.sh"
 DEFAULT_STANDALONE_CONF = "conf/standalone.conf"
-DEFAULT_SPARK_MASTER = "local[2]"
 
 RUNNERS = {
     "standalone": "deltanode.standalone.run",
@@ -228,14 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def spark_submit_args(argv: Sequence[str]) -> list[str]:
     """The spark-submit options for a command line: ``--conf k=v`` for every spark.* key
-    (after environment overrides), with spark.master defaulting to local[2] and spark.app.name
-    to deltanode-SUBCOMMAND. Raises SystemExit on a usage error and ConfError."""
+    (after environment overrides), then ``config.SPARK_DEFAULTS`` the conf leaves unset and
+    spark.app.name = deltanode-SUBCOMMAND. Raises SystemExit on a usage error and ConfError."""
     args = parse_args(argv)
     conf = _load(args)
     if args.command == "standalone" and not args.print_conf:
         _check_embedded_ports(conf)
     spark = conf.spark_conf()
-    spark.setdefault("spark.master", DEFAULT_SPARK_MASTER)
+    for key, value in SPARK_DEFAULTS.items():
+        spark.setdefault(key, value)
     spark.setdefault("spark.app.name", f"deltanode-{args.command}")
     out: list[str] = []
     for key, value in spark.items():

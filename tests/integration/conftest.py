@@ -34,9 +34,10 @@ def spark():
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from deltanode.flowgraph.launch import prepare_spark
     from pyspark.sql import SparkSession
-    session = (SparkSession.builder.master("local[2]").appName("deltanode-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    from deltanode.config import SPARK_DEFAULTS
+    session = SparkSession.builder.appName("deltanode-tests").config(map={
+        **SPARK_DEFAULTS, "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false"}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     prepare_spark(session)
     yield session

@@ -30,8 +30,9 @@ def main() -> int:
     from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    from deltanode.config import SPARK_DEFAULTS
+    spark = SparkSession.builder.config(map={
+        **SPARK_DEFAULTS, "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     prepare_spark(spark)
     setup_logging("INFO")  # the batch lines (handoff counts) are asserted on

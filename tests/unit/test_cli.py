@@ -138,10 +138,14 @@ def test_print_conf(conf_file, capsys, monkeypatch):
 def test_spark_submit_args(conf_file, monkeypatch):
     assert cli.spark_submit_args(["datanode", "--conf", str(conf_file)]) == [
         "--conf", "spark.ui.enabled=false", "--conf", "spark.master=local[2]",
+        "--conf", "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1",
+        "--conf", "spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.app.name=deltanode-datanode"]
     monkeypatch.setenv("DELTANODE_SPARK_MASTER", "local[1]")
+    monkeypatch.setenv("DELTANODE_SPARK_DRIVER_DEFAULTJAVAOPTIONS", "-Xss4m")
     opts = cli.spark_submit_args(["admin", "health", "--conf", str(conf_file)])
     assert "spark.master=local[1]" in opts and "spark.app.name=deltanode-admin" in opts
+    assert "spark.driver.defaultJavaOptions=-Xss4m" in opts  # the conf wins over the defaults
 
 
 def test_spark_args_main_checks_ports_before_jvm(conf_file, capsys, monkeypatch):

@@ -39,18 +39,18 @@ def child(args: dict) -> int:
     os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
+    from ..config import SPARK_DEFAULTS
     from ..flowgraph.launch import prepare_spark, start_flowgraph
     from ..flowgraph.warmup import warm_up
     from ..storage.layout import StorageLayout
     from ..storage.tables import open_table
     from ..wire.datapb import VchannelInfo
 
-    builder = (SparkSession.builder.master(args.get("master", "local[2]")).appName("deltanode-bench")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2"))
-    for k, v in args.get("spark_conf", {}).items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    # What spark-submit.sh gives a DataNode (SPARK_DEFAULTS), then the bench's own settings.
+    spark = SparkSession.builder.appName("deltanode-bench").config(map={
+        **SPARK_DEFAULTS, "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
+        **args.get("spark_conf", {})}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     prepare_spark(spark)
     _emit(status, "spark_session")
