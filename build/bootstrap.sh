@@ -98,3 +98,21 @@ fi
 # zip each one starts ~0.4 s sooner (build/zip_pyc.py). Again after pip replaced the zip.
 "$VENV/bin/python" "$ROOT/build/zip_pyc.py" --if-missing "$SITE"/pyspark/python/lib/*.zip \
     || die "adding bytecode to pyspark's zips failed"
+
+# The classes a DataNode's driver JVM loads at start, archived once for class data sharing
+# (app/deltanode/jvm.py: SparkSession ~2 s and warm-up ~1 s sooner). Again when Java or pyspark
+# changed (or the checkout moved); an optimisation, so a failure only warns.
+CDS="$("$VENV/bin/python" -c 'from deltanode.jvm import cds_archive; print(cds_archive())')"
+CDS_WANT="$( { echo "$VENV"; "$JAVA" -version 2>&1; "$VENV/bin/python" -c \
+    'import importlib.metadata as m; print(m.version("pyspark"))'; } | sha256sum | cut -d' ' -f1)"
+if [ ! -f "$CDS" ] || [ "$(cat "$CDS.stamp" 2>/dev/null || true)" != "$CDS_WANT" ]; then
+    say "archiving the classes Spark loads at start-up (once, ~25 s)"
+    mkdir -p "$(dirname "$CDS")"
+    rm -f "$CDS" "$CDS.stamp"
+    if "$VENV/bin/python" "$ROOT/build/cds_archive.py" "$CDS" >"$CDS.log" 2>&1; then
+        echo "$CDS_WANT" >"$CDS.stamp"
+    else
+        rm -f "$CDS"
+        say "warning: no class archive (see $CDS.log); Spark starts without it, ~3 s slower"
+    fi
+fi

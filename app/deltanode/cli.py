@@ -23,7 +23,8 @@ import sys
 from typing import Sequence
 
 from deltanode import __version__
-from deltanode.config import ENV_PREFIX, SPARK_DEFAULTS, ConfError, load_conf
+from deltanode.config import ENV_PREFIX, ConfError, load_conf
+from deltanode.jvm import spark_defaults
 from deltanode.logs import setup_logging
 
 PROG = "spark-submit.sh"
@@ -227,14 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def spark_submit_args(argv: Sequence[str]) -> list[str]:
     """The spark-submit options for a command line: ``--conf k=v`` for every spark.* key
-    (after environment overrides), then ``config.SPARK_DEFAULTS`` the conf leaves unset and
+    (after environment overrides), then ``jvm.spark_defaults()`` the conf leaves unset and
     spark.app.name = deltanode-SUBCOMMAND. Raises SystemExit on a usage error and ConfError."""
     args = parse_args(argv)
     conf = _load(args)
     if args.command == "standalone" and not args.print_conf:
         _check_embedded_ports(conf)
     spark = conf.spark_conf()
-    for key, value in SPARK_DEFAULTS.items():
+    for key, value in spark_defaults().items():
         spark.setdefault(key, value)
     spark.setdefault("spark.app.name", f"deltanode-{args.command}")
     out: list[str] = []

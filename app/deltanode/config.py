@@ -64,19 +64,6 @@ COMMON_SPARK_KEYS = (
 )
 
 
-#: Spark settings DeltaNode uses unless the conf sets the key. The JVMs only plan batches and
-#: move small rows (payloads wait in the handoff directory), so the C2 compiler's faster code is
-#: not worth its compile time: C1 only. Side by side over 3 rounds of ``build/bench.sh`` (930 MB
-#: backlog): start to warmed up 12.7-13.0 -> 11.2-11.8 s, 129-172 -> 150-176 MB/s, and at a
-#: steady 10 MB/s the driver JVM 0.37-0.46 -> 0.13-0.19 cores (its C2 threads had 0.19).
-#: ``defaultJavaOptions`` come before ``extraJavaOptions``, which a conf may still set.
-SPARK_DEFAULTS = {
-    "spark.master": "local[2]",
-    "spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1",
-    "spark.executor.defaultJavaOptions": "-XX:TieredStopAtLevel=1",
-}
-
-
 class ConfError(ValueError):
     """A configuration problem; the message names the key and where it was set."""
 

@@ -34,9 +34,9 @@ def spark():
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from deltanode.flowgraph.launch import prepare_spark
     from pyspark.sql import SparkSession
-    from deltanode.config import SPARK_DEFAULTS
+    from deltanode.jvm import spark_defaults
     session = SparkSession.builder.appName("deltanode-tests").config(map={
-        **SPARK_DEFAULTS, "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+        **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
         "spark.ui.showConsoleProgress": "false"}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     prepare_spark(session)

@@ -30,9 +30,9 @@ def main() -> int:
     from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
     from pyspark.sql import SparkSession
-    from deltanode.config import SPARK_DEFAULTS
+    from deltanode.jvm import spark_defaults
     spark = SparkSession.builder.config(map={
-        **SPARK_DEFAULTS, "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}).getOrCreate()
+        **spark_defaults(), "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     prepare_spark(spark)
     setup_logging("INFO")  # the batch lines (handoff counts) are asserted on

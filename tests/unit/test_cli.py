@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
-from deltanode import cli
+from deltanode import cli, jvm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,7 +135,8 @@ def test_print_conf(conf_file, capsys, monkeypatch):
     assert "spark.ui.enabled = false" in out
 
 
-def test_spark_submit_args(conf_file, monkeypatch):
+def test_spark_submit_args(conf_file, monkeypatch, tmp_path):
+    monkeypatch.setattr(jvm, "cds_archive", lambda: tmp_path / "not-made.jsa")
     assert cli.spark_submit_args(["datanode", "--conf", str(conf_file)]) == [
         "--conf", "spark.ui.enabled=false", "--conf", "spark.master=local[2]",
         "--conf", "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1",
@@ -146,6 +147,15 @@ def test_spark_submit_args(conf_file, monkeypatch):
     opts = cli.spark_submit_args(["admin", "health", "--conf", str(conf_file)])
     assert "spark.master=local[1]" in opts and "spark.app.name=deltanode-admin" in opts
     assert "spark.driver.defaultJavaOptions=-Xss4m" in opts  # the conf wins over the defaults
+
+
+def test_spark_submit_args_use_the_class_archive_when_bootstrap_made_one(conf_file, monkeypatch, tmp_path):
+    archive = tmp_path / "spark-cds.jsa"
+    archive.write_bytes(b"")
+    monkeypatch.setattr(jvm, "cds_archive", lambda: archive)
+    opts = cli.spark_submit_args(["datanode", "--conf", str(conf_file)])
+    assert f'spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile="{archive}"' in opts
+    assert "spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1" in opts  # no such file on executor hosts
 
 
 def test_spark_args_main_checks_ports_before_jvm(conf_file, capsys, monkeypatch):

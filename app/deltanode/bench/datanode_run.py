@@ -39,16 +39,16 @@ def child(args: dict) -> int:
     os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
-    from ..config import SPARK_DEFAULTS
+    from ..jvm import spark_defaults
     from ..flowgraph.launch import prepare_spark, start_flowgraph
     from ..flowgraph.warmup import warm_up
     from ..storage.layout import StorageLayout
     from ..storage.tables import open_table
     from ..wire.datapb import VchannelInfo
 
-    # What spark-submit.sh gives a DataNode (SPARK_DEFAULTS), then the bench's own settings.
+    # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
     spark = SparkSession.builder.appName("deltanode-bench").config(map={
-        **SPARK_DEFAULTS, "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
+        **spark_defaults(), "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
         **args.get("spark_conf", {})}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,40 @@
+"""JVM options DeltaNode gives Spark unless the conf sets the key (``spark_defaults``).
+
+C1 only (``-XX:TieredStopAtLevel=1``): the JVMs only plan batches and move small rows (payloads
+wait in the handoff directory), so the C2 compiler's faster code is not worth its compile time.
+Side by side over 3 rounds of ``build/bench.sh`` (930 MB backlog): start to warmed up
+12.7-13.0 -> 11.2-11.8 s, 129-172 -> 150-176 MB/s, and at a steady 10 MB/s the driver JVM
+0.37-0.46 -> 0.13-0.19 cores (its C2 threads had 0.19).
+
+Class data sharing: ``build/bootstrap.sh`` records the classes a DataNode's driver JVM loads
+(SparkSession and the warm-up query, ``build/cds_archive.py``) in an archive inside the venv. A
+JVM started with it maps those classes instead of loading and verifying them again: SparkSession
+4.8 -> 2.7 s and warm-up 6.5 -> 5.4 s, side by side on this machine. Only the driver uses it
+(executors on other hosts have no such file); a Java or Spark other than the one it was made
+with prints a warning and starts without it.
+
+Both go in ``defaultJavaOptions``, which Spark puts before ``extraJavaOptions``: a conf can add
+its own options or override these.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def cds_archive() -> Path:
+    """Where ``build/bootstrap.sh`` puts the class archive: in the venv of this interpreter."""
+    return Path(sys.prefix) / "share" / "deltanode" / "spark-cds.jsa"
+
+
+def spark_defaults() -> dict[str, str]:
+    """spark.* defaults for a DataNode: local[2], C1 only, and the class archive when there is one."""
+    driver = C1_ONLY
+    archive = cds_archive()
+    if archive.is_file():
+        driver += f' -XX:SharedArchiveFile="{archive}"'
+    return {"spark.master": "local[2]", "spark.driver.defaultJavaOptions": driver,
+            "spark.executor.defaultJavaOptions": C1_ONLY}

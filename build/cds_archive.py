@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Record the classes a DataNode's driver JVM loads in a class data sharing archive.
+
+``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (``jvm.spark_defaults``,
+without an archive) and ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up query,
+and stops; the JVM writes the archive as it exits. ``build/bootstrap.sh`` runs this when the
+archive is missing or was made for another Java or pyspark; ``deltanode.jvm`` says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "app")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="build/cds_archive.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("archive", help="the .jsa file to write")
+    args = p.parse_args(argv)
+    archive = os.path.abspath(args.archive)
+    sys.path.insert(0, os.path.abspath(APP))
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from deltanode.flowgraph.launch import prepare_spark
+    from deltanode.flowgraph.warmup import warm_up
+    from deltanode.jvm import C1_ONLY
+
+    t0 = time.monotonic()
+    spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={
+        "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+        "spark.driver.defaultJavaOptions": f'{C1_ONLY} -XX:ArchiveClassesAtExit="{archive}"'}).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    prepare_spark(spark)
+    with tempfile.TemporaryDirectory(prefix="deltanode-cds-") as scratch:
+        warm_up(spark, scratch)
+    jvm = spark.sparkContext._gateway.proc  # pyspark's spark-submit child
+    spark.stop()
+    jvm.stdin.close()  # the gateway exits at EOF on its stdin; the JVM writes the archive as it goes
+    jvm.wait(timeout=120)
+    if not os.path.isfile(archive):
+        print(f"cds_archive: the JVM wrote no {archive}", file=sys.stderr)
+        return 1
+    print(f"cds_archive: {archive} ({os.path.getsize(archive) >> 20} MiB) in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
