@@ -221,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} {what}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout closed early (``admin show-segments | head``): stop quietly, as Unix tools do;
+        # stdout goes to /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0 if rc is None else int(rc)
 
 

@@ -168,3 +168,22 @@ def test_spark_args_main_checks_ports_before_jvm(conf_file, capsys, monkeypatch)
         assert cli._spark_args_main(["standalone", "--conf", str(conf_file)]) == 1
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port} is already in use" in err and "etcd.endpoints" in err
+
+
+def test_admin_output_into_a_closed_pipe_stops_quietly(conf_file):
+    """``admin show-segments | head``: no traceback when the reader goes away (exit 141, as Unix tools)."""
+    script = f"""
+import sys, types
+from deltanode import cli
+fake = types.ModuleType("deltanode.admin.commands")
+def health(conf, args):
+    for i in range(200000):
+        print('{{"segment_id": %d}}' % i)
+fake.health = health
+sys.modules["deltanode.admin.commands"] = fake
+sys.exit(cli.main(["admin", "health", "--conf", {str(conf_file)!r}]))
+"""
+    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "$0" | head -c 10 >/dev/null; '
+                                         'echo "rc=${PIPESTATUS[0]}" >&2', script],
+                          capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stderr and "rc=141" in proc.stderr, proc.stderr
