@@ -101,18 +101,18 @@ fi
 
 # The classes a DataNode's driver JVM loads at start, archived once for class data sharing
 # (app/deltanode/jvm.py: SparkSession ~2 s and warm-up ~1 s sooner). Again when Java or pyspark
-# changed (or the checkout moved); an optimisation, so a failure only warns.
+# changed (or the checkout moved); an optimisation, so a failure only warns (delete
+# .venv/share/deltanode/ to try again).
 CDS="$("$VENV/bin/python" -c 'from deltanode.jvm import cds_archive; print(cds_archive())')"
 CDS_WANT="$( { echo "$VENV"; "$JAVA" -version 2>&1; "$VENV/bin/python" -c \
     'import importlib.metadata as m; print(m.version("pyspark"))'; } | sha256sum | cut -d' ' -f1)"
-if [ ! -f "$CDS" ] || [ "$(cat "$CDS.stamp" 2>/dev/null || true)" != "$CDS_WANT" ]; then
+if [ "$(cat "$CDS.stamp" 2>/dev/null || true)" != "$CDS_WANT" ]; then
     say "archiving the classes Spark loads at start-up (once, ~25 s)"
     mkdir -p "$(dirname "$CDS")"
     rm -f "$CDS" "$CDS.stamp"
-    if "$VENV/bin/python" "$ROOT/build/cds_archive.py" "$CDS" >"$CDS.log" 2>&1; then
-        echo "$CDS_WANT" >"$CDS.stamp"
-    else
+    if ! "$VENV/bin/python" "$ROOT/build/cds_archive.py" "$CDS" >"$CDS.log" 2>&1; then
         rm -f "$CDS"
         say "warning: no class archive (see $CDS.log); Spark starts without it, ~3 s slower"
     fi
+    echo "$CDS_WANT" >"$CDS.stamp"   # tried for this Java and pyspark: not again on every run
 fi
