@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Record the classes a DataNode's driver JVM loads in a class data sharing archive.
 
-``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (``jvm.spark_defaults``,
-without an archive) and ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up query,
-and stops; the JVM writes the archive as it exits. ``build/bootstrap.sh`` runs this when the
+``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (local[2], C1 only)
+with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up query, and stops; the JVM
+writes the archive as it exits. ``build/bootstrap.sh`` runs this when the
 archive is missing or was made for another Java or pyspark; ``deltanode.jvm`` says why.
 """
 

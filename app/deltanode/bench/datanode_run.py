@@ -39,9 +39,9 @@ def child(args: dict) -> int:
     os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
-    from ..jvm import spark_defaults
     from ..flowgraph.launch import prepare_spark, start_flowgraph
     from ..flowgraph.warmup import warm_up
+    from ..jvm import spark_defaults
     from ..storage.layout import StorageLayout
     from ..storage.tables import open_table
     from ..wire.datapb import VchannelInfo

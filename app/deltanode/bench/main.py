@@ -35,8 +35,8 @@ from . import latency as lat
 from . import reference
 from .datanode_run import DataNode
 from .procs import WindowStats, window
-from .tasks import busy_while_full, running, task_spans
 from .report import machine_info, mb, mib, rate, secs, short_channel, table, verdict
+from .tasks import busy_while_full, running, task_spans
 from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
 
 SLOTS = 2   # Spark local[2]: the machine's 2 cores
