@@ -10,5 +10,5 @@ PY="$ROOT/.venv/bin/python"
 if [ ! -x "$PY" ]; then
     bash build/bootstrap.sh || { echo "build/bench.sh: bootstrap failed" >&2; exit 1; }
 fi
-export PYTHONPATH="$ROOT/app${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PY" -m deltanode.bench.main "$@"
+export PYTHONPATH="$ROOT/build:$ROOT/app${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" -m deltanode_bench.main "$@"

@@ -101,11 +101,12 @@ fi
 
 # The classes a DataNode's driver JVM loads at start, archived once for class data sharing
 # (app/deltanode/jvm.py: SparkSession ~2 s and warm-up ~1 s sooner). Again when Java or pyspark
-# changed (or the checkout moved); an optimisation, so a failure only warns (delete
+# changed, or what it records (or the checkout moved); an optimisation, so a failure only warns (delete
 # .venv/share/deltanode/ to try again).
 CDS="$("$VENV/bin/python" -c 'from deltanode.jvm import cds_archive; print(cds_archive())')"
 CDS_WANT="$( { echo "$VENV"; "$JAVA" -version 2>&1; "$VENV/bin/python" -c \
-    'import importlib.metadata as m; print(m.version("pyspark"))'; } | sha256sum | cut -d' ' -f1)"
+    'import importlib.metadata as m; print(m.version("pyspark"))'; \
+    cat "$ROOT/build/cds_archive.py" "$ROOT/app/deltanode/pipeline/warmup.py"; } | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$CDS.stamp" 2>/dev/null || true)" != "$CDS_WANT" ]; then
     say "archiving the classes Spark loads at start-up (once, ~25 s)"
     mkdir -p "$(dirname "$CDS")"

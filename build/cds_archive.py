@@ -2,7 +2,7 @@
 """Record the classes a DataNode's driver JVM loads in a class data sharing archive.
 
 ``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (local[2], C1 only)
-with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up query, and stops; the JVM
+with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up job, and stops; the JVM
 writes the archive as it exits. ``build/bootstrap.sh`` runs this when the
 archive is missing or was made for another Java or pyspark; ``deltanode.jvm`` says why.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "app")
@@ -27,18 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from deltanode.flowgraph.launch import prepare_spark
-    from deltanode.flowgraph.warmup import warm_up
     from deltanode.jvm import C1_ONLY
+    from deltanode.pipeline.warmup import warm_up
 
     t0 = time.monotonic()
     spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.driver.defaultJavaOptions": f'{C1_ONLY} -XX:ArchiveClassesAtExit="{archive}"'}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    prepare_spark(spark)
-    with tempfile.TemporaryDirectory(prefix="deltanode-cds-") as scratch:
-        warm_up(spark, scratch)
+    warm_up(spark)
     jvm = spark.sparkContext._gateway.proc  # pyspark's spark-submit child
     spark.stop()
     jvm.stdin.close()  # the gateway exits at EOF on its stdin; the JVM writes the archive as it goes

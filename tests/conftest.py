@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "app"))
+sys.path.insert(0, str(ROOT / "build"))   # the benchmark's helpers (not shipped in the app zip)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from deltanode.standalone.services import EmbeddedBroker, EmbeddedEtcd  # noqa: E402

@@ -20,7 +20,7 @@ Environment
   An empty variable counts as unset. An unknown ``DELTANODE_*`` variable is an error.
   Precedence: environment, then file, then default.
 
-Relative paths (``storage.root``, ``embedded.data.dir``, ``datanode.checkpoint.dir``) resolve
+Relative paths (``storage.root``, ``embedded.data.dir``) resolve
 against the working directory (``base_dir`` of ``load_conf``); values with a URI scheme
 (``file://``, ``s3://``, ...) are kept as given.
 
@@ -239,22 +239,27 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("embedded.broker", "bool", "false",
        "standalone only: start the Tansu Kafka-compatible broker on the mq.kafka port"),
     _k("embedded.data.dir", "localpath", "var", "data and logs of the embedded services"),
-    _k("datanode.batch.max.messages", "int", "200",
-       "most MQ messages one micro-batch reads per channel", min=1),
+    _k("datanode.batch.max.messages", "int", "1000",
+       "most MQ messages one cycle reads from a pchannel (per lane)", min=1),
     _k("datanode.batch.max.bytes", "size", "256m",
-       "most MQ payload bytes one micro-batch reads", min=1),
-    _k("datanode.trigger.interval", "duration", "1s", "Spark micro-batch trigger interval", min=0),
+       "most MQ payload bytes one cycle reads from all pchannels together (for the vchannels near "
+       "their pchannel's head), shared fairly between pchannels", min=1),
+    _k("datanode.catchup.max.bytes", "size", "64m",
+       "most MQ payload bytes one cycle reads for vchannels catching up far behind their pchannel's head",
+       min=1),
+    _k("datanode.trigger.interval", "duration", "1s", "how often the pipeline runs a cycle (at once while "
+       "a backlog remains)", min=0),
+    _k("datanode.sync.max.delay", "duration", "0s",
+       "longest rows may wait in binlog files before their collection is committed (0: at the end of "
+       "the cycle that read them)", min=0),
     _k("datanode.checkpoint.interval", "duration", "10s",
-       "longest a channel's checkpoint may lag while only ticks arrive (idle batches are not committed)", min=0),
-    _k("datanode.read.splits", "int", "2", "Spark read partitions per micro-batch", min=1),
+       "longest a vchannel's checkpoint may lag while only ticks arrive (budget permitting)", min=0),
+    _k("datanode.checkpoint.max.rate", "float", "20",
+       "most commits per second the node makes only to move idle vchannels' checkpoints", min=0.1),
+    _k("datanode.read.splits", "int", "2", "Spark tasks per cycle (the cores a busy pchannel can use)", min=1),
     _k("datanode.warmup", "bool", "true",
-       "run one throw-away micro-batch at start, before registering, so the first channel's first "
-       "batch does not wait for Spark's Python workers to start"),
-    _k("datanode.handoff.dir", "str", "/dev/shm/deltanode-handoff",
-       "absolute directory on every executor host (tmpfs is best) where a task's source leaves large "
-       "payloads for its sink instead of sending them through the JVM; off: through the JVM"),
-    _k("datanode.checkpoint.dir", "path", "var/spark-checkpoints",
-       "Spark streaming checkpoint directory (path or URI)"),
+       "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
+       "Spark's Python workers to start"),
     _k("datanode.address", "str", "127.0.0.1", "address the DataNode registers in its session"),
     _k("session.ttl", "duration", "30s", "etcd lease TTL of a node session", min=1),
     _k("datacoord.watch.timeout", "duration", "300s",
@@ -360,7 +365,18 @@ def _to_text(v: Any) -> str:
     return str(v)
 
 
+#: Keys earlier versions knew, and why they are gone.
+REMOVED_KEYS = {
+    "datanode.handoff.dir": "payloads no longer cross the JVM (a task reads and writes in one Python "
+                            "worker); remove the line",
+    "datanode.checkpoint.dir": "the pipeline runs no Spark streaming query, so it keeps no Spark "
+                               "checkpoint (Delta holds the checkpoints); remove the line",
+}
+
+
 def _unknown_key_msg(key: str) -> str:
+    if key in REMOVED_KEYS:
+        return f"{key!r} is no longer used: {REMOVED_KEYS[key]}"
     msg = f"unknown key {key!r}"
     guess = difflib.get_close_matches(key.lower(), list(KEYS), n=1, cutoff=0.6)
     if not guess and key.lower().startswith(("sprak.", "sparks.", "spak.", "saprk.")):
@@ -422,6 +438,9 @@ def _env_entries(env: Mapping[str, str], spark_keys: Iterable[str]) -> dict[str,
             out[spark_names[var]] = (value, where)
         elif var.startswith(ENV_PREFIX + "SPARK_") and len(var) > len(ENV_PREFIX + "SPARK_"):
             out[var[len(ENV_PREFIX):].lower().replace("_", ".")] = (value, where)
+        elif var in {env_name(k) for k in REMOVED_KEYS}:
+            key = next(k for k in REMOVED_KEYS if env_name(k) == var)
+            raise ConfError(f"{where}: {_unknown_key_msg(key)}")
         else:
             msg = (f"{where}: unknown variable; {ENV_PREFIX}* variables override conf keys, "
                    f"e.g. {env_name('storage.root')} for 'storage.root'")
@@ -475,10 +494,6 @@ def _check_cross(conf: Conf) -> None:
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
             fail("etcd.endpoints", f"{conf.get('etcd.endpoints')!r}: with embedded.etcd = true "
                                    "it must be one loopback endpoint, e.g. 127.0.0.1:2379")
-    handoff = conf.get("datanode.handoff.dir")
-    if handoff != "off" and not os.path.isabs(handoff):
-        fail("datanode.handoff.dir", f"{handoff!r}: an absolute directory that exists on every executor host "
-                                     "(e.g. /dev/shm/deltanode-handoff), or off")
     if conf.get("embedded.broker"):
         if conf.get("mq.type") != "kafka":
             fail("embedded.broker", "the embedded broker speaks the Kafka protocol only; "

@@ -1,7 +1,8 @@
 """JVM options DeltaNode gives Spark unless the conf sets the key (``spark_defaults``).
 
-C1 only (``-XX:TieredStopAtLevel=1``): the JVMs only plan batches and move small rows (payloads
-wait in the handoff directory), so the C2 compiler's faster code is not worth its compile time.
+C1 only (``-XX:TieredStopAtLevel=1``): the JVMs only schedule tasks and move small records (a
+task's payloads stay in its Python worker), so the C2 compiler's faster code is not worth its
+compile time.
 Side by side over 3 rounds of ``build/bench.sh`` (930 MB backlog): start to warmed up
 12.7-13.0 -> 11.2-11.8 s, 129-172 -> 150-176 MB/s, and at a steady 10 MB/s the driver JVM
 0.37-0.46 -> 0.13-0.19 cores (its C2 threads had 0.19).
@@ -31,10 +32,11 @@ def cds_archive() -> Path:
 
 
 def spark_defaults() -> dict[str, str]:
-    """spark.* defaults for a DataNode: local[2], C1 only, and the class archive when there is one."""
+    """spark.* defaults for a DataNode: local[2], C1 only, the class archive when there is one, and no
+    console progress bar (the pipeline runs a job every cycle; it logs its own progress)."""
     driver = C1_ONLY
     archive = cds_archive()
     if archive.is_file():
         driver += f' -XX:SharedArchiveFile="{archive}"'
     return {"spark.master": "local[2]", "spark.driver.defaultJavaOptions": driver,
-            "spark.executor.defaultJavaOptions": C1_ONLY}
+            "spark.executor.defaultJavaOptions": C1_ONLY, "spark.ui.showConsoleProgress": "false"}

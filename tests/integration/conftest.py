@@ -32,16 +32,33 @@ def client(etcd_server):
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from deltanode.flowgraph.launch import prepare_spark
-    from pyspark.sql import SparkSession
     from deltanode.jvm import spark_defaults
+    from pyspark.sql import SparkSession
     session = SparkSession.builder.appName("deltanode-tests").config(map={
-        **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-        "spark.ui.showConsoleProgress": "false"}).getOrCreate()
+        **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    prepare_spark(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def pipelines(spark, broker, tmp_path):
+    """Factory: a started shared pipeline (no etcd fence) on the test broker; stopped at the end."""
+    from deltanode.mq.broker import Broker
+    from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
+    from deltanode.pipeline.plan import Limits
+    started = []
+
+    def make(trigger_interval: float = 0.2, fence=None, **limits) -> Pipeline:
+        settings = PipelineSettings(Limits(**limits), trigger_interval=trigger_interval)
+        pipe = Pipeline(spark, StorageLayout(str(tmp_path / "delta")), Broker("kafka", broker.bootstrap_servers),
+                        settings, fence=fence).start()
+        started.append(pipe)
+        return pipe
+
+    yield make
+    for pipe in started:
+        pipe.stop()
 
 
 @pytest.fixture
@@ -49,10 +66,12 @@ def make_collection(broker, tmp_path):
     """Factory: a fresh collection with ``shards`` vchannels on fresh pchannel topics, ticking."""
     stops = []
 
-    def make(shards: int = 1, schema: dict = SCHEMA, shared_pchannel: bool = False, ticking: bool = True) -> Collection:
+    def make(shards: int = 1, schema: dict = SCHEMA, shared_pchannel: bool = False, ticking: bool = True,
+             pchannels: list[str] | None = None) -> Collection:
+        """``pchannels``: put the shards on these (shared with other collections) instead of new ones."""
         cid = next(_ids)
         prefix = f"t{cid}-rootcoord-dml"
-        pchannels = [pchannel_name(prefix, 0 if shared_pchannel else i) for i in range(shards)]
+        pchannels = pchannels or [pchannel_name(prefix, 0 if shared_pchannel else i) for i in range(shards)]
         vchannels = [vchannel_name(p, cid, i) for i, p in enumerate(pchannels)]
         create_topics(broker.bootstrap_servers, sorted(set(pchannels)))
         name = f"coll{cid}"
@@ -62,7 +81,7 @@ def make_collection(broker, tmp_path):
             stop = threading.Event()
             ticker(producer, sorted(set(pchannels)), stop)
             stops.append(stop)
-        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")))
+        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")), schema)
 
     yield make
     for s in stops:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from deltanode.mq.kafka import Watermarks
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
+from deltanode.wire.datapb import VchannelInfo
+from deltanode.wire.positions import kafka_msg_id
+from deltanode.wire.schema import schema_from_json
 
 SCHEMA = {"fields": [
     {"name": "pk", "data_type": "Int64", "is_primary_key": True},
@@ -28,6 +31,7 @@ class Collection:
     vchannels: list[str]
     producer: MilvusProducer
     storage: StorageLayout
+    schema_doc: dict = field(default_factory=lambda: SCHEMA)
 
     def committed_offset(self, vchannel: str) -> int:
         table = open_table(self.storage.insert_log(self.collection_id))
@@ -39,6 +43,18 @@ class Collection:
 
     def state(self, vchannel: str):
         return meta.channel_state(self.storage, self.collection_id, vchannel)
+
+    @property
+    def schema(self):
+        return schema_from_json(self.schema_doc, self.name)
+
+    def watch(self, pipeline, *vchannels: str, seek_offset: int | None = None) -> None:
+        """Add ``vchannels`` (default: all) to ``pipeline``, from Delta's state or ``seek_offset``."""
+        for v in vchannels or self.vchannels:
+            info = VchannelInfo(collectionID=self.collection_id, channelName=v)
+            if seek_offset is not None:
+                info.seek_position.msgID = kafka_msg_id(seek_offset)
+            pipeline.add(info, self.schema)
 
 
 def high_watermark(bootstrap: str, topic: str) -> int:

@@ -67,7 +67,6 @@ mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
 mq.pchannel.prefix = {prefix}
 mq.pchannel.count = 2
 storage.root = {tmp_path / "delta"}
-datanode.checkpoint.dir = {tmp_path / "scratch"}
 datanode.trigger.interval = 300ms
 datanode.batch.max.messages = 8
 session.ttl = 3s

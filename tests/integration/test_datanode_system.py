@@ -31,7 +31,7 @@ def conf(etcd_server, broker, etcd_root, tmp_path):
         "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root,
         "mq.kafka.bootstrap.servers": broker.bootstrap_servers, "storage.root": str(tmp_path / "delta"),
         "mq.pchannel.prefix": f"sys{int(time.time() * 1000) % 10**9}-rootcoord-dml", "mq.pchannel.count": 4,
-        "datanode.checkpoint.dir": str(tmp_path / "scratch"), "datanode.trigger.interval": "200ms",
+        "datanode.trigger.interval": "200ms",
         "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
     })
 
@@ -91,8 +91,7 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
         producer.flush_producer()
         wait_until(lambda: len(set(rows())) >= len(produced), 120, "node B to commit everything")
         time.sleep(2)  # give a zombie commit the chance to land, if the fence let it
-        node_a.flowgraphs.poll()  # records why A's flowgraphs stopped
-        errors = [row["last_error"] for row in node_a.progress()]
+        errors = [row["last_error"] for row in node_a.progress()]   # why A's flowgraphs stopped
         assert errors and all("OwnershipLost" in e for e in errors), errors
     finally:
         stop.set()

@@ -1,35 +1,25 @@
-"""One vchannel end to end: Milvus wire messages on Tansu -> Spark streaming query -> Delta."""
+"""Vchannels end to end: Milvus wire messages on Tansu -> the shared Spark pipeline -> Delta."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
-from deltanode.flowgraph.launch import start_flowgraph
-from deltanode.flowgraph.spec import encode_schema
 from deltanode.storage.tables import open_table
-from deltanode.wire.datapb import VchannelInfo
-from deltanode.wire.schema import schema_from_json
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
-from .support import SCHEMA, settled_watermark, wait_until
+from .support import settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
 
 
-def run_until_caught_up(spark, broker, coll, tmp_path, vchannel, **kw):
-    info = VchannelInfo(collectionID=coll.collection_id, channelName=vchannel)
-    query = start_flowgraph(spark, coll.storage, info, encode_schema(schema_from_json(SCHEMA, coll.name)),
-                            bootstrap=broker.bootstrap_servers, scratch_dir=str(tmp_path / "scratch"),
-                            trigger_interval="200 milliseconds", **kw)
-    return query
-
-
-def caught_up(coll, broker, vchannel, pchannel):
+def caught_up(coll, vchannel, pchannel):
     target = settled_watermark(coll, pchannel)
     return lambda: coll.committed_offset(vchannel) >= target
 
 
-def test_two_shards_on_one_pchannel_commit_each_row_once(spark, broker, make_collection, tmp_path):
+def test_two_shards_on_one_pchannel_share_its_reads_and_commits(pipelines, make_collection):
     coll = make_collection(shards=2, shared_pchannel=True)
     p = coll.pchannels[0]
     pks = {v: [] for v in coll.vchannels}
@@ -38,14 +28,11 @@ def test_two_shards_on_one_pchannel_commit_each_row_once(spark, broker, make_col
         first = coll.producer.insert(p, v, segment_id=100 + i % 2, partition_id=7, rows=50)
         pks[v] += range(first, first + 50)
     coll.producer.flush_producer()
-    queries = [run_until_caught_up(spark, broker, coll, tmp_path, v, splits=2, max_messages=8)
-               for v in coll.vchannels]
-    try:
-        for v in coll.vchannels:
-            wait_until(caught_up(coll, broker, v, p), timeout=90, what=f"{v} to commit the backlog")
-    finally:
-        for q in queries:
-            q.stop()
+    pipe = pipelines(splits=2, max_messages=8)
+    coll.watch(pipe)
+    for v in coll.vchannels:
+        wait_until(caught_up(coll, v, p), timeout=90, what=f"{v} to commit the backlog")
+    pipe.stop()
     rows = coll.insert_rows()
     assert len(rows) == 1500
     assert sorted(r["pk"] for r in rows) == sorted(pks[coll.vchannels[0]] + pks[coll.vchannels[1]])
@@ -57,9 +44,14 @@ def test_two_shards_on_one_pchannel_commit_each_row_once(spark, broker, make_col
     state = coll.state(coll.vchannels[0])
     assert state.segments[100].num_rows == 750 and state.checkpoint_offset == coll.committed_offset(coll.vchannels[0])
     assert state.checkpoint_ts > 0  # ticks were consumed
+    # Both vchannels moved in the same Delta commits: one commit per cycle, a txn each.
+    log_dir = f"{coll.storage.insert_log(coll.collection_id)}/_delta_log"
+    last = open(f"{log_dir}/{open_table(coll.storage.insert_log(coll.collection_id)).version():020d}.json").read()
+    txns = [json.loads(line)["txn"]["appId"] for line in last.splitlines() if '"txn"' in line]
+    assert sorted(txns) == sorted(coll.vchannels)
 
 
-def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(spark, broker, make_collection, tmp_path):
+def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]
     prod = coll.producer
@@ -75,11 +67,8 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(spark, br
     prod.insert(p, v, 1, 1, 10)
     prod.delete(p, v, 1, [1, 2])
     prod.flush_producer()
-    q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=1)
-    try:
-        wait_until(caught_up(coll, broker, v, p), timeout=90, what="the channel to pass the bad messages")
-    finally:
-        q.stop()
+    coll.watch(pipelines(splits=1))
+    wait_until(caught_up(coll, v, p), timeout=90, what="the channel to pass the bad messages")
     assert len(coll.insert_rows()) == 20
     deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table()
     assert sorted(deletes.column("pk").to_pylist()) == [1, 2]
@@ -94,40 +83,37 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(spark, br
     assert all(r["payload"] and r["offset"] >= 0 for r in mine)
 
 
-def test_flush_drop_partition_and_drop_collection(spark, broker, make_collection, tmp_path):
+def test_flush_drop_partition_and_drop_collection(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]
     prod = coll.producer
-    q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=2)
-    try:
-        prod.insert(p, v, segment_id=1, partition_id=10, rows=10)
-        prod.insert(p, v, segment_id=2, partition_id=20, rows=10)
-        prod.flush(p)
-        prod.insert(p, v, segment_id=3, partition_id=10, rows=10)
-        wait_until(caught_up(coll, broker, v, p), 90, "the flush to commit")
-        segs = coll.state(v).segments
-        assert (segs[1].state, segs[2].state, segs[3].state) == ("Flushed", "Flushed", "Growing")
-        assert segs[1].num_rows == 10 and len(coll.insert_rows()) == 30
+    coll.watch(pipelines(splits=2))
+    prod.insert(p, v, segment_id=1, partition_id=10, rows=10)
+    prod.insert(p, v, segment_id=2, partition_id=20, rows=10)
+    prod.flush(p)
+    prod.insert(p, v, segment_id=3, partition_id=10, rows=10)
+    wait_until(caught_up(coll, v, p), 90, "the flush to commit")
+    segs = coll.state(v).segments
+    assert (segs[1].state, segs[2].state, segs[3].state) == ("Flushed", "Flushed", "Growing")
+    assert segs[1].num_rows == 10 and len(coll.insert_rows()) == 30
 
-        prod.drop_partition(p, 20)
-        prod.insert(p, v, segment_id=4, partition_id=20, rows=10)   # into the dropped partition
-        prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
-        wait_until(caught_up(coll, broker, v, p), 90, "the partition drop to commit")
-        state = coll.state(v)
-        assert state.segments[2].state == "Dropped" and 20 in state.dropped_partitions and 4 not in state.segments
-        rows = coll.insert_rows()
-        assert len(rows) == 25 and {r["_partition_id"] for r in rows} == {10}  # partition 20's files removed
+    prod.drop_partition(p, 20)
+    prod.insert(p, v, segment_id=4, partition_id=20, rows=10)   # into the dropped partition
+    prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
+    wait_until(caught_up(coll, v, p), 90, "the partition drop to commit")
+    state = coll.state(v)
+    assert state.segments[2].state == "Dropped" and 20 in state.dropped_partitions and 4 not in state.segments
+    rows = coll.insert_rows()
+    assert len(rows) == 25 and {r["_partition_id"] for r in rows} == {10}  # partition 20's files removed
 
-        prod.drop_collection(p)
-        prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
-        wait_until(lambda: coll.state(v).collection_dropped, 90, "the collection drop to commit")
-        assert all(s.state == "Dropped" for s in coll.state(v).segments.values())
-        assert coll.insert_rows() == []
-    finally:
-        q.stop()
+    prod.drop_collection(p)
+    prod.insert(p, v, segment_id=3, partition_id=10, rows=5)
+    wait_until(lambda: coll.state(v).collection_dropped, 90, "the collection drop to commit")
+    assert all(s.state == "Dropped" for s in coll.state(v).segments.values())
+    assert coll.insert_rows() == []
 
 
-def test_a_drop_read_by_one_task_filters_what_a_concurrent_later_task_kept(spark, broker, make_collection, tmp_path):
+def test_a_drop_read_by_one_task_filters_what_a_concurrent_later_task_kept(pipelines, make_collection):
     """One batch of 8 messages split into [0, 4) and [4, 8): the partition drop at offset 3 is
     seen by the first task only, yet the second task's rows of that partition must not land."""
     coll = make_collection(ticking=False)
@@ -142,12 +128,8 @@ def test_a_drop_read_by_one_task_filters_what_a_concurrent_later_task_kept(spark
     prod.delete(p, v, 10, [2])                                        # 6
     prod.insert(p, v, segment_id=1, partition_id=10, rows=5)         # 7
     assert settled_watermark(coll, p) >= 8
-    q = run_until_caught_up(spark, broker, coll, tmp_path, v, splits=2, max_messages=8)
-    try:
-        # Only ticks follow offset 8, and an idle batch waits for the next one to commit.
-        wait_until(lambda: coll.committed_offset(v) >= 8, 90, "the 8 messages to commit")
-    finally:
-        q.stop()
+    coll.watch(pipelines(splits=2, max_messages=8))
+    wait_until(lambda: coll.committed_offset(v) >= 8, 90, "the 8 messages to commit")
     state = coll.state(v)
     assert 4 not in state.segments and state.segments[2].state == "Dropped"
     assert state.segments[1].num_rows == 15 and state.rows == 25

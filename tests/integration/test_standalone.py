@@ -27,7 +27,7 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path):
                DELTANODE_ETCD_ENDPOINTS=f"127.0.0.1:{free_port()}",
                DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
                DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"), DELTANODE_STORAGE_ROOT=str(tmp_path / "delta"),
-               DELTANODE_DATANODE_CHECKPOINT_DIR=str(tmp_path / "scratch"), DELTANODE_MQ_PCHANNEL_COUNT="2",
+               DELTANODE_MQ_PCHANNEL_COUNT="2",
                DELTANODE_STANDALONE_PROGRESS_INTERVAL="2s", DELTANODE_DATANODE_TRIGGER_INTERVAL="300ms")
     log = open(tmp_path / "standalone.log", "w")
     proc = subprocess.Popen([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],

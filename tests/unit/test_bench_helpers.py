@@ -6,11 +6,11 @@ import json
 import time
 
 import pytest
-from deltanode.bench import latency as lat
-from deltanode.bench.main import parse_args
-from deltanode.bench.procs import Sample, _machine_busy, classify, window
-from deltanode.bench.tasks import busy_while_full, running, task_spans
-from deltanode.bench.report import short_channel, table
+from deltanode_bench import latency as lat
+from deltanode_bench.main import parse_args
+from deltanode_bench.procs import Sample, _machine_busy, classify, window
+from deltanode_bench.tasks import busy_while_full, running, task_spans
+from deltanode_bench.report import short_channel, table
 
 
 def test_percentile_interpolates_between_ranks():
@@ -153,7 +153,7 @@ def test_task_spans_read_finished_tasks_from_the_event_log(tmp_path):
 
 
 def test_disk_probe_times_three_writes_and_leaves_nothing(tmp_path, capsys):
-    from deltanode.bench import disk_probe
+    from deltanode_bench import disk_probe
     assert disk_probe.main([str(tmp_path), "--keep-mb", "3", "--write-mb", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and all("cpu" in line and "wall" in line for line in lines[1:])

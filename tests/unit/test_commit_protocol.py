@@ -1,12 +1,16 @@
-"""The driver's commit protocol on real Delta tables (no Spark): txn CAS, replays, coalescing, resuming."""
+"""The driver's commit protocol on real Delta tables (no Spark): txn CAS per vchannel, one commit for
+several vchannels, a refused vchannel alone, drops, recovery of each vchannel's state."""
+
+import threading
 
 import pyarrow as pa
 import pytest
-from deltanode.flowgraph.launch import initial_state
-from deltanode.flowgraph.records import INSERT, RECORD_SCHEMA, to_ipc
+from deltanode.flowgraph.recovery import initial_state
+from deltanode.storage import delta_log, meta
 from deltanode.storage.binlog_writer import BinlogWriter
-from deltanode.storage.channel_state import ChannelState
-from deltanode.storage.commit import CommitRefused, commit_batch, discard
+from deltanode.storage.channel_state import DROPPED, ChannelState, SegmentMeta
+from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks, discard
+from deltanode.storage.delta_log import DeltaLog, TxnMoved
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
@@ -16,82 +20,153 @@ LAYOUT = CollectionLayout.from_proto(schema_from_json(
     {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}, "c"))
 
 
-def task_result(storage: StorageLayout, first: int, end: int, pks: list[int]):
-    """What one executor task hands the driver for offsets [first, end): rows of segment 5."""
-    writer = BinlogWriter(storage.insert_log(1), storage.delta_log(1), storage.quarantine(),
-                          LAYOUT.insert_schema(), LAYOUT.delete_schema())
+def written(storage: StorageLayout, pks: list[int], segment: int = 5, partition: int = 1, deletes=()):
+    """Binlog files of one task for one vchannel: rows of ``segment``, and deletes."""
+    writer = BinlogWriter(storage, 1, LAYOUT.insert_schema(), LAYOUT.delete_schema())
     if pks:
         n = len(pks)
-        rows = pa.RecordBatch.from_arrays([pa.array(pks, pa.int64()), pa.array(range(100, 100 + n), pa.int64()),
-                                           pa.array(pks, pa.int64()), pa.array([5] * n, pa.int64()),
-                                           pa.array([1] * n, pa.int64())], schema=LAYOUT.insert_schema())
-        writer.add(pa.RecordBatch.from_pylist([{"_kind": INSERT, "_offset": first, "_segment_id": 5,
-                                                "_partition_id": 1, "_rows": n, "_min_ts": 100,
-                                                "_max_ts": 99 + n, "_event": None,
-                                                "_payload": to_ipc(rows).to_pybytes()}], schema=RECORD_SCHEMA))
-    result = writer.close()
-    result.events.append({"type": "task", "first": first, "end": end, "messages": end - first, "bytes": 1,
-                          "max_tick": 0, "dml_messages": int(bool(pks)), "dml_bytes": 1,
-                          "inserted_rows": len(pks), "deleted_rows": 0, "quarantined": 0, "skipped": {},
-                          "replay": None})
-    return result
+        writer.add_insert(segment, partition, pa.RecordBatch.from_arrays(
+            [pa.array(pks, pa.int64()), pa.array(range(100, 100 + n), pa.int64()), pa.array(pks, pa.int64()),
+             pa.array([segment] * n, pa.int64()), pa.array([partition] * n, pa.int64())],
+            schema=LAYOUT.insert_schema()), 0, 100, 99 + n)
+    if deletes:
+        n = len(deletes)
+        writer.add_delete(partition, pa.RecordBatch.from_arrays(
+            [pa.array(deletes, pa.int64()), pa.array([200] * n, pa.int64()), pa.array([partition] * n, pa.int64())],
+            schema=LAYOUT.delete_schema()))
+    return tuple(writer.close())
 
 
-def commit(storage, state, first, end, pks, coalesce_ms=0):
-    return commit_batch(storage, state, [task_result(storage, first, end, pks)], LAYOUT.insert_schema(),
-                        LAYOUT.delete_schema(), coalesce_ms=coalesce_ms)
+def sync(vchannel, start, end, files, *, delete=None, dropped=frozenset(), segments=None):
+    state = ChannelState(vchannel, 1, "p", checkpoint_offset=end, segments=segments or {})
+    return VchannelSync(state, Watermarks(start, delete), files, dropped)
 
 
-def pks_in(storage):
-    return sorted(open_table(storage.insert_log(1)).to_pyarrow_table().column("pk").to_pylist())
+def committer(storage):
+    return CollectionCommitter(storage, 1, LAYOUT.insert_schema(), LAYOUT.delete_schema(), QuarantineLog(storage))
 
 
-def test_commits_move_the_txn_and_refuse_a_foreign_writer(tmp_path):
+def pks_in(storage, table="insert"):
+    uri = storage.insert_log(1) if table == "insert" else storage.delta_log(1)
+    return sorted(open_table(uri).to_pyarrow_table().column("pk").to_pylist())
+
+
+def test_one_commit_carries_several_vchannels_each_with_its_txn_and_state(tmp_path):
     storage = StorageLayout(str(tmp_path))
-    state = ChannelState("v", 1, "p")
-    done = commit(storage, state, 0, 10, [1, 2])
-    assert done.committed and open_table(storage.insert_log(1)).transaction_version("v") == 10
-    assert done.state.checkpoint_offset == 10 and done.state.segments[5].num_rows == 2
-    # The same batch again (a retry after a crash between commit and Spark's bookkeeping):
-    again = commit(storage, state, 0, 10, [1, 2])
-    assert not again.committed and pks_in(storage) == [1, 2]
-    # A writer that still believes the channel is at 0 while it is at 10 and plans [0, 20):
-    with pytest.raises(CommitRefused, match="another writer"):
-        commit(storage, state, 0, 20, [1, 2, 3])
-    assert pks_in(storage) == [1, 2]
+    c = committer(storage)
+    result = c.commit([sync("a", None, 10, written(storage, [1, 2])), sync("b", None, 7, written(storage, [3]))])
+    assert set(result.committed) == {"a", "b"} and result.refused == {}
+    table = open_table(storage.insert_log(1))
+    assert table.version() == result.version == 1   # table creation, then ONE commit
+    assert (table.transaction_version("a"), table.transaction_version("b")) == (10, 7)
+    assert pks_in(storage) == [1, 2, 3]
+    assert meta.channel_state(storage, 1, "a").checkpoint_offset == 10
+    assert meta.channel_state(storage, 1, "b").checkpoint_offset == 7
 
 
-def test_idle_batches_are_coalesced_into_the_next_commit(tmp_path):
+def test_a_vchannel_another_writer_moved_is_refused_alone(tmp_path):
     storage = StorageLayout(str(tmp_path))
-    state = commit(storage, ChannelState("v", 1, "p"), 0, 10, [1], coalesce_ms=60_000).state
-    idle = commit(storage, state, 10, 15, [], coalesce_ms=60_000)
-    assert not idle.committed and idle.state.resume_offset == 15 and idle.state.checkpoint_offset == 10
-    assert open_table(storage.insert_log(1)).transaction_version("v") == 10
-    busy = commit(storage, idle.state, 15, 20, [2], coalesce_ms=60_000)
-    assert busy.committed and busy.state.checkpoint_offset == 20 and busy.state.resume_offset == -1
-    assert open_table(storage.insert_log(1)).transaction_version("v") == 20 and pks_in(storage) == [1, 2]
-    # once the interval is over, an idle batch is committed: the checkpoint moves on its own
-    late = commit(storage, busy.state, 20, 25, [], coalesce_ms=0)
-    assert late.committed and open_table(storage.insert_log(1)).transaction_version("v") == 25
+    c = committer(storage)
+    c.commit([sync("a", None, 10, written(storage, [1])), sync("b", None, 10, written(storage, [2]))])
+    # Another node took "b" over and committed [10, 20) with its own writer.
+    other = committer(storage)
+    other.commit([sync("b", 10, 20, written(storage, [3]))])
+    stale = written(storage, [4])
+    result = c.commit([sync("a", 10, 20, written(storage, [5])), sync("b", 10, 20, stale)])
+    assert set(result.committed) == {"a"} and "another writer owns the channel" in result.refused["b"]
+    assert not (tmp_path / "insert_log" / "1" / stale[0].path).exists()   # its files are gone
+    assert pks_in(storage) == [1, 2, 3, 5]
+    table = open_table(storage.insert_log(1))
+    assert (table.transaction_version("a"), table.transaction_version("b")) == (20, 20)
+
+
+def test_deletes_go_first_with_their_own_txn_and_a_drop_removes_committed_files(tmp_path):
+    storage = StorageLayout(str(tmp_path))
+    c = committer(storage)
+    result = c.commit([sync("a", None, 10, written(storage, [1, 2], segment=5) + written(storage, [3], segment=6),
+                            delete=None)])
+    result = c.commit([sync("a", 10, 20, written(storage, [], deletes=[1]), delete=None)])
+    assert result.committed["a"] == Watermarks(20, 20, None)
+    assert pks_in(storage, "delete") == [1]
+    assert open_table(storage.delta_log(1)).transaction_version("a") == 20
+    # Segment 5 is dropped by the next batch: its committed file is removed, a new file of it never added.
+    late = written(storage, [4], segment=5)
+    c.commit([sync("a", 20, 30, late, delete=20, dropped=frozenset({5}),
+                   segments={5: SegmentMeta(5, 1, DROPPED)})])
+    assert pks_in(storage) == [3]
+    assert not (tmp_path / "insert_log" / "1" / late[0].path).exists()
+
+
+def test_the_log_is_a_compare_and_swap_between_writers_that_do_not_see_each_other(tmp_path):
+    storage = StorageLayout(str(tmp_path))
+    committer(storage).commit([sync("a", None, 1, ())])
+    one, two = DeltaLog(storage.insert_log(1)), DeltaLog(storage.insert_log(1))
+    one.commit(txns={"a": 2}, expected={"a": 1}, info={})
+    two.commit(txns={"b": 1}, expected={"b": None}, info={})       # another app: lands on the next version
+    assert (one.version, two.version) == (2, 3)
+    with pytest.raises(TxnMoved) as e:
+        DeltaLog(storage.insert_log(1)).commit(txns={"a": 3}, expected={"a": 1}, info={})
+    assert e.value.moved == {"a": 2}
+    racers = [DeltaLog(storage.insert_log(1)) for _ in range(4)]
+    outcomes = []
+
+    def race(log):
+        try:
+            log.commit(txns={"a": 3}, expected={"a": 2}, info={})
+            outcomes.append("won")
+        except TxnMoved:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=race, args=(log,)) for log in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["refused"] * 3 + ["won"]
+    assert open_table(storage.insert_log(1)).transaction_version("a") == 3
+
+
+def test_checkpoints_are_written_every_interval(tmp_path, monkeypatch):
+    monkeypatch.setattr(delta_log, "CHECKPOINT_INTERVAL", 5)
+    storage = StorageLayout(str(tmp_path))
+    c = committer(storage)
+    for i in range(6):
+        c.commit([sync("a", i or None, i + 1, written(storage, [i]))])
+    log_dir = tmp_path / "insert_log" / "1" / "_delta_log"
+    for _ in range(100):
+        if (log_dir / "_last_checkpoint").exists():
+            break
+        threading.Event().wait(0.05)
+    assert (log_dir / "00000000000000000005.checkpoint.parquet").exists()
+    table = open_table(storage.insert_log(1))
+    assert table.version() == 6 and table.transaction_version("a") == 6 and len(pks_in(storage)) == 6
 
 
 def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_know(tmp_path):
     storage = StorageLayout(str(tmp_path))
-    commit(storage, ChannelState("v", 1, "p"), 0, 10, [1, 2])      # segment 5, growing, dml_ts 101
-    info = VchannelInfo(collectionID=1, channelName="v")
-    assert initial_state(storage, info).replay is None             # both splits from the first batch
+    committer(storage).commit([sync("v", None, 10, written(storage, [1, 2]),
+                                    segments={5: SegmentMeta(5, 1, num_rows=2, dml_ts=101)})])
+    info = VchannelInfo(collectionID=1, channelName="p_1v0")
+    committed = meta.channel_state(storage, 1, "v")
+    assert initial_state(committed, info).replay is None
     foreign = info.unflushedSegments.add(ID=9, partitionID=1, num_of_rows=3)
     foreign.dml_position.timestamp = 500
-    state = initial_state(storage, info)
+    state = initial_state(committed, info)
     assert state.checkpoint_offset == 10 and set(state.segments) == {5, 9}
     assert state.replay == {"flushed": {}, "unflushed": {"9": 500}}
+    assert 9 not in committed.segments   # the committed state is not modified
 
 
-def test_discard_removes_an_aborted_batch_files_from_their_tables(tmp_path):
+def test_discard_removes_uncommitted_files_from_their_tables(tmp_path):
     storage = StorageLayout(str(tmp_path))
-    result = task_result(storage, 0, 10, [1, 2])
-    paths = [tmp_path / "insert_log" / "1" / f.path for f in result.files]
-    assert paths and all(p.exists() for p in paths)
-    discard(storage, 1, result.files + result.files)  # twice over: a file already gone is no error
+    files = written(storage, [1, 2], deletes=[1])
+    paths = [tmp_path / ("insert_log" if f.table == "insert" else "delta_log") / "1" / f.path for f in files]
+    assert len(paths) == 2 and all(p.exists() for p in paths)
+    discard(storage, 1, list(files) * 2)  # twice over: a file already gone is no error
     assert not any(p.exists() for p in paths)
     assert open_table(storage.insert_log(1)) is None  # nothing was committed
+
+
+def test_object_storage_is_refused_with_a_clear_error(tmp_path):
+    with pytest.raises(delta_log.UnsupportedStorage, match="put-if-absent"):
+        DeltaLog("s3://bucket/delta/insert_log/1")

@@ -74,12 +74,9 @@ def test_defaults_types_and_sources(tmp_path):
 
 
 def test_uris_kept_and_paths_resolved(tmp_path):
-    conf = load(tmp_path, "storage.root = s3://bucket/delta\n"
-                          "datanode.checkpoint.dir = file:///ckpt\nembedded.data.dir = /abs/var\n")
-    assert conf.get("storage.root") == "s3://bucket/delta"
-    assert conf.get("datanode.checkpoint.dir") == "file:///ckpt"
+    conf = load(tmp_path, "storage.root = file:///data/delta\nembedded.data.dir = /abs/var\n")
+    assert conf.get("storage.root") == "file:///data/delta"
     assert conf.get("embedded.data.dir") == "/abs/var"
-    assert conf.get("datanode.checkpoint.dir") == "file:///ckpt"
     msg = error(tmp_path, "storage.root = x\nembedded.data.dir = s3://b/var\n")
     assert msg.startswith("FILE:2: bad value for 'embedded.data.dir'")
 
@@ -109,6 +106,14 @@ def test_size_and_duration_parsing():
 def test_unknown_key_with_suggestion(tmp_path):
     msg = error(tmp_path, "storage.root = x\n\n# c\netcd.endpoint = 127.0.0.1:2379\n")
     assert msg == "FILE:4: unknown key 'etcd.endpoint' (did you mean 'etcd.endpoints'?)"
+
+
+def test_a_removed_key_says_why_it_is_gone(tmp_path):
+    msg = error(tmp_path, "storage.root = x\ndatanode.checkpoint.dir = var/spark-checkpoints\n")
+    assert msg.startswith("FILE:2: 'datanode.checkpoint.dir' is no longer used: the pipeline runs no Spark "
+                          "streaming query")
+    msg = error(tmp_path, "storage.root = x\n", {"DELTANODE_DATANODE_HANDOFF_DIR": "/dev/shm/x"})
+    assert msg.startswith("env DELTANODE_DATANODE_HANDOFF_DIR: 'datanode.handoff.dir' is no longer used")
 
 
 @pytest.mark.parametrize("line,expect", [

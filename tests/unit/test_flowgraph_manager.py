@@ -1,18 +1,17 @@
-"""The DataNode's channel handler refuses what it must not start."""
+"""The DataNode's channel handler refuses what it must not start, before the pipeline sees it."""
 
 import pytest
-from deltanode.datanode.flowgraphs import (
-    FlowgraphManager,
-    FlowgraphSettings,
-    summarize_error,
-)
+from deltanode.datanode.flowgraphs import FlowgraphManager
+from deltanode.mq.broker import Broker
+from deltanode.pipeline.pipeline import Pipeline, summarize_error
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import ChannelWatchInfo, VchannelInfo
 from deltanode.wire.names import UnsafeNameError
 
 
 def manager(tmp_path):
-    return FlowgraphManager(None, StorageLayout(str(tmp_path)), 1, FlowgraphSettings("127.0.0.1:1", str(tmp_path)))
+    """A handler over a pipeline that never started (no Spark, no broker is reached)."""
+    return FlowgraphManager(Pipeline(None, StorageLayout(str(tmp_path)), Broker("kafka", "127.0.0.1:1")))
 
 
 @pytest.mark.parametrize("name", ["../../etc/passwd_1v0", "a/b_1v0"])
@@ -27,8 +26,9 @@ def test_a_watch_without_schema_is_refused(tmp_path):
         manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName="p_1_1v0")))
 
 
-def test_summarize_error_finds_the_python_cause_in_a_query_failure():
-    text = ("[STREAM_FAILED] Query terminated with exception: org.apache.spark.SparkException: boom\n"
+def test_summarize_error_finds_the_python_cause_in_a_job_failure():
+    text = ("org.apache.spark.SparkException: Job aborted due to stage failure: boom\n"
             "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
-            "deltanode.etcd.fence.OwnershipLost: session key gone\n\n== Plan ==\n+- ~Scan deltanode_vchannel")
-    assert summarize_error(text) == "deltanode.etcd.fence.OwnershipLost: session key gone"
+            "deltanode.mq.kafka.BrokerError: p[0] offset 3 is no longer on the broker\n\n"
+            "\tat org.apache.spark.api.python.BasePythonRunner")
+    assert summarize_error(text) == "deltanode.mq.kafka.BrokerError: p[0] offset 3 is no longer on the broker"

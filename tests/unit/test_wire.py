@@ -4,7 +4,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltanode.flowgraph import decode
-from deltanode.flowgraph.source import split_range
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
@@ -119,9 +118,3 @@ def test_delete_key_type_must_match_the_primary_key():
     req.primary_keys.int_id.data.extend([1, 2])
     with pytest.raises(decode.Reject, match="VarChar"):
         decode.delete_columns(layout, req)
-
-
-def test_split_range_covers_the_range_contiguously():
-    assert split_range(10, 20, 2) == [(10, 15), (15, 20)]
-    assert split_range(10, 11, 4) == [(10, 11)]
-    assert split_range(0, 7, 3) == [(0, 2), (2, 4), (4, 7)]

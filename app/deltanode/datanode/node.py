@@ -1,8 +1,8 @@
-"""A DataNode: an etcd session, the MEP 7 channel watch, and one flowgraph per owned vchannel.
+"""A DataNode: an etcd session, the MEP 7 channel watch, and the shared pipeline of its vchannels.
 
 The etcd client's background thread keeps the session lease alive and delivers channel
-watch events; the main thread only polls the flowgraphs. A DataNode never calls the
-coordinator: it persists on its own, fenced by its session and its watch keys.
+watch events; the pipeline's thread runs the cycles; the main thread only polls. A DataNode
+never calls the coordinator: it persists on its own, fenced by its session and its watch keys.
 """
 
 from __future__ import annotations
@@ -15,16 +15,30 @@ from pyspark.sql import SparkSession
 from ..config import Conf
 from ..datanode.channel_watch import ChannelWatcher
 from ..etcd.client import EtcdClient
+from ..etcd.fence import OwnershipFence
 from ..etcd.session import Session
+from ..mq.broker import Broker
+from ..pipeline.pipeline import Pipeline, PipelineSettings
+from ..pipeline.plan import Limits
+from ..pipeline.sync_policy import SyncSettings
 from ..storage.layout import StorageLayout
-from .flowgraphs import FlowgraphManager, FlowgraphSettings
+from .flowgraphs import FlowgraphManager
 
 log = logging.getLogger(__name__)
 
 
-def _handoff_dir(conf: Conf) -> str | None:
-    value = conf.get("datanode.handoff.dir")
-    return None if value == "off" else value
+def pipeline_settings(conf: Conf) -> PipelineSettings:
+    return PipelineSettings(
+        Limits(max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
+               catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits")),
+        SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
+                     checkpoint_interval=conf.get("datanode.checkpoint.interval"),
+                     idle_rate=conf.get("datanode.checkpoint.max.rate")),
+        trigger_interval=conf.get("datanode.trigger.interval"))
+
+
+def broker_of(conf: Conf) -> Broker:
+    return Broker(conf.get("mq.type"), conf.get("mq.kafka.bootstrap.servers"))
 
 
 class SessionLost(RuntimeError):
@@ -40,6 +54,7 @@ class DataNode:
         self.client: EtcdClient | None = None
         self.session: Session | None = None
         self.watcher: ChannelWatcher | None = None
+        self.pipeline: Pipeline | None = None
         self.flowgraphs: FlowgraphManager | None = None
 
     @property
@@ -52,15 +67,10 @@ class DataNode:
         self.client = EtcdClient(conf.get("etcd.endpoints"))
         self.session = Session(self.client, root, "datanode", conf.get("datanode.address"),
                                ttl=max(1, int(conf.get("session.ttl"))), on_lost=self._on_lost)
-        settings = FlowgraphSettings(
-            bootstrap=conf.get("mq.kafka.bootstrap.servers"), scratch_dir=str(conf.get("datanode.checkpoint.dir")),
-            trigger_interval=f"{int(conf.get('datanode.trigger.interval') * 1000)} milliseconds",
-            max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
-            checkpoint_interval_ms=int(conf.get("datanode.checkpoint.interval") * 1000),
-            splits=conf.get("datanode.read.splits"), handoff_dir=_handoff_dir(conf),
-            fence={"endpoints": conf.get("etcd.endpoints"), "root": root})
-        self.flowgraphs = FlowgraphManager(self.spark, StorageLayout(str(conf.get("storage.root"))),
-                                           self.session.server_id, settings)
+        self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), broker_of(conf),
+                                 pipeline_settings(conf), node_id=self.session.server_id,
+                                 fence=OwnershipFence(conf.get("etcd.endpoints"), root, self.session.server_id)).start()
+        self.flowgraphs = FlowgraphManager(self.pipeline)
         self.watcher = ChannelWatcher(self.client, root, self.session.server_id, self.flowgraphs).start()
         log.info("DataNode %d up: watching %s/channelwatch/%d/", self.node_id, root, self.node_id)
         return self
@@ -74,7 +84,6 @@ class DataNode:
         if self.lost.is_set():
             raise SessionLost(f"DataNode {self.node_id} lost its etcd session ({self.lost_reason}); "
                               f"its channels are being reassigned")
-        self.flowgraphs.poll()
 
     def progress(self) -> list[dict]:
         return self.flowgraphs.progress() if self.flowgraphs else []
@@ -82,8 +91,8 @@ class DataNode:
     def stop(self) -> None:
         if self.watcher is not None:
             self.watcher.stop(timeout=10)
-        if self.flowgraphs is not None:
-            self.flowgraphs.stop_all()
+        if self.pipeline is not None:
+            self.pipeline.stop()
         if self.session is not None:
             self.session.close()
         if self.client is not None:

@@ -1,4 +1,5 @@
-"""Periodic one-line progress reports of a DataNode's flowgraphs."""
+"""Periodic progress reports of a DataNode's vchannels: a summary line, and a line per vchannel that
+is failing or lagging (a thousand healthy vchannels would drown the log)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,28 @@ import logging
 import time
 
 log = logging.getLogger("deltanode.progress")
+LAGGING = 1000   # messages behind the broker's high watermark
 
 
 def describe(row: dict) -> str:
-    if row.get("dropped"):
+    if row["status"] == "dropped":
         return f"{row['vchannel']}: collection dropped, waiting for release"
-    if "checkpoint_offset" not in row:
-        status = "starting" if row["running"] else f"down ({row['failures']} failures): {row['last_error']}"
-        return f"{row['vchannel']}: {status}"
+    if row["status"] == "failed":
+        return f"{row['vchannel']}: restarting after {row['failures']} failure(s): {row['last_error']}"
     lag = "?" if row.get("lag_messages") is None else row["lag_messages"]
-    state = "running" if row["running"] else f"restarting after: {row['last_error']}"
-    return (f"{row['vchannel']}: {state}, checkpoint offset {row['checkpoint_offset']}, "
-            f"{row['rows_committed']} rows in {row['batches']} batches committed, lag {lag} messages")
+    return (f"{row['vchannel']}: running, checkpoint offset {row.get('checkpoint_offset', '-')}, "
+            f"{row.get('rows_committed', 0)} rows in {row.get('batches', 0)} batches committed, lag {lag} messages")
+
+
+def summary(rows: list[dict]) -> str:
+    if not rows:
+        return "no channels assigned yet"
+    running = sum(r["status"] == "running" for r in rows)
+    failed = sum(r["status"] == "failed" for r in rows)
+    lag = sum(r.get("lag_messages") or 0 for r in rows)
+    committed = sum(r.get("rows_committed", 0) for r in rows)
+    return (f"{len(rows)} vchannel(s): {running} running, {failed} restarting; {committed} rows committed, "
+            f"{lag} messages behind in all")
 
 
 class ProgressReporter:
@@ -30,7 +41,7 @@ class ProgressReporter:
         if now < self._next:
             return
         self._next = now + self.interval
-        if not rows:
-            log.info("no channels assigned yet")
+        log.info("%s", summary(rows))
         for row in rows:
-            log.info("%s", describe(row))
+            if row["status"] != "running" or (row.get("lag_messages") or 0) >= LAGGING or len(rows) <= 8:
+                log.info("%s", describe(row))

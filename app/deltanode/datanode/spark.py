@@ -7,28 +7,23 @@ import logging
 from pyspark.sql import SparkSession
 
 from ..config import Conf
-from ..flowgraph.launch import prepare_spark
-from ..flowgraph.warmup import warm_up
+from ..pipeline.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
 
 def spark_session(conf: Conf, app_name: str = "deltanode-datanode") -> SparkSession:
-    """A session with the conf's spark.* keys (spark-submit passes them too), ready for flowgraphs."""
+    """A session with the conf's spark.* keys (spark-submit passes them too), warmed up."""
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.spark_conf().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    prepare_spark(spark)
     if conf.get("datanode.warmup"):
-        _warm_up(spark, str(conf.get("datanode.checkpoint.dir")), conf.get("datanode.read.splits"))
+        log.info("warming up Spark's Python workers (datanode.warmup)")
+        try:
+            log.info("warm-up done in %.1f s", warm_up(spark, conf.get("datanode.read.splits")))
+        except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
+            log.warning("warm-up failed, going on without it: %s",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
     return spark
-
-
-def _warm_up(spark: SparkSession, checkpoint_dir: str, splits: int) -> None:
-    log.info("warming up Spark's Python workers (datanode.warmup)")
-    try:
-        log.info("warm-up done in %.1f s", warm_up(spark, checkpoint_dir, splits))
-    except Exception as e:  # noqa: BLE001 - an optimisation: the flowgraphs report real failures
-        log.warning("warm-up failed, going on without it: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)

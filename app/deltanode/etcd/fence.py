@@ -1,10 +1,10 @@
 """The single-writer check run right before a Delta commit.
 
-The commit runs on the Spark driver in a short-lived Python worker process, so this
-module only uses the standard library: no gRPC channel to open, no pymilvus to import
-(importing ``deltanode.wire.datapb`` costs about a second). It reads etcd through its
-JSON gateway (``POST /v3/kv/txn``, served by etcd 3.4+) and decodes the one field it
-needs from ChannelWatchInfo by hand. A check costs one HTTP round trip.
+The pipeline checks once per cycle, before it commits, for every vchannel it is about to
+commit. This module only uses the standard library: it reads etcd through its JSON gateway
+(``POST /v3/kv/txn``, served by etcd 3.4+), independent of the node's gRPC client and its
+background loop, and decodes the one field it needs from ChannelWatchInfo by hand. A check
+costs one HTTP round trip.
 """
 
 from __future__ import annotations
@@ -33,48 +33,56 @@ class OwnershipLost(Exception):
 
 
 class OwnershipFence:
-    """Passes only while ``node_id`` holds a live session and ``vchannel`` is assigned to it.
+    """Passes a vchannel only while ``node_id`` holds a live session and the vchannel is assigned to it.
 
-    Holds plain attributes only, so it pickles into Spark closures. Fails closed: when
-    etcd cannot be asked, ownership counts as lost.
+    One check reads the session key and the node's whole watch prefix in one transaction
+    (one HTTP round trip, whatever the number of vchannels). Fails closed: when etcd cannot
+    be asked, ownership counts as lost.
     """
 
-    def __init__(self, endpoints: str, root: str, node_id: int, vchannel: str,
-                 timeout: float = 2.0) -> None:
+    def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 2.0) -> None:
         self.endpoints = endpoints
         self.root = root
         self.node_id = node_id
-        self.vchannel = vchannel
         self.timeout = timeout
 
     @property
     def session_key(self) -> str:
         return keys.session_key(self.root, "datanode", self.node_id)
 
-    @property
-    def watch_key(self) -> str:
-        return keys.channel_watch_key(self.root, self.node_id, self.vchannel)
-
-    def check(self) -> None:
-        """Raise :class:`OwnershipLost` unless this node still owns the channel."""
-        session, watch = self._read(self.session_key, self.watch_key)
-        if session is None:
-            raise OwnershipLost(f"DataNode {self.node_id} has no live etcd session "
-                                f"({self.session_key} is gone)")
-        if watch is None:
-            raise OwnershipLost(f"{self.vchannel} is no longer assigned to DataNode {self.node_id} "
-                                f"({self.watch_key} is gone)")
+    def check(self, vchannels: list[str]) -> dict[str, str]:
+        """The vchannels of ``vchannels`` this node may no longer write, each with the reason."""
         try:
-            state = _watch_state(watch)
-        except ValueError as exc:
-            raise OwnershipLost(f"{self.watch_key} does not hold a ChannelWatchInfo: {exc}") from None
-        if state not in (_TO_WATCH, _WATCH_SUCCESS):
-            raise OwnershipLost(f"{self.vchannel} on DataNode {self.node_id} is in state "
-                                f"{_STATE_NAMES.get(state, state)}, not ToWatch or WatchSuccess")
+            session, watches = self._read()
+        except OwnershipLost as e:
+            return {v: e.reason for v in vchannels}
+        if session is None:
+            why = f"DataNode {self.node_id} has no live etcd session ({self.session_key} is gone)"
+            return {v: why for v in vchannels}
+        lost = {}
+        for v in vchannels:
+            key = keys.channel_watch_key(self.root, self.node_id, v)
+            value = watches.get(key)
+            if value is None:
+                lost[v] = f"{v} is no longer assigned to DataNode {self.node_id} ({key} is gone)"
+                continue
+            try:
+                state = _watch_state(value)
+            except ValueError as exc:
+                lost[v] = f"{key} does not hold a ChannelWatchInfo: {exc}"
+                continue
+            if state not in (_TO_WATCH, _WATCH_SUCCESS):
+                lost[v] = (f"{v} on DataNode {self.node_id} is in state {_STATE_NAMES.get(state, state)}, "
+                           f"not ToWatch or WatchSuccess")
+        return lost
 
-    def _read(self, *wanted: str) -> list[bytes | None]:
-        """The values of ``wanted`` keys, read in one transaction so they share a revision."""
-        body = json.dumps({"success": [{"request_range": {"key": _b64(key)}} for key in wanted]}).encode()
+    def _read(self) -> tuple[bytes | None, dict[str, bytes]]:
+        """The session value and every watch key of this node, read in one transaction."""
+        prefix = keys.channel_watch_prefix(self.root, self.node_id)
+        body = json.dumps({"success": [
+            {"request_range": {"key": _b64(self.session_key)}},
+            {"request_range": {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}},
+        ]}).encode()
         errors = []
         for host, port in parse_endpoints(self.endpoints):
             request = urllib.request.Request(f"http://{host}:{port}/v3/kv/txn", data=body, method="POST",
@@ -85,15 +93,20 @@ class OwnershipFence:
             except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
                 errors.append(f"{host}:{port}: {exc}")
                 continue
-            values = []
-            for item in reply.get("responses", []):
-                kvs = item.get("response_range", {}).get("kvs", [])
-                values.append(base64.b64decode(kvs[0].get("value", "")) if kvs else None)
-            if len(values) != len(wanted):
+            responses = reply.get("responses", [])
+            if len(responses) != 2:
                 raise OwnershipLost(f"etcd at {host}:{port} answered the fence check with {reply!r}")
-            return values
+            kvs = [r.get("response_range", {}).get("kvs", []) for r in responses]
+            session = base64.b64decode(kvs[0][0].get("value", "")) if kvs[0] else None
+            return session, {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", ""))
+                             for kv in kvs[1]}
         raise OwnershipLost(f"cannot check channel ownership, etcd is unreachable at "
                             f"{self.endpoints!r}: {'; '.join(errors)}")
+
+
+def _prefix_end(prefix: str) -> str:
+    """The end of the key range holding every key that starts with ``prefix`` (ASCII prefixes)."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def _b64(text: str) -> str:

@@ -1,14 +1,14 @@
 """Kafka-protocol access: topics, watermarks and bounded offset-range reads.
 
-Milvus uses partition 0 of one topic per pchannel. A range read stops at its end offset,
-not at "no more data", so a task's output depends only on its range: Spark may re-run a
-task and get the same rows.
+Milvus uses partition 0 of one topic per pchannel. Driver side: topics and high watermarks;
+executor side: bounded reads of offset ranges (``read_ranges``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -70,22 +70,37 @@ class Watermarks:
         self._consumer.close()
 
 
-def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
-               chunk_messages: int = 64, chunk_bytes: int = 8 << 20, fetch_bytes: int = 32 << 20,
-               stall_timeout: float = 60.0) -> Iterator[list[tuple[int, bytes | None]]]:
-    """Yield lists of ``(offset, value)`` covering offsets ``[start, end)`` in order.
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
 
+
+Chunk = list[tuple[int, "bytes | None"]]
+
+
+def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
+                fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | BrokerError]]:
+    """Yield ``(i, chunk)``: lists of ``(offset, value)`` of ``ranges[i]``, each range in offset order.
+
+    Ranges of different partitions are read together by one consumer; ranges of the same
+    partition one after another. A range the broker cannot serve yields ``(i, BrokerError)``
+    once and nothing more, and the others go on: one vchannel's lost data never stops the rest.
     Memory stays bounded by ``fetch_bytes`` (the client's prefetch queue) plus one chunk: at
     most ``chunk_messages`` messages, fewer when their average size says they would pass
-    ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB).
-    An offset that the broker no longer has (retention) raises BrokerError instead of
-    silently skipping ahead: skipped offsets would be lost rows.
+    ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB). An offset that the broker no
+    longer has (retention) is an error, never a reason to skip ahead: skipped offsets would be
+    lost rows. A read stops at its end offset, not at "no more data", so a task's output
+    depends only on its ranges.
     """
-    if end <= start:
+    todo = [(i, r) for i, r in enumerate(ranges) if r.end > r.start]
+    if not todo:
         return
     consumer = Consumer({
         **_base(bootstrap),
-        "group.id": f"deltanode-reader-{topic}",
+        "group.id": "deltanode-reader",
         "enable.auto.commit": False,
         "auto.offset.reset": "error",
         "enable.partition.eof": False,
@@ -94,45 +109,80 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
         "queued.max.messages.kbytes": max(fetch_bytes >> 10, 1024),
         "fetch.wait.max.ms": 20,
     })
-    tp = TopicPartition(topic, partition, start)
     try:
-        consumer.assign([tp])
-        last_progress = time.monotonic()
-        next_offset = start
-        seen_messages = seen_bytes = 0
-        while next_offset < end:
-            # Ask for no more than the range still needs: consume() waits out its timeout
-            # while it cannot fill num_messages, which would idle every short range.
-            by_size = chunk_bytes * seen_messages // seen_bytes if seen_bytes else 1
-            msgs = consumer.consume(num_messages=max(1, min(chunk_messages, by_size, end - next_offset)), timeout=0.5)
-            chunk = []
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._AUTO_OFFSET_RESET or err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise BrokerError(f"{topic}[{partition}] offset {next_offset} is no longer on the broker "
-                                          f"(retention?): refusing to skip data")
-                    if err.retriable() or err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise BrokerError(f"reading {topic}[{partition}] at {next_offset}: {err}")
-                off = m.offset()
-                if off >= end:
-                    next_offset = end
-                    break
-                value = m.value()
-                chunk.append((off, value))
-                seen_messages, seen_bytes = seen_messages + 1, seen_bytes + len(value or b"")
-                next_offset = off + 1
-            if chunk:
-                last_progress = time.monotonic()
-                yield chunk
-            elif next_offset < end:
-                # Offsets may have gaps (control records): trust the fetch position.
-                pos = consumer.position([TopicPartition(topic, partition)])[0].offset
-                if pos >= end:
-                    break
-                if time.monotonic() - last_progress > stall_timeout:
-                    raise BrokerError(f"no data from {topic}[{partition}] at offset {next_offset} for "
-                                      f"{stall_timeout:.0f} s (range ends at {end})")
+        while todo:
+            # One round: at most one range per partition (a consumer holds one position each).
+            round_, later, seen = [], [], set()
+            for i, r in todo:
+                (later if (r.topic, r.partition) in seen else round_).append((i, r))
+                seen.add((r.topic, r.partition))
+            yield from _read_round(consumer, round_, chunk_messages, chunk_bytes, stall_timeout)
+            todo = later
     finally:
         consumer.close()
+
+
+def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk_messages: int, chunk_bytes: int,
+                stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
+    by_tp = {(r.topic, r.partition): (i, r) for i, r in ranges}
+    next_offset = {key: r.start for key, (_, r) in by_tp.items()}
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for _, r in ranges])
+    last_progress = time.monotonic()
+    seen_messages = seen_bytes = 0
+
+    def finish(key: tuple[str, int]) -> None:
+        del next_offset[key]
+        consumer.pause([TopicPartition(*key)])
+
+    while next_offset:
+        # Ask for no more than the ranges still need: consume() waits out its timeout while
+        # it cannot fill num_messages, which would idle every short range.
+        left = sum(by_tp[k][1].end - off for k, off in next_offset.items())
+        by_size = chunk_bytes * seen_messages // seen_bytes if seen_bytes else 1
+        msgs = consumer.consume(num_messages=max(1, min(chunk_messages, by_size, left)), timeout=0.5)
+        chunks: dict[tuple[str, int], Chunk] = {}
+        for m in msgs:
+            key = (m.topic(), m.partition())
+            if key not in next_offset:
+                continue  # a range already done (or failed): prefetched past its end
+            i, r = by_tp[key]
+            err = m.error()
+            if err is not None:
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    at = next_offset[key]
+                    finish(key)
+                    yield i, BrokerError(f"{r.topic}[{r.partition}] offset {at} is no longer on the broker "
+                                         f"(retention?): refusing to skip data")
+                elif not (err.retriable() or err.code() == KafkaError._PARTITION_EOF):
+                    finish(key)
+                    yield i, BrokerError(f"reading {r.topic}[{r.partition}]: {err}")
+                continue
+            off = m.offset()
+            if off >= r.end:
+                finish(key)
+                continue
+            value = m.value()
+            chunks.setdefault(key, []).append((off, value))
+            seen_messages, seen_bytes = seen_messages + 1, seen_bytes + len(value or b"")
+            next_offset[key] = off + 1
+            if off + 1 >= r.end:
+                finish(key)
+        for key, chunk in chunks.items():
+            yield by_tp[key][0], chunk
+        if chunks:
+            last_progress = time.monotonic()
+        elif next_offset:
+            # Offsets may have gaps (control records): trust the fetch positions.
+            for tp in consumer.position([TopicPartition(*key) for key in next_offset]):
+                key = (tp.topic, tp.partition)
+                if tp.offset >= by_tp[key][1].end:
+                    finish(key)
+            if next_offset and time.monotonic() - last_progress > stall_timeout:
+                for key, at in list(next_offset.items()):
+                    i, r = by_tp[key]
+                    finish(key)
+                    yield i, BrokerError(f"no data from {r.topic}[{r.partition}] at offset {at} for "
+                                         f"{stall_timeout:.0f} s (range ends at {r.end})")
+    # A paused partition stays paused when assigned again (librdkafka): resume before the next round.
+    consumer.resume([TopicPartition(r.topic, r.partition) for _, r in ranges])
+    consumer.unassign()

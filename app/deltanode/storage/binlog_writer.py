@@ -1,11 +1,11 @@
-"""Executor side of a sync: split a task's record batches by kind and write binlog files.
+"""Executor side of a sync: write one vchannel's rows of one task as binlog files.
 
-Insert rows go to one parquet file per segment per task (under
-``{partition}/{segment}/`` in the insert_log table, the Milvus binlog path shape); delete
-rows to one file per partition per task in delta_log (so the driver can retract a
-partition's deletes, see ``state_update.retract_after_drops``); quarantine rows to the
-quarantine table. Files are written incrementally (row group by row group), so a task's memory does not grow with the
-size of its offset range. Nothing is visible to readers until the driver commits the files.
+Insert rows go to one parquet file per segment per task (under ``{partition}/{segment}/`` in
+the insert_log table, the Milvus binlog path shape); delete rows to one file per partition
+per task in delta_log (so the driver can retract a partition's deletes after a drop);
+quarantine rows to the quarantine table. Files are written as rows arrive (a row group per
+message), so a task's memory does not grow with its offset range. Nothing is visible to
+readers until the driver commits the files.
 """
 
 from __future__ import annotations
@@ -13,24 +13,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..flowgraph import handoff
-from ..flowgraph.records import DELETE, EVENT, INSERT, QUARANTINE, from_ipc
-from .layout import QUARANTINE_SCHEMA, filesystem
+from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileEntry:
     """A written, not yet committed, binlog file."""
 
-    table: str
+    table: str         # INSERT_TABLE, DELETE_TABLE or QUARANTINE_TABLE
     path: str          # relative to the table root
     size: int
     rows: int
@@ -41,6 +39,8 @@ class FileEntry:
 
 @dataclass
 class SegmentStats:
+    """Rows one task wrote into one segment, and where the first of them was read."""
+
     partition_id: int
     rows: int = 0
     min_ts: int = 0
@@ -49,13 +49,15 @@ class SegmentStats:
     first_ts: int = 0
 
 
-@dataclass
-class TaskResult:
-    """What one task hands to the driver: files, per-segment counts and control events."""
-
-    files: list[FileEntry] = field(default_factory=list)
-    segments: dict[int, SegmentStats] = field(default_factory=dict)
-    events: list[dict] = field(default_factory=list)
+@dataclass(frozen=True)
+class QuarantineRow:
+    vchannel: str
+    pchannel: str
+    partition: int
+    offset: int
+    msg_type: int | None
+    reason: str
+    payload: bytes
 
 
 class _File:
@@ -92,78 +94,63 @@ class _File:
 
 
 class BinlogWriter:
-    """Writes one task's rows; ``close()`` returns the TaskResult for the driver."""
+    """Writes one vchannel's rows of one task; ``close()`` returns its files and segment counts."""
 
-    def __init__(self, insert_root: str, delete_root: str, quarantine_root: str,
-                 insert_schema: pa.Schema, delete_schema: pa.Schema) -> None:
-        self.roots = {INSERT_TABLE: insert_root, DELETE_TABLE: delete_root, QUARANTINE_TABLE: quarantine_root}
+    def __init__(self, storage: StorageLayout, collection_id: int, insert_schema: pa.Schema,
+                 delete_schema: pa.Schema) -> None:
+        self.roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
+                      QUARANTINE_TABLE: storage.quarantine()}
         self.insert_schema, self.delete_schema = insert_schema, delete_schema
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
         self._deletes: dict[int, _File] = {}
         self._quarantine: _File | None = None
-        self.result = TaskResult()
+        self.segments: dict[int, SegmentStats] = {}
 
     def _name(self) -> str:
         return f"part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
 
-    def add(self, batch: pa.RecordBatch) -> None:
-        """Take one batch of message rows (``flowgraph.records``)."""
-        kinds = batch.column("_kind").to_pylist()
-        offsets = batch.column("_offset").to_pylist()
-        segments = batch.column("_segment_id").to_pylist()
-        partitions = batch.column("_partition_id").to_pylist()
-        min_ts, max_ts = batch.column("_min_ts").to_pylist(), batch.column("_max_ts").to_pylist()
-        events, payloads = batch.column("_event"), batch.column("_payload")
-        handoffs = batch.column("_handoff").to_pylist()
-
-        def payload(i: int) -> pa.Buffer:
-            return handoff.take(handoffs[i]) if handoffs[i] else payloads[i].as_buffer()
-
-        for i, kind in enumerate(kinds):
-            if kind == INSERT:
-                self._add_insert(segments[i], partitions[i], from_ipc(payload(i), self.insert_schema),
-                                 offsets[i], min_ts[i], max_ts[i])
-            elif kind == DELETE:
-                self._add_delete(partitions[i], from_ipc(payload(i), self.delete_schema))
-            elif kind == EVENT:
-                self.result.events.append(json.loads(events[i].as_py()))
-            elif kind == QUARANTINE:
-                self._add_quarantine(offsets[i], json.loads(events[i].as_py()), payloads[i].as_py())
-
-    def _add_insert(self, seg: int, part_id: int, batch: pa.RecordBatch, offset: int, lo: int, hi: int) -> None:
-        f = self._segments.get(seg)
+    def add_insert(self, segment: int, partition: int, rows: pa.RecordBatch, offset: int, min_ts: int,
+                   max_ts: int) -> None:
+        f = self._segments.get(segment)
         if f is None:
-            f = self._segments[seg] = _File(INSERT_TABLE, self.roots[INSERT_TABLE], f"{part_id}/{seg}/{self._name()}",
-                                            self.insert_schema, ["_ts", "_row_id", "_segment_id", "_partition_id"],
-                                            seg, part_id)
-        f.write(batch)
-        st = self.result.segments.get(seg)
+            f = self._segments[segment] = _File(INSERT_TABLE, self.roots[INSERT_TABLE],
+                                                f"{partition}/{segment}/{self._name()}", self.insert_schema,
+                                                ["_ts", "_row_id", "_segment_id", "_partition_id"], segment, partition)
+        f.write(rows)
+        st = self.segments.get(segment)
         if st is None:
-            st = self.result.segments[seg] = SegmentStats(part_id, 0, lo, hi, offset, lo)
-        st.rows += batch.num_rows
-        st.min_ts, st.max_ts = min(st.min_ts, lo), max(st.max_ts, hi)
+            st = self.segments[segment] = SegmentStats(partition, 0, min_ts, max_ts, offset, min_ts)
+        st.rows += rows.num_rows
+        st.min_ts, st.max_ts = min(st.min_ts, min_ts), max(st.max_ts, max_ts)
         if offset < st.first_offset:
-            st.first_offset, st.first_ts = offset, lo
+            st.first_offset, st.first_ts = offset, min_ts
 
-    def _add_delete(self, part_id: int, batch: pa.RecordBatch) -> None:
-        f = self._deletes.get(part_id)
+    def add_delete(self, partition: int, rows: pa.RecordBatch) -> None:
+        f = self._deletes.get(partition)
         if f is None:
-            f = self._deletes[part_id] = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(), self.delete_schema,
-                                               ["_ts", "_partition_id"], partition_id=part_id)
-        f.write(batch)
+            f = self._deletes[partition] = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(),
+                                                 self.delete_schema, ["_ts", "_partition_id"], partition_id=partition)
+        f.write(rows)
 
-    def _add_quarantine(self, offset: int, doc: dict, payload: bytes) -> None:
+    def add_quarantine(self, row: QuarantineRow) -> None:
         if self._quarantine is None:
             self._quarantine = _File(QUARANTINE_TABLE, self.roots[QUARANTINE_TABLE], self._name(),
                                      QUARANTINE_SCHEMA, ["offset"])
         self._quarantine.write(pa.RecordBatch.from_pydict({
-            "vchannel": [doc["vchannel"]], "pchannel": [doc["pchannel"]], "partition": [doc["partition"]],
-            "offset": [offset], "msg_type": [doc["msg_type"]], "reason": [doc["reason"]], "payload": [payload],
+            "vchannel": [row.vchannel], "pchannel": [row.pchannel], "partition": [row.partition],
+            "offset": [row.offset], "msg_type": [row.msg_type], "reason": [row.reason], "payload": [row.payload],
             "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA))
 
-    def close(self) -> TaskResult:
-        for f in [*self._segments.values(), *self._deletes.values(), self._quarantine]:
-            if f is not None:
-                self.result.files.append(f.close())
-        return self.result
+    def close(self) -> list[FileEntry]:
+        return [f.close() for f in [*self._segments.values(), *self._deletes.values(), self._quarantine]
+                if f is not None]
+
+    def abort(self) -> None:
+        """Close and delete what was written (the task failed for this vchannel)."""
+        for f in self.close():
+            fs, base = filesystem(self.roots[f.table])
+            try:
+                fs.delete_file(f"{base}/{f.path}")
+            except FileNotFoundError:
+                pass

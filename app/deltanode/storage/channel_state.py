@@ -1,8 +1,9 @@
 """What a vchannel has durably committed: its checkpoint and the meta of its segments.
 
-A ``ChannelState`` is written, whole, into the commit metadata of every commit a flowgraph
-makes to its collection's insert_log table, in the same Delta commit as the binlogs it
-describes. Recovery reads the newest one back (see ``storage.meta``).
+A ``ChannelState`` is written, whole, into the commit metadata of every commit of its
+collection's insert_log table that moves the vchannel's ``txn``, in the same Delta commit as
+the binlogs it describes (``STATES_KEY``: vchannel -> state, one commit may carry several
+vchannels of the collection). Recovery reads the newest one back (see ``storage.meta``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 GROWING, FLUSHED, DROPPED = "Growing", "Flushed", "Dropped"
-METADATA_KEY = "deltanode.channel_state"
+STATES_KEY = "deltanode.channel_states"
 
 
 @dataclass
@@ -44,12 +45,6 @@ class ChannelState:
     rows: int = 0
     dml_messages: int = 0        # Insert/Delete messages read, with their bytes: the source sizes
     dml_bytes: int = 0           # batches by their average (ticks are tiny and would skew it)
-    committed_at_ms: int = 0     # wall clock of the last commit
-    resume_offset: int = -1      # where the next batch starts when tick-only batches were coalesced
-
-    def next_offset(self) -> int:
-        """Where the next batch must start: after the last batch handled, committed or not."""
-        return self.resume_offset if self.resume_offset >= 0 else self.checkpoint_offset
 
     def average_dml_bytes(self) -> float | None:
         return self.dml_bytes / self.dml_messages if self.dml_messages else None
@@ -57,13 +52,19 @@ class ChannelState:
     def dropped_segments(self) -> set[int]:
         return {s.segment_id for s in self.segments.values() if s.state == DROPPED}
 
-    def to_json(self) -> str:
+    def to_doc(self) -> dict:
         doc = asdict(self)
         doc["segments"] = {str(k): v for k, v in doc["segments"].items()}
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        return doc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_doc(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "ChannelState":
+        doc = dict(doc, segments={int(k): SegmentMeta(**v) for k, v in doc.get("segments", {}).items()})
+        return cls(**doc)
 
     @classmethod
     def from_json(cls, text: str) -> "ChannelState":
-        doc = json.loads(text)
-        doc["segments"] = {int(k): SegmentMeta(**v) for k, v in doc.get("segments", {}).items()}
-        return cls(**doc)
+        return cls.from_doc(json.loads(text))

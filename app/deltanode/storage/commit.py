@@ -1,78 +1,83 @@
-"""The driver's commit of one batch of a vchannel: binlogs, segment meta and checkpoint.
+"""The driver's commit of a collection's vchannels: binlogs, segment meta and checkpoints.
 
-Order, and why:
+One sync of a collection carries, for each of its vchannels this node syncs, the batches
+read since its last commit: their binlog files and the ChannelState after them. Order, and why:
 
-1. the fence (still the channel's owner in etcd, lease alive), else refuse;
-2. the insert_log ``txn`` of the vchannel must equal the batch's start offset: any other
-   value means another writer moved the channel (refuse), or, if it already covers the
-   batch's end, that this batch was committed by an earlier attempt (drop our files);
-3. delete binlogs -> delta_log and quarantine rows -> quarantine, each with
-   ``txn(vchannel, end)``; a crash after this point replays the batch, and the replay skips
-   deletes/quarantine below those tables' txn (see ``flowgraph.route``);
-4. ONE commit to insert_log: the insert binlogs (``add``), files of segments dropped in this
-   batch (``remove``), ``txn(vchannel, end)`` and the new ChannelState in the commit
-   metadata. Segment meta and checkpoint are therefore never apart, and the checkpoint
-   never covers data that is not committed.
+1. the fence (the caller's: still the channel's owner in etcd) has passed;
+2. delete binlogs -> delta_log and quarantine rows -> quarantine, each commit with
+   ``txn(vchannel, end)`` for the vchannels that have some; a crash after this point
+   replays the batches, and the replay skips deletes/quarantine below those tables' txn;
+3. ONE commit to insert_log: the insert binlogs (``add``), the committed files of segments
+   dropped by these batches (``remove``), ``txn(vchannel, end)`` and the new ChannelState of
+   every synced vchannel in the commit metadata. Segment meta and checkpoint are therefore
+   never apart, and a checkpoint never covers data that is not committed.
 
-delta-rs does not make ``txn`` idempotent (platform-facts.md), hence the explicit check in
-step 2; two writers racing from one snapshot get "Concurrent transaction failed" from
-delta-rs, which is the compare-and-swap.
+Every commit is a compare-and-swap on each vchannel's txn (``delta_log.DeltaLog.commit``):
+it lands only if the txn is still the one this node last committed (or read at start). A
+vchannel whose txn another writer moved is refused, alone: the others of the sync are
+committed without it, and its files are deleted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import time
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, RemoveAction
 
 from ..faults import crash_point
-from .binlog_writer import (
-    DELETE_TABLE,
-    INSERT_TABLE,
-    QUARANTINE_TABLE,
-    FileEntry,
-    TaskResult,
-)
-from .channel_state import METADATA_KEY, ChannelState
+from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, FileEntry
+from .channel_state import STATES_KEY, ChannelState
+from .delta_log import AddFile, DeltaLog, RemoveFile, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
-from .state_update import BatchOutcome, advance, retract_after_drops
-from .tables import open_or_create
+from .tables import open_table
 
 log = logging.getLogger(__name__)
-VCHANNEL_KEY = "deltanode.vchannel"
 
 
-class CommitRefused(RuntimeError):
-    """This flowgraph may not commit: the channel moved on without it. It must stop."""
+@dataclass(frozen=True)
+class Watermarks:
+    """A vchannel's ``txn`` in each of its tables, as this node last committed or read them."""
+
+    insert: int | None = None
+    delete: int | None = None
+    quarantine: int | None = None
+
+    def of(self, table: str) -> int | None:
+        return {INSERT_TABLE: self.insert, DELETE_TABLE: self.delete, QUARANTINE_TABLE: self.quarantine}[table]
+
+
+@dataclass(frozen=True)
+class VchannelSync:
+    """One vchannel's share of a collection commit: everything read in ``[watermarks.insert, state.checkpoint_offset)``."""
+
+    state: ChannelState
+    watermarks: Watermarks
+    files: tuple[FileEntry, ...]
+    dropped_segments: frozenset[int] = frozenset()   # dropped by these batches: committed files are removed
+
+    @property
+    def vchannel(self) -> str:
+        return self.state.vchannel
+
+    @property
+    def end(self) -> int:
+        return self.state.checkpoint_offset
+
+    def table_files(self, table: str) -> list[FileEntry]:
+        return [f for f in self.files if f.table == table]
 
 
 @dataclass
-class CommitResult:
-    outcome: BatchOutcome
-    committed: bool       # False when nothing was committed (coalesced, or committed before)
-    seconds: float
-    version: int | None = None
-    coalesced: ChannelState | None = None   # the state to keep when an idle batch was coalesced
-
-    @property
-    def state(self) -> ChannelState:
-        return self.coalesced if self.coalesced is not None else self.outcome.state
+class SyncResult:
+    committed: dict[str, Watermarks] = field(default_factory=dict)   # vchannel -> its new watermarks
+    refused: dict[str, str] = field(default_factory=dict)            # vchannel -> why
+    version: int | None = None                                       # insert_log version, if committed
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _adds(files: list[FileEntry]) -> list[AddAction]:
-    return [AddAction(f.path, f.size, {}, _now_ms(), True, f.stats) for f in files]
-
-
-def _delete_files(root: str, files: list[FileEntry]) -> None:
+def delete_files(root: str, files: list[FileEntry]) -> None:
     fs, base = filesystem(root)
     for f in files:
         try:
@@ -86,80 +91,157 @@ def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) 
     roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
              QUARANTINE_TABLE: storage.quarantine()}
     for table, root in roots.items():
-        _delete_files(root, [f for f in files if f.table == table])
+        delete_files(root, [f for f in files if f.table == table])
 
 
-def _commit_side_table(uri: str, schema: pa.Schema, files: list[FileEntry], vchannel: str, end: int) -> None:
-    if not files:
-        return
-    table = open_or_create(uri, schema)
-    table.create_write_transaction(_adds(files), "append", schema, commit_properties=CommitProperties(
-        app_transactions=[Transaction(vchannel, end)], custom_metadata={VCHANNEL_KEY: vchannel}))
+def _adds(files: list[FileEntry]) -> list[AddFile]:
+    return [AddFile(f.path, f.size, f.stats) for f in files]
 
 
-def _segment_files(table: DeltaTable, segments: set[int]) -> list[tuple[str, int]]:
-    if not segments:
+def _committed_segment_files(uri: str, segments: frozenset[int]) -> list[RemoveFile]:
+    """The committed insert binlogs of ``segments`` (path ``{partition}/{segment}/...``)."""
+    table = open_table(uri)
+    if table is None or not segments:
         return []
     actions = pa.table(table.get_add_actions(flatten=True))
     out = []
     for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()):
         parts = path.split("/")
         if len(parts) >= 3 and parts[1].isdigit() and int(parts[1]) in segments:
-            out.append((path, size))
+            out.append(RemoveFile(path, size))
     return out
 
 
-def commit_batch(storage: StorageLayout, state: ChannelState, results: list[TaskResult],
-                 insert_schema: pa.Schema, delete_schema: pa.Schema, *, fence=None,
-                 attempts: int = 5, coalesce_ms: int = 0) -> CommitResult:
-    """Commit one batch; returns the outcome whose ``state`` is the new ChannelState.
+class CollectionCommitter:
+    """The Delta logs of one collection's tables, and the commit of its vchannels' syncs.
 
-    An idle batch (only ticks or other shards' messages) is not committed while the last
-    commit is younger than ``coalesce_ms``: its range is remembered in the state
-    (``resume_offset``) and the next commit covers it. The checkpoint then lags by at most
-    that long, and a channel that only ticks does not write a Delta commit every trigger.
+    Runs on the driver; callers hold ``lock``. ``quarantine`` is the node's shared log of the
+    quarantine table (committed to by one thread, the pipeline's loop).
     """
-    t0 = time.monotonic()
-    now = _now_ms()
-    results, retracted = retract_after_drops(results)
-    outcome = advance(state, results, now)
-    if outcome.idle and not state.replay and now - state.committed_at_ms < coalesce_ms:
-        return CommitResult(outcome, False, time.monotonic() - t0, coalesced=outcome.coalesced(state))
-    files = [f for r in results for f in r.files]
-    by_table = {t: [f for f in files if f.table == t] for t in (INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE)}
-    insert_uri = storage.insert_log(state.collection_id)
-    discard(storage, state.collection_id, retracted)
-    if fence is not None:
-        fence.check()
-    for attempt in range(attempts):
-        table = open_or_create(insert_uri, insert_schema)
-        current = table.transaction_version(state.vchannel)
-        if current is not None and current >= outcome.end:
-            log.info("%s: batch [%d, %d) already committed (txn %d); discarding its files",
-                     state.vchannel, outcome.start, outcome.end, current)
-            discard(storage, state.collection_id, files)
-            return CommitResult(outcome, False, time.monotonic() - t0)
-        if current is not None and current != outcome.start:
-            raise CommitRefused(f"{state.vchannel}: insert_log txn is {current}, this flowgraph's batch "
-                                f"starts at {outcome.start}: another writer owns the channel")
-        if attempt == 0:
-            _commit_side_table(storage.delta_log(state.collection_id), delete_schema, by_table[DELETE_TABLE],
-                               state.vchannel, outcome.end)
-            _commit_side_table(storage.quarantine(), QUARANTINE_SCHEMA, by_table[QUARANTINE_TABLE],
-                               state.vchannel, outcome.end)
-            crash_point("after_side_commits")
-        dropped = outcome.newly_dropped
-        keep = [f for f in by_table[INSERT_TABLE] if f.segment_id not in dropped]
-        actions: list = _adds(keep)
-        actions += [RemoveAction(path, True, _now_ms(), size) for path, size in _segment_files(table, dropped)]
-        try:
-            table.create_write_transaction(actions, "append", insert_schema, commit_properties=CommitProperties(
-                custom_metadata={METADATA_KEY: outcome.state.to_json(), VCHANNEL_KEY: state.vchannel},
-                app_transactions=[Transaction(state.vchannel, outcome.end)]))
-        except CommitFailedError as e:
-            # Another vchannel of the collection committed meanwhile: re-check our txn and retry.
-            log.warning("%s: commit conflict (%s), attempt %d", state.vchannel, e, attempt + 1)
-            continue
-        _delete_files(insert_uri, [f for f in by_table[INSERT_TABLE] if f.segment_id in dropped])
-        return CommitResult(outcome, True, time.monotonic() - t0, table.version())
-    raise CommitRefused(f"{state.vchannel}: commit to {insert_uri} failed {attempts} times in a row")
+
+    def __init__(self, storage: StorageLayout, collection_id: int, insert_schema: pa.Schema,
+                 delete_schema: pa.Schema, quarantine: QuarantineLog) -> None:
+        self.storage, self.collection_id = storage, collection_id
+        self.insert_schema, self.delete_schema = insert_schema, delete_schema
+        self.quarantine = quarantine
+        self._logs: dict[str, DeltaLog] = {}
+        self.lock = threading.Lock()   # held around every use: the loop commits, channel watchers load
+
+    def _log(self, table: str) -> DeltaLog:
+        found = self._logs.get(table)
+        if found is None:
+            uri, schema = {INSERT_TABLE: (self.storage.insert_log(self.collection_id), self.insert_schema),
+                           DELETE_TABLE: (self.storage.delta_log(self.collection_id), self.delete_schema)}[table]
+            found = self._logs[table] = DeltaLog(uri, schema)
+        return found
+
+    def commit(self, syncs: list[VchannelSync]) -> SyncResult:
+        result = SyncResult()
+        live = list(syncs)
+        delete_txn = self._side_commit(DELETE_TABLE, self._log(DELETE_TABLE) if any(
+            s.table_files(DELETE_TABLE) for s in live) else None, live, result)
+        live = [s for s in live if s.vchannel not in result.refused]
+        with self.quarantine.lock:
+            quarantine_txn = self._side_commit(QUARANTINE_TABLE, self.quarantine.log() if any(
+                s.table_files(QUARANTINE_TABLE) for s in live) else None, live, result)
+        live = [s for s in live if s.vchannel not in result.refused]
+        crash_point("after_side_commits")
+        insert_log = self._log(INSERT_TABLE)
+        while live:
+            dropped = frozenset().union(*(s.dropped_segments for s in live))
+            adds = [f for s in live for f in s.table_files(INSERT_TABLE) if f.segment_id not in dropped]
+            try:
+                result.version = insert_log.commit(
+                    adds=_adds(adds), removes=_committed_segment_files(insert_log.uri, dropped),
+                    txns={s.vchannel: s.end for s in live},
+                    expected={s.vchannel: s.watermarks.insert for s in live},
+                    info={STATES_KEY: json.dumps({s.vchannel: s.state.to_doc() for s in live},
+                                                 separators=(",", ":"))})
+            except TxnMoved as e:
+                live = self._refuse(live, e, INSERT_TABLE, result)
+                continue
+            delete_files(insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
+                                          if f.segment_id in dropped])
+            for s in live:
+                result.committed[s.vchannel] = Watermarks(
+                    s.end, delete_txn.get(s.vchannel, s.watermarks.delete),
+                    quarantine_txn.get(s.vchannel, s.watermarks.quarantine))
+            break
+        return result
+
+    def _side_commit(self, table: str, side: DeltaLog | None, live: list[VchannelSync],
+                     result: SyncResult) -> dict[str, int]:
+        """Commit ``table``'s files of ``live`` with a txn per vchannel that has some; returns those txns."""
+        if side is None:
+            return {}
+        writers = [s for s in live if s.table_files(table)]
+        while writers:
+            try:
+                side.commit(adds=_adds([f for s in writers for f in s.table_files(table)]),
+                            txns={s.vchannel: s.end for s in writers},
+                            expected={s.vchannel: s.watermarks.of(table) for s in writers}, info={})
+                return {s.vchannel: s.end for s in writers}
+            except TxnMoved as e:
+                writers = self._refuse(writers, e, table, result)
+        return {}
+
+    def _refuse(self, live: list[VchannelSync], e: TxnMoved, table: str, result: SyncResult) -> list[VchannelSync]:
+        for s in live:
+            if s.vchannel in e.moved:
+                result.refused[s.vchannel] = (f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this "
+                                              f"node last committed {s.watermarks.of(table)}: another writer owns "
+                                              f"the channel")
+                log.warning("%s", result.refused[s.vchannel])
+                discard(self.storage, self.collection_id, list(s.files))
+        return [s for s in live if s.vchannel not in e.moved]
+
+    def _existing(self, table: str) -> DeltaLog | None:
+        found = self._logs.get(table)
+        if found is None:
+            uri = self.storage.insert_log(self.collection_id) if table == INSERT_TABLE else \
+                self.storage.delta_log(self.collection_id)
+            found = DeltaLog.open(uri)
+            if found is not None:
+                self._logs[table] = found
+        return found
+
+    def insert_log(self) -> DeltaLog | None:
+        """The insert_log's log, brought up to date; None while the table does not exist."""
+        found = self._existing(INSERT_TABLE)
+        if found is not None:
+            found.refresh()
+        return found
+
+    def watermarks(self, vchannel: str) -> Watermarks:
+        """The vchannel's txn in each table now (other writers' commits included)."""
+        txns = []
+        for table in (INSERT_TABLE, DELETE_TABLE):
+            found = self._existing(table)
+            if found is not None:
+                found.refresh()
+            txns.append(found.txn(vchannel) if found is not None else None)
+        return Watermarks(txns[0], txns[1], self.quarantine.txn(vchannel))
+
+
+class QuarantineLog:
+    """The node's one log of the shared quarantine table (opened, or created, on first use)."""
+
+    def __init__(self, storage: StorageLayout) -> None:
+        self.uri = storage.quarantine()
+        self._log: DeltaLog | None = None
+        self.lock = threading.RLock()  # every collection's committer uses this one log
+
+    def log(self) -> DeltaLog:
+        """Callers hold ``lock``."""
+        if self._log is None:
+            self._log = DeltaLog(self.uri, QUARANTINE_SCHEMA)
+        return self._log
+
+    def txn(self, vchannel: str) -> int | None:
+        with self.lock:
+            if self._log is None:
+                self._log = DeltaLog.open(self.uri)
+                if self._log is None:
+                    return None
+            self._log.refresh()
+            return self._log.txn(vchannel)

@@ -2,44 +2,43 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import pyarrow as pa
 
-from .channel_state import METADATA_KEY, ChannelState
-from .commit import VCHANNEL_KEY
+from .channel_state import STATES_KEY, ChannelState
+from .delta_log import DeltaLog
 from .layout import StorageLayout
 from .tables import open_table
 
-HISTORY_PAGE = 200
+
+def channel_state_in(insert_log: DeltaLog, vchannel: str) -> ChannelState | None:
+    """The ChannelState committed with the vchannel's current ``txn``, None if it never committed.
+
+    The newest commit that carries the vchannel's state is usually among the last few: every
+    commit of a collection carries each vchannel it moves, and idle vchannels are committed
+    at least every ``datanode.checkpoint.interval`` (budget permitting).
+    """
+    expected = insert_log.txn(vchannel)
+    if expected is None:
+        return None
+    quoted = json.dumps(vchannel)
+    for _, info in insert_log.commit_infos():
+        states = info.get(STATES_KEY)
+        if not states or quoted not in states:
+            continue
+        doc = json.loads(states).get(vchannel)
+        if doc is not None and doc["checkpoint_offset"] == expected:
+            return ChannelState.from_doc(doc)
+    raise RuntimeError(f"{vchannel}: {insert_log.uri} has txn {expected} but no commit metadata for it; "
+                       f"was the Delta log cleaned up?")
 
 
 def channel_state(storage: StorageLayout, collection_id: int, vchannel: str) -> ChannelState | None:
-    """The ChannelState of the newest commit of ``vchannel``, or None if it never committed."""
-    table = open_table(storage.insert_log(collection_id))
-    if table is None or table.transaction_version(vchannel) is None:
-        return None
-    expected = table.transaction_version(vchannel)
-    limit = HISTORY_PAGE
-    while True:
-        entries = table.history(limit)
-        for entry in entries:
-            if entry.get(VCHANNEL_KEY) == vchannel and METADATA_KEY in entry:
-                state = ChannelState.from_json(entry[METADATA_KEY])
-                if state.checkpoint_offset == expected:
-                    return state
-        if len(entries) < limit:
-            raise RuntimeError(f"{vchannel}: insert_log has txn {expected} but no commit metadata for it; "
-                               f"was the Delta log cleaned up?")
-        limit *= 4
-
-
-def table_watermark(uri: str, vchannel: str) -> int:
-    """The ``txn`` version (next offset) of ``vchannel`` in the table at ``uri``, 0 if none."""
-    table = open_table(uri)
-    if table is None:
-        return 0
-    return table.transaction_version(vchannel) or 0
+    """The newest committed ChannelState of ``vchannel``, or None if it never committed."""
+    insert_log = DeltaLog.open(storage.insert_log(collection_id))
+    return None if insert_log is None else channel_state_in(insert_log, vchannel)
 
 
 def segment_binlogs(storage: StorageLayout, collection_id: int) -> dict[int, list[dict]]:

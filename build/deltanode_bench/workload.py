@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..flowgraph.spec import encode_schema
-from ..mq.kafka import Watermarks, create_topics
-from ..mq.milvus_producer import MilvusProducer, field_data, ticker
-from ..wire.milvus_proto import msg_pb2
-from ..wire.names import pchannel_name, vchannel_name
-from ..wire.schema import CollectionLayout, DataType, schema_from_json
+from deltanode.flowgraph.spec import encode_schema
+from deltanode.mq.kafka import Watermarks, create_topics
+from deltanode.mq.milvus_producer import MilvusProducer, field_data, ticker
+from deltanode.wire.milvus_proto import msg_pb2
+from deltanode.wire.names import pchannel_name, vchannel_name
+from deltanode.wire.schema import CollectionLayout, DataType, schema_from_json
 
 ROWS_PER_MESSAGE = 1000
 

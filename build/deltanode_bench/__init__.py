@@ -1,4 +1,4 @@
-"""DeltaNode benchmark: ``build/bench.sh`` (``python -m deltanode.bench.main``).
+"""DeltaNode benchmark: ``build/bench.sh`` (``python -m deltanode_bench.main``).
 
 Modules: ``workload`` produces Milvus InsertRequests and records where each one landed;
 ``reference`` is the plain-Python consume -> decode -> parquet baseline; ``datanode_run``

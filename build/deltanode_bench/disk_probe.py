@@ -1,6 +1,6 @@
 """What a file write costs on this machine, and how that depends on the data the filesystem holds.
 
-``PYTHONPATH=app .venv/bin/python -m deltanode.bench.disk_probe [DIR] [--keep-mb N]`` writes
+``PYTHONPATH=app .venv/bin/python -m deltanode_bench.disk_probe [DIR] [--keep-mb N]`` writes
 130 MB in 1 MB writes (the size of a parquet data page) into a scratch directory under DIR
 three times: next to nothing, next to N MB of freshly written files (a DataNode's tables
 during the benchmark), and after those are deleted; it prints the CPU and wall seconds of each.
@@ -32,7 +32,7 @@ def timed_write(path: str, megabytes: int, block: bytes) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deltanode.bench.disk_probe", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m deltanode_bench.disk_probe", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", nargs="?", default=tempfile.gettempdir(), help="filesystem to probe (default: %(default)s)")
     p.add_argument("--keep-mb", type=int, default=1536, help="MB of files kept for the second write (default 1536)")
     p.add_argument("--write-mb", type=int, default=130, help="MB per timed write (default 130)")

@@ -1,6 +1,6 @@
 """A DataNode (one flowgraph per vchannel, Spark local[2]) in a child process.
 
-Child: ``python -m deltanode.bench.datanode_run SPEC_JSON``. It starts a SparkSession,
+Child: ``python -m deltanode_bench.datanode_run SPEC_JSON``. It starts a SparkSession,
 warms it up as a DataNode does (``datanode.warmup``), starts one flowgraph per vchannel with
 ``start_flowgraph`` and, every ``poll`` seconds,
 writes each vchannel's insert_log ``txn`` to the status file when it moved, as JSON lines
@@ -39,12 +39,12 @@ def child(args: dict) -> int:
     os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
-    from ..flowgraph.launch import prepare_spark, start_flowgraph
-    from ..flowgraph.warmup import warm_up
-    from ..jvm import spark_defaults
-    from ..storage.layout import StorageLayout
-    from ..storage.tables import open_table
-    from ..wire.datapb import VchannelInfo
+    from deltanode.flowgraph.launch import prepare_spark, start_flowgraph
+    from deltanode.flowgraph.warmup import warm_up
+    from deltanode.jvm import spark_defaults
+    from deltanode.storage.layout import StorageLayout
+    from deltanode.storage.tables import open_table
+    from deltanode.wire.datapb import VchannelInfo
 
     # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
     spark = SparkSession.builder.appName("deltanode-bench").config(map={
@@ -133,7 +133,7 @@ class DataNode:
         self.t_start = time.time()
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "deltanode.bench.datanode_run", json.dumps(self.args)],
+                [sys.executable, "-m", "deltanode_bench.datanode_run", json.dumps(self.args)],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=os.path.dirname(os.path.abspath(self.status_file)),
                 start_new_session=True)

@@ -1,6 +1,6 @@
 """The reference point: one plain Python process, no Spark.
 
-``python -m deltanode.bench.reference SPEC_JSON`` consumes each channel's offset range with
+``python -m deltanode_bench.reference SPEC_JSON`` consumes each channel's offset range with
 confluent-kafka (the DataNode's consumer settings), decodes with the DataNode's own
 decoder (``flowgraph.decode.parse`` / ``insert_columns``) and writes the insert_log
 columns to one parquet file per vchannel with the binlog writer's settings (snappy,
@@ -33,8 +33,8 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
     from confluent_kafka import Consumer, TopicPartition
     from pymilvus.grpc_gen import schema_pb2
 
-    from ..flowgraph import decode
-    from ..wire.schema import CollectionLayout
+    from deltanode.flowgraph import decode
+    from deltanode.wire.schema import CollectionLayout
 
     layout = CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(base64.b64decode(ch["schema_b64"])))
     schema = layout.insert_schema()
@@ -106,7 +106,7 @@ def run(bootstrap: str, channels: list[dict], out_dir: str, timeout: float = 600
     env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
     spec = {"bootstrap": bootstrap, "channels": channels, "out_dir": out_dir}
     os.makedirs(out_dir, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "deltanode.bench.reference", json.dumps(spec)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "deltanode_bench.reference", json.dumps(spec)], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"reference process failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.dim_list or min(args.dim_list) <= 0:
         p.error("--dims: at least one positive dim")
     try:
-        from ..config import parse_size
+        from deltanode.config import parse_size
         args.max_bytes = parse_size(str(args.max_bytes_per_batch))
     except (ImportError, ValueError) as e:
         p.error(f"--max-bytes-per-batch: {e}")
@@ -519,7 +519,7 @@ class Bench:
         for x in restarts[-1:]:
             # On the same messages and on the same filesystem: the reference runs right after the
             # DataNode, beside its tables. Writes cost more CPU the more recently written data the
-            # filesystem holds on this machine (``python -m deltanode.bench.disk_probe``), so the
+            # filesystem holds on this machine (``python -m deltanode_bench.disk_probe``), so the
             # reference on a near-empty work dir (1x) is no yardstick for a 930 MB run beside 1.5 GB.
             ref = self.refs.get((big, x.label))
             if ref is None:
@@ -590,7 +590,7 @@ def _version(pkg: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from ..standalone.services import EmbeddedBroker
+    from deltanode.standalone.services import EmbeddedBroker
 
     work = args.work_dir or tempfile.mkdtemp(prefix="deltanode-bench-")
     os.makedirs(work, exist_ok=True)

@@ -1,0 +1,59 @@
+"""The state a vchannel's flowgraph starts from: Delta's if it committed before, else its VchannelInfo's.
+
+Delta is the truth about how far a channel got: when the channel has committed before, the
+flowgraph starts at its insert_log ``txn`` (exact offset) whatever the VchannelInfo says, since
+a VchannelInfo may be older than the last commit of the previous owner.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from ..wire.datapb import VchannelInfo
+from ..wire.names import pchannel_of
+from ..wire.positions import kafka_offset
+from .replay_filter import ReplayFilter
+
+
+def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
+    segs: dict[int, SegmentMeta] = {}
+    for state, infos, ids in ((GROWING, info.unflushedSegments, info.unflushedSegmentIds),
+                              (FLUSHED, info.flushedSegments, info.flushedSegmentIds),
+                              (DROPPED, info.dropped_segments, info.dropped_segmentIds)):
+        for s in infos:
+            segs[s.ID] = SegmentMeta(s.ID, s.partitionID, state, s.num_of_rows,
+                                     dml_ts=s.dml_position.timestamp if s.HasField("dml_position") else 0,
+                                     start_ts=s.start_position.timestamp if s.HasField("start_position") else 0)
+        for seg_id in ids:
+            segs.setdefault(seg_id, SegmentMeta(seg_id, -1, state))
+    return segs
+
+
+def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: int = 0) -> ChannelState:
+    """Where a flowgraph starts, given the vchannel's committed state (None if it never committed).
+
+    The replay filter covers the segments whose data may lie beyond the start position: all of
+    the VchannelInfo's when starting from its seek position, only those Delta does not know when
+    resuming at Delta's exact offset (nothing after it is persisted for the others, and their
+    ``dml_ts``, the largest committed EndTs, is not tick-aligned like a Milvus dml position: a
+    later message of a segment may carry a smaller ts, which the filter would drop).
+    """
+    if committed is None:
+        seek = info.seek_position
+        state = ChannelState(vchannel=info.channelName, collection_id=info.collectionID,
+                             pchannel=pchannel_of(info.channelName),
+                             checkpoint_offset=kafka_offset(seek.msgID) if seek.msgID else 0,
+                             checkpoint_ts=seek.timestamp, seek_ts=seek.timestamp,
+                             segments=_segments_from_info(info))
+        replayed = list(state.segments.values())
+    else:
+        state = copy.deepcopy(committed)
+        state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
+        replayed = [seg for seg_id, seg in _segments_from_info(info).items() if seg_id not in state.segments]
+        state.segments.update((seg.segment_id, seg) for seg in replayed)
+    replay = ReplayFilter({s.segment_id: s.dml_ts for s in replayed if s.state == FLUSHED},
+                          {s.segment_id: s.dml_ts for s in replayed if s.state == GROWING})
+    state.replay = replay.to_json() if replay.active else None
+    state.node_id = node_id
+    return state

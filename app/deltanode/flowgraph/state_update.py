@@ -1,0 +1,136 @@
+"""How one batch changes a vchannel's ChannelState (pure logic, no I/O).
+
+A batch is the vchannel's portions of one cycle: contiguous offset ranges, read by tasks
+that may have run concurrently (a range split for both cores). ``advance`` applies them in
+offset order to the working state; ``retract_after_drops`` first takes back what a later
+portion kept that an earlier portion's drop filters out.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, FileEntry
+from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, Portion, PortionStats
+
+
+class BatchRangeError(RuntimeError):
+    """The portions of a batch do not continue the vchannel's offsets contiguously."""
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    state: ChannelState           # the working state after the batch
+    start: int
+    end: int
+    files: tuple[FileEntry, ...]  # to commit (retracted files are already deleted)
+    newly_dropped: frozenset[int]
+    inserted_rows: int
+    deleted_rows: int
+    quarantined: int
+    dml_messages: int
+    idle: bool                    # nothing to persist but the checkpoint: ticks, other shards' messages
+    urgent: bool                  # control events or a replay filter change: sync without delay
+
+
+def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[FileEntry]]:
+    """Take back what a portion kept that a drop in an earlier portion of the same batch filters out.
+
+    Concurrent tasks each start from the batch's state, so a portion after a DropPartition
+    (DropCollection) still kept that partition's (every) inserts and deletes. Within one
+    portion the router already filters them; here the later portions' segment counts and
+    binlog files of the dropped partitions are removed, so the outcome is the one a single
+    task would have had. Returns the corrected portions and the files to delete. (Quarantine
+    rows of such messages stay: a record of bad input is never wrong.)
+    """
+    drops = sorted((e for p in portions for e in p.events if e.kind in (DROP_PARTITION, DROP_COLLECTION)),
+                   key=lambda e: e.offset)
+    if not drops:
+        return portions, []
+    kept, discarded = [], []
+    for p in portions:
+        earlier = [e for e in drops if e.offset < p.first]
+        everything = any(e.kind == DROP_COLLECTION for e in earlier)
+        parts = {e.partition_id for e in earlier if e.kind == DROP_PARTITION}
+        if not everything and not parts:
+            kept.append(p)
+            continue
+
+        def gone(f: FileEntry) -> bool:
+            return f.table in (INSERT_TABLE, DELETE_TABLE) and (everything or f.partition_id in parts)
+
+        retracted = [f for f in p.files if gone(f)]
+        discarded += retracted
+        rows = {t: sum(f.rows for f in retracted if f.table == t) for t in (INSERT_TABLE, DELETE_TABLE)}
+        stats = replace(p.stats, inserted_rows=p.stats.inserted_rows - rows[INSERT_TABLE],
+                        deleted_rows=p.stats.deleted_rows - rows[DELETE_TABLE])
+        kept.append(replace(p, files=tuple(f for f in p.files if not gone(f)), stats=stats,
+                            segments={s: st for s, st in p.segments.items()
+                                      if not (everything or st.partition_id in parts)}))
+    return kept, discarded
+
+
+def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
+    """The state after ``portions`` (error-free, retracted): segment counts, flush/drop events, checkpoint."""
+    portions = sorted(portions, key=lambda p: p.first)
+    if not portions:
+        raise BatchRangeError(f"{state.vchannel}: a batch without portions")
+    if portions[0].first != state.checkpoint_offset:
+        raise BatchRangeError(f"{state.vchannel}: batch starts at {portions[0].first}, expected "
+                              f"{state.checkpoint_offset}")
+    for a, b in zip(portions, portions[1:]):
+        if a.end != b.first:
+            raise BatchRangeError(f"{state.vchannel}: portions are not contiguous: [{a.first}, {a.end}) then "
+                                  f"[{b.first}, {b.end})")
+    start, end = portions[0].first, portions[-1].end
+    new = copy.deepcopy(state)
+    for p in portions:
+        for seg_id, st in p.segments.items():
+            seg = new.segments.get(seg_id)
+            if seg is None:
+                seg = new.segments[seg_id] = SegmentMeta(seg_id, st.partition_id, GROWING,
+                                                         start_offset=st.first_offset, start_ts=st.first_ts)
+            seg.num_rows += st.rows
+            seg.dml_ts = max(seg.dml_ts, st.max_ts)
+            seg.dml_offset = end
+            if seg.start_offset < 0 or st.first_offset < seg.start_offset:
+                seg.start_offset, seg.start_ts = st.first_offset, st.first_ts
+    before_dropped = state.dropped_segments()
+    events = sorted((e for p in portions for e in p.events), key=lambda e: e.offset)
+    for e in events:
+        if e.kind == FLUSH:
+            # Seal the segments that had rows before the flush; one first seen after it stays open.
+            for seg in new.segments.values():
+                if seg.state == GROWING and 0 <= seg.start_offset < e.offset:
+                    seg.state, seg.dml_offset = FLUSHED, end
+        elif e.kind == DROP_PARTITION:
+            if e.partition_id not in new.dropped_partitions:
+                new.dropped_partitions.append(e.partition_id)
+            for seg in new.segments.values():
+                if seg.partition_id == e.partition_id:
+                    seg.state = DROPPED
+        elif e.kind == DROP_COLLECTION:
+            new.collection_dropped = True
+            for seg in new.segments.values():
+                seg.state = DROPPED
+    stats = [p.stats for p in portions]
+    new.checkpoint_offset = end
+    new.checkpoint_ts = max([new.checkpoint_ts] + [s.max_tick for s in stats])
+    if len(portions) == 1:
+        new.replay = portions[0].replay
+    elif any(p.replay is not None for p in portions):
+        raise BatchRangeError(f"{state.vchannel}: the replay filter ran in a split batch: it must run in one task")
+    total = PortionStats(0, *(sum(getattr(s, f) for s in stats) for f in
+                              ("dml_messages", "dml_bytes", "inserted_rows", "deleted_rows", "quarantined")))
+    new.batches += 1
+    new.rows += total.inserted_rows
+    new.dml_messages += total.dml_messages
+    new.dml_bytes += total.dml_bytes
+    files = tuple(f for p in portions for f in p.files)
+    idle = (not events and not files and not any(p.segments for p in portions) and new.replay == state.replay
+            and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
+    return BatchOutcome(new, start, end, files, frozenset(new.dropped_segments() - before_dropped),
+                        total.inserted_rows, total.deleted_rows, total.quarantined, total.dml_messages, idle,
+                        urgent=bool(events) or new.replay != state.replay)

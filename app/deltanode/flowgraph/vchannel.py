@@ -1,0 +1,139 @@
+"""One vchannel's logical flowgraph on the driver: what it committed, what it read since, how it fails.
+
+The shared pipeline reads and writes for many vchannels at once; each vchannel keeps its own
+state here: the ChannelState it last committed to Delta (and its ``txn`` in each table), the
+working state after every batch read since, the batches not committed yet, and its failures.
+A failed flowgraph drops what it did not commit and starts again from Delta after a backoff,
+alone: the other vchannels of the pipeline are not touched.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from ..storage.binlog_writer import FileEntry
+from ..storage.channel_state import ChannelState
+from ..storage.commit import VchannelSync, Watermarks
+from ..wire.datapb import VchannelInfo
+from ..wire.milvus_proto import schema_pb2
+from ..wire.names import check_safe, pchannel_of
+from ..wire.schema import CollectionLayout
+from .context import RouteContext
+from .recovery import initial_state
+from .state_update import BatchOutcome
+
+MAX_BACKOFF = 60.0
+RUNNING, FAILED, DROPPED = "running", "failed", "dropped"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A vchannel's figures for progress reports and admin."""
+
+    vchannel: str
+    status: str
+    failures: int
+    last_error: str
+    checkpoint_offset: int | None
+    checkpoint_ts: int | None
+    rows_committed: int
+    batches: int
+    uncommitted_batches: int
+
+
+class VchannelFlowgraph:
+    """Runs on the driver; the pipeline's loop thread calls everything but ``snapshot``."""
+
+    def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int) -> None:
+        self.vchannel = check_safe("vchannel", info.channelName)
+        self.pchannel = pchannel_of(self.vchannel)
+        self.collection_id = info.collectionID
+        self.info, self.schema, self.node_id = info, schema, node_id
+        self.layout = CollectionLayout.from_proto(schema)
+        self.status = FAILED            # until ``load``
+        self.failures = 0
+        self.retry_at = 0.0
+        self.last_error = ""
+        self.committed: ChannelState | None = None
+        self.watermarks = Watermarks()
+        self.working: ChannelState | None = None
+        self.pending: list[BatchOutcome] = []
+        self.pending_since: float | None = None   # monotonic time the oldest uncommitted data was read
+        self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float) -> None:
+        """Start (again) from Delta's state of the vchannel."""
+        self.committed, self.watermarks = committed, watermarks
+        self.working = initial_state(committed, self.info, self.node_id)
+        self.pending, self.pending_since, self.committed_at = [], None, now
+        self.status = DROPPED if self.working.collection_dropped else RUNNING
+
+    def fail(self, error: str, now: float) -> list[FileEntry]:
+        """Stop until the backoff is over; returns the uncommitted files to delete."""
+        files = self.uncommitted_files()
+        self.failures += 1
+        self.retry_at = now + min(MAX_BACKOFF, 2.0 ** self.failures)
+        self.last_error = error[:500]
+        self.status, self.pending, self.pending_since = FAILED, [], None
+        return files
+
+    def uncommitted_files(self) -> list[FileEntry]:
+        return [f for b in self.pending for f in b.files]
+
+    @property
+    def readable(self) -> bool:
+        return self.status == RUNNING
+
+    # -- batches -----------------------------------------------------------------------------
+    @property
+    def next_offset(self) -> int:
+        return self.working.checkpoint_offset
+
+    def context(self) -> RouteContext:
+        w, wm = self.working, self.watermarks
+        return RouteContext(self.vchannel, self.collection_id, self.schema.name, self.pchannel, w.partition,
+                            w.checkpoint_offset, w.seek_ts, frozenset(w.dropped_segments()),
+                            frozenset(w.dropped_partitions), w.collection_dropped, w.replay,
+                            wm.delete or 0, wm.quarantine or 0)
+
+    def apply(self, outcome: BatchOutcome, now: float) -> None:
+        self.working = outcome.state
+        self.pending.append(outcome)
+        if not outcome.idle and self.pending_since is None:
+            self.pending_since = now
+        if outcome.state.collection_dropped:
+            self.status = DROPPED   # nothing more to read; the commit of the drop is still due
+        if self.failures and now - self.retry_at > MAX_BACKOFF:
+            self.failures = 0       # a minute of running since the last failure: start the backoff over
+
+    @property
+    def uncommitted(self) -> bool:
+        return bool(self.pending)
+
+    @property
+    def urgent(self) -> bool:
+        return any(b.urgent for b in self.pending)
+
+    def pending_bytes(self) -> int:
+        return sum(f.size for f in self.uncommitted_files())
+
+    def sync(self) -> VchannelSync:
+        """Everything read since the last commit, as one share of a collection commit."""
+        return VchannelSync(self.working, self.watermarks, tuple(self.uncommitted_files()),
+                            frozenset().union(*(b.newly_dropped for b in self.pending)))
+
+    def committed_sync(self, sync: VchannelSync, watermarks: Watermarks, now: float) -> None:
+        """``sync`` is in Delta; batches read meanwhile stay pending."""
+        done = [b for b in self.pending if b.end <= sync.end]
+        self.pending = self.pending[len(done):]
+        self.committed, self.watermarks = copy.deepcopy(sync.state), watermarks
+        self.committed_at = now
+        self.pending_since = now if any(not b.idle for b in self.pending) else None
+
+    def snapshot(self) -> Snapshot:
+        c = self.committed
+        return Snapshot(self.vchannel, self.status, self.failures, self.last_error,
+                        c.checkpoint_offset if c else None, c.checkpoint_ts if c else None,
+                        c.rows if c else 0, c.batches if c else 0, len(self.pending))

@@ -1,0 +1,397 @@
+"""The DataNode's shared pipeline: one loop, one Spark job per cycle, whatever the number of vchannels.
+
+A cycle (every ``trigger_interval``, or at once while a backlog remains):
+
+1. plan (driver): the high watermark of every pchannel with a vchannel on this node, then
+   the cycle's offset ranges (``plan``): each pchannel once for the vchannels near its head,
+   once more for those catching up, within the byte and message caps;
+2. read, route and write (executors): one Spark job of at most ``splits`` tasks; a task reads
+   its ranges once and writes each vchannel's binlogs (``task``);
+3. advance (driver): each vchannel's portions move its working state (``flowgraph``);
+4. sync (driver): the sync policies pick collections; one fence check for all of them; one
+   Delta commit per collection, with a ``txn`` per vchannel (``storage.commit``).
+
+Data never passes through the driver: it sees offsets, file lists and counts. A vchannel that
+fails (its range cannot be read, its router raised, its commit was refused, its fence failed)
+drops what it did not commit and is started again from Delta after a backoff, alone; the
+cycle goes on for the others. Vchannels join and leave between cycles (``add``/``remove``),
+without restarting anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+
+from ..faults import crash_point
+from ..flowgraph.results import Portion, ReadStats
+from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
+from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, Snapshot, VchannelFlowgraph
+from ..mq.broker import Broker, BrokerError, HighWatermarks
+from ..storage import meta
+from ..storage.commit import CollectionCommitter, QuarantineLog, discard
+from ..storage.layout import StorageLayout
+from ..wire.datapb import VchannelInfo
+from ..wire.milvus_proto import schema_pb2
+from .plan import Limits, Position, plan_cycle, split_tasks
+from .sync_policy import Candidate, SyncSelector, SyncSettings
+from .task import TaskOutput, TaskSpec, run_task
+
+log = logging.getLogger(__name__)
+JOB_GROUP = "deltanode-pipeline"
+MAX_LOOP_BACKOFF = 60.0
+
+
+class Fence(Protocol):
+    """The single-writer check before a commit (``etcd.fence.OwnershipFence``)."""
+
+    def check(self, vchannels: list[str]) -> dict[str, str]:
+        """The vchannels this node may no longer write, each with the reason."""
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    limits: Limits = Limits()
+    sync: SyncSettings = SyncSettings()
+    trigger_interval: float = 1.0
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did, for its log line."""
+
+    number: int
+    ranges: int = 0
+    tasks: int = 0
+    messages: int = 0
+    bytes: int = 0
+    rows: int = 0
+    deletes: int = 0
+    quarantined: int = 0
+    commits: int = 0
+    vchannels_committed: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+class Pipeline:
+    """Runs on the driver. ``add``/``remove``/``snapshots`` may be called from any thread."""
+
+    def __init__(self, spark: SparkSession, storage: StorageLayout, broker: Broker,
+                 settings: PipelineSettings = PipelineSettings(), *, node_id: int = 0,
+                 fence: Fence | None = None) -> None:
+        self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
+        self.node_id, self.fence = node_id, fence
+        self._members: dict[str, VchannelFlowgraph] = {}
+        self._committers: dict[int, CollectionCommitter] = {}
+        self._quarantine = QuarantineLog(storage)
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()                 # vchannels of the running cycle
+        self._idle = threading.Condition(self._lock)
+        self._averages: dict[str, float] = {}        # pchannel -> bytes per DML message
+        self._selector = SyncSelector(settings.sync, time.monotonic())
+        self._watermarks: HighWatermarks | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._highs_seen: dict[tuple[str, int], int] = {}
+        self._cycles = 0
+        self.loop_error: str | None = None
+
+    # -- membership ------------------------------------------------------------------------
+    def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
+        """Start reading ``info.channelName`` from Delta's state (else the VchannelInfo's); returns
+        once the vchannel takes part in the next cycle. Raises when its state cannot be loaded."""
+        fg = VchannelFlowgraph(info, schema, self.node_id)
+        self._load(fg)
+        with self._lock:
+            self._members[fg.vchannel] = fg
+        log.info("%s: flowgraph starts at offset %d (ts %d), %d segments known, replay filter %s", fg.vchannel,
+                 fg.next_offset, fg.working.checkpoint_ts, len(fg.working.segments),
+                 "active" if fg.working.replay else "idle")
+
+    def remove(self, vchannel: str, timeout: float = 60.0) -> None:
+        """Stop reading ``vchannel``: what it did not commit is dropped. Returns once no cycle uses it."""
+        with self._idle:
+            fg = self._members.pop(vchannel, None)
+            if not self._idle.wait_for(lambda: vchannel not in self._busy, timeout):
+                log.warning("%s: still in a cycle after %.0f s; removed anyway", vchannel, timeout)
+        if fg is not None:
+            discard(self.storage, fg.collection_id, fg.uncommitted_files())
+            log.info("%s: flowgraph released", vchannel)
+
+    def vchannels(self) -> list[str]:
+        with self._lock:
+            return sorted(self._members)
+
+    def snapshots(self) -> list[Snapshot]:
+        with self._lock:
+            members = list(self._members.values())
+        return sorted((fg.snapshot() for fg in members), key=lambda s: s.vchannel)
+
+    def high_watermark(self, pchannel: str, partition: int = 0) -> int | None:
+        """The pchannel's high watermark as the last cycle saw it (None before one did)."""
+        return self._highs_seen.get((pchannel, partition))
+
+    def _committer(self, fg: VchannelFlowgraph) -> CollectionCommitter:
+        with self._lock:
+            found = self._committers.get(fg.collection_id)
+            if found is None:
+                found = self._committers[fg.collection_id] = CollectionCommitter(
+                    self.storage, fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema(),
+                    self._quarantine)
+            return found
+
+    def _load(self, fg: VchannelFlowgraph) -> None:
+        committer = self._committer(fg)
+        with committer.lock:
+            insert_log = committer.insert_log()
+            committed = meta.channel_state_in(insert_log, fg.vchannel) if insert_log is not None else None
+            watermarks = committer.watermarks(fg.vchannel)
+        fg.load(committed, watermarks, time.monotonic())
+
+    # -- the loop --------------------------------------------------------------------------
+    def start(self) -> Pipeline:
+        self._watermarks = self.broker.watermarks()
+        self._thread = threading.Thread(target=self._run, name="deltanode-pipeline", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Finish the running cycle (its commits included), then stop; uncommitted batches are dropped."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
+                self._thread.join(timeout)
+        for fg in list(self._members.values()):
+            discard(self.storage, fg.collection_id, fg.uncommitted_files())
+        if self._watermarks is not None:
+            self._watermarks.close()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                capped = self._cycle()
+                failures = 0
+                self.loop_error = None
+            except Exception as e:  # noqa: BLE001 - a bug must not end persistence for good
+                failures += 1
+                self.loop_error = f"{type(e).__name__}: {e}"
+                log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)
+                now = time.monotonic()
+                with self._lock:
+                    members = list(self._members.values())
+                for fg in members:
+                    self._fail(fg, f"pipeline cycle failed: {self.loop_error}", now)
+                capped = False
+                self._stopping.wait(min(MAX_LOOP_BACKOFF, 2.0 ** failures))
+            finally:
+                with self._idle:
+                    self._busy = set()
+                    self._idle.notify_all()
+            if not capped:
+                self._stopping.wait(max(0.0, started + self.settings.trigger_interval - time.monotonic()))
+
+    def _cycle(self) -> bool:
+        """One cycle; True when a backlog remains (the next cycle starts at once)."""
+        self._cycles += 1
+        report = CycleReport(self._cycles)
+        now = time.monotonic()
+        with self._lock:
+            members = dict(self._members)
+            self._busy = set(members)
+        self._reload_failed(members, now, report)
+        readable = [fg for fg in members.values() if fg.readable]
+        highs = self._highs(readable, report, now)
+        readable = [fg for fg in readable if fg.readable]
+        for fg in readable:
+            self._averages.setdefault(fg.pchannel, fg.working.average_dml_bytes() or 0.0)
+        averages = {p: a for p, a in self._averages.items() if a}
+        plan = plan_cycle([Position(fg.vchannel, fg.pchannel, fg.working.partition, fg.next_offset,
+                                    fg.working.replay is not None) for fg in readable],
+                          highs, averages, self.settings.limits)
+        for vchannel, why in plan.lost.items():
+            self._fail(members[vchannel], f"BrokerError: {why}", now, report)
+        tasks = split_tasks(plan.ranges, averages, self.settings.limits.splits)
+        if tasks:
+            report.ranges, report.tasks = len(plan.ranges), len(tasks)
+            contexts = {fg.vchannel: fg.context() for fg in readable}
+            schemas = {fg.collection_id: fg.schema.SerializeToString() for fg in readable}
+            specs = []
+            for pieces in tasks:
+                names = {v for p in pieces for v in p.members}
+                specs.append(TaskSpec(self._cycles, tuple(pieces), {v: contexts[v] for v in names},
+                                      {members[v].collection_id: schemas[members[v].collection_id] for v in names},
+                                      self.storage.root, self.broker))
+            outputs = self._run_tasks(specs, members, report)
+            crash_point("after_binlog_write")
+            self._apply(outputs, members, time.monotonic(), report)
+        self._sync(members, time.monotonic(), report)
+        crash_point("after_commit")
+        self._log(report, time.monotonic() - now)
+        return plan.capped
+
+    def _reload_failed(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
+        for fg in members.values():
+            if fg.status == FAILED and now >= fg.retry_at:
+                try:
+                    self._load(fg)
+                    log.info("%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
+                except Exception as e:  # noqa: BLE001 - retried after the next backoff
+                    self._fail(fg, f"restart failed: {type(e).__name__}: {e}", now, report)
+
+    def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
+               now: float) -> dict[tuple[str, int], int]:
+        highs: dict[tuple[str, int], int] = {}
+        errors: dict[tuple[str, int], str] = {}
+        for key in sorted({(fg.pchannel, fg.working.partition) for fg in readable}):
+            try:
+                highs[key] = self._highs_seen[key] = self._watermarks.high(*key)
+            except BrokerError as e:
+                errors[key] = str(e)
+        for fg in readable:
+            error = errors.get((fg.pchannel, fg.working.partition))
+            if error is not None:
+                self._fail(fg, f"BrokerError: {error}", now, report)
+        return highs
+
+    def _run_tasks(self, specs: list[TaskSpec], members: dict[str, VchannelFlowgraph],
+                   report: CycleReport) -> list[TaskOutput]:
+        """The cycle's Spark job. If it fails, each task runs as a job of its own, so a range that
+        breaks its task (a worker crash) fails only its own vchannels."""
+        sc = self.spark.sparkContext
+        sc.setJobGroup(JOB_GROUP, f"deltanode cycle {self._cycles}: {len(specs)} task(s)", interruptOnCancel=True)
+        try:
+            return sc.parallelize(specs, len(specs)).map(run_task).collect()
+        except Exception as e:  # noqa: BLE001 - isolated below
+            if self._stopping.is_set():
+                raise
+            log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", self._cycles,
+                        str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
+        outputs = []
+        for spec in specs:
+            try:
+                outputs += sc.parallelize([spec], 1).map(run_task).collect()
+            except Exception as e:  # noqa: BLE001 - this task's vchannels fail, alone
+                why = f"SparkTaskFailed: {summarize_error(str(e))}"
+                for v in {v for p in spec.pieces for v in p.members}:
+                    if v in members:
+                        self._fail(members[v], why, time.monotonic(), report)
+        return outputs
+
+    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], now: float,
+               report: CycleReport) -> None:
+        by_vchannel: dict[str, list[Portion]] = {}
+        for out in outputs:
+            for read in out.reads:
+                self._learn(read, report)
+            for p in out.portions:
+                by_vchannel.setdefault(p.vchannel, []).append(p)
+        with self._lock:
+            current = dict(self._members)
+        for vchannel, portions in by_vchannel.items():
+            fg = members[vchannel]
+            files = [f for p in portions for f in p.files]
+            if current.get(vchannel) is not fg or fg.status != RUNNING:
+                discard(self.storage, fg.collection_id, files)   # released (or failed) meanwhile
+                continue
+            errors = [p.error for p in portions if p.error]
+            if errors:
+                discard(self.storage, fg.collection_id, files)
+                self._fail(fg, errors[0], now, report)
+                continue
+            portions, retracted = retract_after_drops(portions)
+            discard(self.storage, fg.collection_id, retracted)
+            try:
+                outcome = advance(fg.working, portions)
+            except BatchRangeError as e:
+                discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+                self._fail(fg, f"BatchRangeError: {e}", now, report)
+                continue
+            fg.apply(outcome, now)
+            report.rows += outcome.inserted_rows
+            report.deletes += outcome.deleted_rows
+            report.quarantined += outcome.quarantined
+
+    def _learn(self, read: ReadStats, report: CycleReport) -> None:
+        """Per pchannel: bytes per DML message, quick to rise (a cap must hold), slow to fall."""
+        report.messages += read.messages
+        report.bytes += read.bytes
+        if read.dml_messages:
+            seen = read.dml_bytes / read.dml_messages
+            old = self._averages.get(read.pchannel) or seen
+            self._averages[read.pchannel] = max(seen, (old + seen) / 2)
+
+    def _sync(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
+        with self._lock:
+            current = {v: fg for v, fg in self._members.items() if members.get(v) is fg}
+        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (RUNNING, DROPPED)]
+        chosen = set(self._selector.select([
+            Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
+                      fg.committed_at) for fg in waiting], now))
+        syncing = [fg for fg in waiting if fg.collection_id in chosen]
+        if not syncing:
+            return
+        if self.fence is not None:
+            for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
+                self._fail(current[vchannel], f"OwnershipLost: {why}", now, report)
+            syncing = [fg for fg in syncing if fg.status != FAILED]
+        for cid in sorted({fg.collection_id for fg in syncing}):
+            group = [fg for fg in syncing if fg.collection_id == cid]
+            syncs = {fg.vchannel: fg.sync() for fg in group}
+            committer = self._committer(group[0])
+            try:
+                with committer.lock:
+                    result = committer.commit(list(syncs.values()))
+            except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
+                for fg in group:
+                    self._fail(fg, f"commit failed: {type(e).__name__}: {e}", now, report)
+                continue
+            if result.version is not None:
+                report.commits += 1
+            for fg in group:
+                if fg.vchannel in result.committed:
+                    fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
+                    report.vchannels_committed += 1
+                elif fg.vchannel in result.refused:
+                    self._fail(fg, f"CommitRefused: {result.refused[fg.vchannel]}", now, report)
+
+    def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None) -> None:
+        discard(self.storage, fg.collection_id, fg.fail(why, now))
+        log.error("%s: flowgraph failed (%d in a row), restarting from Delta in %.0f s: %s", fg.vchannel,
+                  fg.failures, fg.retry_at - now, why)
+        if report is not None:
+            report.failed.append(fg.vchannel)
+
+    def _log(self, r: CycleReport, seconds: float) -> None:
+        if not (r.rows or r.deletes or r.quarantined or r.commits or r.failed):
+            log.debug("cycle %d: %d messages in %d range(s), nothing to commit, %.3f s", r.number, r.messages,
+                      r.ranges, seconds)
+            return
+        log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
+                 "%d commit(s) for %d vchannel(s)%s, %.3f s", r.number, r.ranges, r.tasks, r.messages,
+                 r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits, r.vchannels_committed,
+                 f", {len(r.failed)} failed" if r.failed else "", seconds)
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)
+_JVM_PREFIXES = ("org.", "java.", "scala.", "py4j.", "pyspark.errors")
+
+
+def summarize_error(text: str) -> str:
+    """The Python exception behind a failed Spark job, not the JVM stack around it."""
+    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(_JVM_PREFIXES)]
+    line = f"{found[-1].group(1)}: {found[-1].group(2)}" if found else (text.strip().splitlines() or ["?"])[0]
+    return line[:500]

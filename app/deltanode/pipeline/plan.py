@@ -1,0 +1,161 @@
+"""What one cycle reads: offset ranges of pchannels, shared by their vchannels (pure logic, driver).
+
+Each pchannel is read once per cycle for all the vchannels on it that are near its head: the
+main lane, ``[min next offset, high watermark)`` within the caps. A vchannel far behind the
+head (watched at an old seek position, or after a failover) would hold the others back, so
+it reads on the pchannel's catch-up lane instead: one more range per pchannel, from the
+smallest position behind, up to where the main lane starts, bounded by its own byte budget.
+Once a vchannel is within ``merge window`` messages of the head it joins the main lane (the
+main lane then re-reads those few messages once; the vchannels already past them skip them).
+This is Milvus's msgdispatcher (one consumer per pchannel, a solo lane until caught up).
+
+Byte budgets are shared by water-filling: every range gets up to an equal share, and what a
+range does not need goes to the others, so a live pchannel is never starved by a backlog.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+MAIN, CATCH_UP = "main", "catch-up"
+# The largest message a Milvus producer sends (milvus-wire-facts.md): the size a pchannel's
+# messages are counted at until an average is known.
+MAX_MESSAGE_BYTES = 10 << 20
+
+
+@dataclass(frozen=True)
+class Position:
+    vchannel: str
+    pchannel: str
+    partition: int
+    next_offset: int
+    replaying: bool = False   # its replay filter is active: its ranges are not split (order matters)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_messages: int = 1000          # per range
+    max_bytes: int = 256 << 20        # main-lane ranges of one cycle together
+    catchup_bytes: int = 64 << 20     # catch-up ranges of one cycle together
+    splits: int = 2                   # tasks per cycle
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    pchannel: str
+    partition: int
+    first: int
+    end: int
+    members: tuple[str, ...]          # the vchannels whose next offset is in [first, end)
+    lane: str = MAIN
+    splittable: bool = True
+
+    @property
+    def messages(self) -> int:
+        return self.end - self.first
+
+
+@dataclass(frozen=True)
+class Plan:
+    ranges: tuple[ReadRange, ...]
+    lost: dict[str, str]              # vchannel -> why it cannot be read (the broker lost its data)
+    capped: bool                      # some range stopped short of the high watermark
+
+
+@dataclass(frozen=True)
+class _Want:
+    pchannel: str
+    partition: int
+    first: int
+    limit: int                        # the range may not go past this offset
+    members: tuple[Position, ...]
+    lane: str
+
+
+def merge_window(limits: Limits, average: float) -> int:
+    """How many messages behind the head a vchannel may be and still read on the main lane."""
+    return max(1, min(limits.max_messages, int(limits.catchup_bytes // max(average, 1.0))))
+
+
+def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], averages: dict[str, float],
+               limits: Limits) -> Plan:
+    """The ranges of one cycle; ``highs`` by (pchannel, partition), ``averages``: bytes per message."""
+    lost: dict[str, str] = {}
+    wants: list[_Want] = []
+    by_channel: dict[tuple[str, int], list[Position]] = {}
+    for pos in positions:
+        by_channel.setdefault((pos.pchannel, pos.partition), []).append(pos)
+    for (pchannel, partition), members in sorted(by_channel.items()):
+        high = highs[(pchannel, partition)]
+        for pos in members:
+            if pos.next_offset > high:
+                lost[pos.vchannel] = (f"{pchannel}[{partition}] ends at offset {high}, before the checkpoint "
+                                      f"{pos.next_offset}: the broker lost data (a memory-only broker restarted?)")
+        members = [p for p in members if p.vchannel not in lost]
+        if not members:
+            continue
+        head = max(p.next_offset for p in members)
+        window = merge_window(limits, averages.get(pchannel) or MAX_MESSAGE_BYTES)
+        main = tuple(p for p in members if p.next_offset >= head - window)
+        behind = tuple(p for p in members if p.next_offset < head - window)
+        main_first = min(p.next_offset for p in main)
+        wants.append(_Want(pchannel, partition, main_first, high, main, MAIN))
+        if behind:
+            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, CATCH_UP))
+    ranges: list[ReadRange] = []
+    capped = False
+    for lane, budget in ((MAIN, limits.max_bytes), (CATCH_UP, limits.catchup_bytes)):
+        lane_wants = [w for w in wants if w.lane == lane and w.limit > w.first]
+        grants = _water_fill(lane_wants, averages, limits.max_messages, budget)
+        for w, n in zip(lane_wants, grants):
+            end = w.first + n
+            capped = capped or end < w.limit
+            members = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
+            ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, members, lane,
+                                    splittable=not any(p.replaying for p in w.members if p.next_offset < end)))
+    return Plan(tuple(ranges), lost, capped)
+
+
+def _water_fill(wants: list[_Want], averages: dict[str, float], max_messages: int, budget: int) -> list[int]:
+    """Messages granted to each want: up to ``max_messages``, bytes shared out equally, unused shares passed on."""
+    desired = [min(w.limit - w.first, max_messages) for w in wants]
+    sizes = [averages.get(w.pchannel) or MAX_MESSAGE_BYTES for w in wants]
+    grants = [0] * len(wants)
+    left, remaining = float(budget), len(wants)
+    for i in sorted(range(len(wants)), key=lambda i: desired[i] * sizes[i]):
+        share = left / remaining
+        n = max(1, min(desired[i], int(share // sizes[i])))
+        grants[i] = n
+        left -= n * sizes[i]
+        remaining -= 1
+    return grants
+
+
+def split_tasks(ranges: tuple[ReadRange, ...], averages: dict[str, float], splits: int) -> list[list[ReadRange]]:
+    """The cycle's ranges as at most ``splits`` tasks of about equal bytes.
+
+    A range larger than a task's share is cut into contiguous pieces (unless a member's replay
+    filter is active), so one busy vchannel still keeps every core busy.
+    """
+    if not ranges:
+        return []
+
+    def size(r: ReadRange) -> float:
+        return r.messages * (averages.get(r.pchannel) or 1.0)
+
+    target = sum(size(r) for r in ranges) / max(1, splits)
+    pieces: list[ReadRange] = []
+    for r in ranges:
+        parts = min(splits, r.messages, math.ceil(size(r) / target)) if r.splittable and target > 0 else 1
+        bounds = [r.first + (r.messages * i) // max(1, parts) for i in range(max(1, parts) + 1)]
+        for a, b in zip(bounds, bounds[1:]):
+            if b > a:
+                pieces.append(replace(r, first=a, end=b, members=r.members))
+    bins: list[list[ReadRange]] = [[] for _ in range(min(splits, len(pieces)))]
+    loads = [0.0] * len(bins)
+    for piece in sorted(pieces, key=size, reverse=True):
+        i = loads.index(min(loads))
+        bins[i].append(piece)
+        loads[i] += size(piece)
+    return [b for b in bins if b]

@@ -1,0 +1,87 @@
+"""A task of a cycle: read its offset ranges once, route every vchannel's messages, write binlogs.
+
+``run_task`` runs on executors, in one Python worker: the payloads never leave it (no row
+of message data crosses the JVM; the driver gets file lists and counts). A task's memory is
+bounded by the broker client's prefetch plus one chunk, whatever its ranges' size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..faults import crash_point
+from ..flowgraph.context import RouteContext
+from ..flowgraph.results import Portion, ReadStats
+from ..flowgraph.route import VchannelRouter
+from ..mq.broker import Broker, BrokerError, OffsetRange
+from ..storage.layout import StorageLayout
+from ..wire.milvus_proto import schema_pb2
+from ..wire.schema import CollectionLayout
+from .dispatch import PchannelDispatcher
+from .plan import ReadRange
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    cycle: int
+    pieces: tuple[ReadRange, ...]
+    contexts: dict[str, RouteContext]   # the pieces' members
+    schemas: dict[int, bytes]           # collection id -> serialized CollectionSchema
+    storage_root: str
+    broker: Broker
+
+
+@dataclass(frozen=True)
+class TaskOutput:
+    portions: tuple[Portion, ...]
+    reads: tuple[ReadStats, ...]
+
+
+def run_task(spec: TaskSpec) -> TaskOutput:
+    """Runs on an executor."""
+    crash_point("before_binlog_write")
+    storage = StorageLayout(spec.storage_root)
+    layouts = {cid: CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(raw))
+               for cid, raw in spec.schemas.items()}
+    dispatchers = []
+    for piece in spec.pieces:
+        routers = [VchannelRouter(ctx, layouts[ctx.collection_id], storage, max(piece.first, ctx.start), piece.end)
+                   for ctx in (spec.contexts[v] for v in piece.members) if ctx.start < piece.end]
+        dispatchers.append(PchannelDispatcher(piece, routers))
+    ranges = [OffsetRange(p.pchannel, p.partition, p.first, p.end) for p in spec.pieces]
+    for i, item in spec.broker.read_ranges(ranges):
+        if isinstance(item, BrokerError):
+            dispatchers[i].broker_failed(str(item))
+            continue
+        on_message = dispatchers[i].on_message
+        for offset, value in item:
+            on_message(offset, value)
+        del item  # not kept alive through release_task_memory below
+    portions, reads = [], []
+    for d in dispatchers:
+        done, read = d.finish()
+        portions += done
+        reads.append(read)
+    release_task_memory()
+    return TaskOutput(tuple(portions), tuple(reads))
+
+
+_libc_name = ctypes.util.find_library("c")
+_malloc_trim = getattr(ctypes.CDLL(_libc_name), "malloc_trim", None) if _libc_name else None
+
+
+def release_task_memory() -> None:
+    """Give a finished task's memory back to the OS.
+
+    Spark reuses Python workers across tasks, and a task passes up to its share of the cycle's
+    byte cap through them (message bytes from malloc, Arrow buffers from Arrow's pool). Both
+    allocators keep freed memory by default, so without this every worker would stay at its
+    largest task's size.
+    """
+    pa.default_memory_pool().release_unused()
+    if _malloc_trim is not None:  # glibc only
+        _malloc_trim(0)

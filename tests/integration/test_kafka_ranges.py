@@ -1,0 +1,33 @@
+"""Range reads against the real broker: several partitions at once, the same partition twice, errors per range."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+from deltanode.mq.kafka import BrokerError, OffsetRange, create_topics, read_ranges
+
+
+def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):
+    topics = [f"ranges{time.time_ns() % 10**9}-{t}" for t in "ab"]
+    create_topics(broker.bootstrap_servers, topics)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(12):
+        for t in topics:
+            producer.produce(t, f"{t}-{i}".encode())
+            producer.flush()
+    a, b = topics
+    ranges = [OffsetRange(a, 0, 0, 4), OffsetRange(a, 0, 4, 9),   # one partition twice: read one after the other
+              OffsetRange(b, 0, 2, 6), OffsetRange("missing-topic", 0, 0, 3)]
+    got: dict[int, list[int]] = {}
+    errors: dict[int, BrokerError] = {}
+    started = time.monotonic()
+    for i, item in read_ranges(broker.bootstrap_servers, ranges, stall_timeout=3):
+        if isinstance(item, BrokerError):
+            errors[i] = item
+        else:
+            got.setdefault(i, []).extend(offset for offset, _ in item)
+            assert all(value.decode().startswith(ranges[i].topic) for _, value in item)
+    assert got == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7, 8], 2: [2, 3, 4, 5]}
+    assert list(errors) == [3]
+    assert time.monotonic() - started < 10

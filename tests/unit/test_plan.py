@@ -1,0 +1,70 @@
+"""A cycle's ranges: one read per pchannel for its vchannels near the head, a catch-up lane, fair byte caps."""
+
+from deltanode.pipeline.plan import CATCH_UP, MAIN, MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
+
+P0, P1 = ("p0", 0), ("p1", 0)
+
+
+def pos(v, p, offset, replaying=False):
+    return Position(v, p, 0, offset, replaying)
+
+
+def test_vchannels_of_a_pchannel_share_one_read_from_the_smallest_position():
+    plan = plan_cycle([pos("a", "p0", 100), pos("b", "p0", 95), pos("c", "p1", 7)], {P0: 120, P1: 9},
+                      {"p0": 1000.0, "p1": 1000.0}, Limits())
+    assert [(r.pchannel, r.first, r.end, r.members, r.lane) for r in plan.ranges] == [
+        ("p0", 95, 120, ("a", "b"), MAIN), ("p1", 7, 9, ("c",), MAIN)]
+    assert not plan.capped and plan.lost == {}
+
+
+def test_a_vchannel_far_behind_catches_up_on_its_own_lane_without_holding_the_head_back():
+    limits = Limits(max_messages=50, catchup_bytes=10_000)   # merge window: 10 messages of 1 kB
+    plan = plan_cycle([pos("head", "p0", 1000), pos("new", "p0", 0)], {P0: 1010}, {"p0": 1000.0}, limits)
+    main, catch_up = plan.ranges
+    assert (main.first, main.end, main.members, main.lane) == (1000, 1010, ("head",), MAIN)
+    assert (catch_up.first, catch_up.end, catch_up.members, catch_up.lane) == (0, 10, ("new",), CATCH_UP)
+    assert plan.capped   # the catch-up lane stopped short: the next cycle starts at once
+    # Once within the merge window of the head, it reads on the main lane again.
+    plan = plan_cycle([pos("head", "p0", 1010), pos("new", "p0", 1001)], {P0: 1020}, {"p0": 1000.0}, limits)
+    assert [(r.first, r.end, r.members, r.lane) for r in plan.ranges] == [(1001, 1020, ("head", "new"), MAIN)]
+
+
+def test_a_position_past_the_broker_end_is_lost_data_and_the_others_go_on():
+    plan = plan_cycle([pos("a", "p0", 50), pos("b", "p0", 10)], {P0: 40}, {"p0": 100.0}, Limits())
+    assert "before the checkpoint 50" in plan.lost["a"]
+    assert [(r.first, r.end, r.members) for r in plan.ranges] == [(10, 40, ("b",))]
+
+
+def test_byte_caps_are_water_filled_so_a_backlog_does_not_starve_a_live_pchannel():
+    limits = Limits(max_messages=1000, max_bytes=100_000)
+    plan = plan_cycle([pos("busy", "p0", 0), pos("live", "p1", 0)], {P0: 10_000, P1: 5},
+                      {"p0": 1000.0, "p1": 1000.0}, limits)
+    by = {r.pchannel: r for r in plan.ranges}
+    assert by["p1"].end == 5                  # all it has
+    assert by["p0"].end == 95                 # the rest of the 100 kB budget
+    assert plan.capped
+
+
+def test_an_unknown_message_size_counts_as_the_largest_and_a_range_always_moves():
+    plan = plan_cycle([pos("a", "p0", 0)], {P0: 500}, {}, Limits(max_bytes=64 * MAX_MESSAGE_BYTES))
+    assert plan.ranges[0].end == 64
+    plan = plan_cycle([pos("a", "p0", 0)], {P0: 500}, {}, Limits(max_bytes=1))
+    assert plan.ranges[0].end == 1
+
+
+def test_a_busy_range_is_split_for_every_core_unless_its_replay_filter_runs():
+    plan = plan_cycle([pos("a", "p0", 0), pos("b", "p1", 0)], {P0: 100, P1: 2}, {"p0": 1e6, "p1": 1e6}, Limits())
+    tasks = split_tasks(plan.ranges, {"p0": 1e6, "p1": 1e6}, 2)
+    assert len(tasks) == 2
+    pieces = sorted((r.pchannel, r.first, r.end) for t in tasks for r in t)
+    assert pieces == [("p0", 0, 50), ("p0", 50, 100), ("p1", 0, 2)]
+    replaying = plan_cycle([pos("a", "p0", 0, replaying=True)], {P0: 100}, {"p0": 1e6}, Limits())
+    assert [[(r.first, r.end) for r in t] for t in split_tasks(replaying.ranges, {"p0": 1e6}, 2)] == [[(0, 100)]]
+
+
+def test_many_small_ranges_are_packed_into_at_most_splits_tasks():
+    positions = [pos(f"v{i}", f"p{i}", 0) for i in range(16)]
+    plan = plan_cycle(positions, {(f"p{i}", 0): 3 for i in range(16)}, {f"p{i}": 100.0 for i in range(16)}, Limits())
+    tasks = split_tasks(plan.ranges, {f"p{i}": 100.0 for i in range(16)}, 2)
+    assert len(tasks) == 2 and sorted(len(t) for t in tasks) == [8, 8]
+    assert sorted(r.pchannel for t in tasks for r in t) == sorted(f"p{i}" for i in range(16))
