@@ -1,11 +1,11 @@
-"""A DataNode (one flowgraph per vchannel, Spark local[2]) in a child process.
+"""A DataNode (the shared pipeline, Spark local[2]) in a child process.
 
-Child: ``python -m deltanode_bench.datanode_run SPEC_JSON``. It starts a SparkSession,
-warms it up as a DataNode does (``datanode.warmup``), starts one flowgraph per vchannel with
-``start_flowgraph`` and, every ``poll`` seconds,
-writes each vchannel's insert_log ``txn`` to the status file when it moved, as JSON lines
-(``{"ev": ..., "t": wall clock, ...}``). It stops its queries and Spark when a line
-arrives on stdin (or stdin closes).
+Child: ``python -m deltanode_bench.datanode_run SPEC_JSON``. It starts a SparkSession, warms
+it up as a DataNode does (``datanode.warmup``), adds every vchannel to a started pipeline
+and, every ``poll`` seconds, writes each vchannel's insert_log ``txn`` to the status file
+when it moved, as JSON lines (``{"ev": ..., "t": wall clock, ...}``). It stops the pipeline
+and Spark when a line arrives on stdin (or stdin closes), after writing the pipeline's last
+cycle reports.
 
 Parent: ``DataNode`` starts the child, follows its status file and samples its process
 tree (``procs.TreeSampler``).
@@ -13,6 +13,7 @@ tree (``procs.TreeSampler``).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -20,11 +21,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .procs import TreeSampler
 
-APP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PYTHONPATH = os.pathsep.join([os.path.join(ROOT, "app"), os.path.join(ROOT, "build")])
 
 
 def _emit(path: str, ev: str, **kw) -> None:
@@ -36,39 +38,38 @@ def child(args: dict) -> int:
     status = args["status_file"]
     _emit(status, "process_started")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = APP + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from pyspark.sql import SparkSession
-
-    from deltanode.flowgraph.launch import prepare_spark, start_flowgraph
-    from deltanode.flowgraph.warmup import warm_up
+    os.environ["PYTHONPATH"] = PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", "")
     from deltanode.jvm import spark_defaults
+    from deltanode.mq.broker import Broker
+    from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
+    from deltanode.pipeline.plan import Limits
+    from deltanode.pipeline.warmup import warm_up
+    from deltanode.storage.delta_log import DeltaLog
     from deltanode.storage.layout import StorageLayout
-    from deltanode.storage.tables import open_table
     from deltanode.wire.datapb import VchannelInfo
+    from deltanode.wire.milvus_proto import schema_pb2
+    from pyspark.sql import SparkSession
 
     # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
     spark = SparkSession.builder.appName("deltanode-bench").config(map={
         **spark_defaults(), "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2",
         **args.get("spark_conf", {})}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    prepare_spark(spark)
     _emit(status, "spark_session")
     if args.get("warmup", True):  # as a DataNode does with datanode.warmup = true (the default)
-        warm_up(spark, args["scratch"], args["splits"])
+        warm_up(spark, args["splits"])
     _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])
-    queries = []
+    settings = PipelineSettings(Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
+                                       splits=args["splits"]), trigger_interval=args["trigger_s"])
+    pipe = Pipeline(spark, storage, Broker("kafka", args["bootstrap"]), settings).start()
     for coll in args["collections"]:
+        schema = schema_pb2.CollectionSchema.FromString(base64.b64decode(coll["schema_b64"]))
         for v in coll["vchannels"]:
-            _emit(status, "query_start", vchannel=v)
-            info = VchannelInfo(collectionID=coll["collection_id"], channelName=v)
-            queries.append(start_flowgraph(spark, storage, info, coll["schema_b64"], bootstrap=args["bootstrap"],
-                                           scratch_dir=args["scratch"], trigger_interval=args["trigger"],
-                                           max_messages=args["max_messages"], max_bytes=args["max_bytes"],
-                                           splits=args["splits"], handoff_dir=args.get("handoff_dir")))
-    _emit(status, "queries_started")
+            _emit(status, "flowgraph_start", vchannel=v)
+            pipe.add(VchannelInfo(collectionID=coll["collection_id"], channelName=v), schema)
+    _emit(status, "flowgraphs_started")
 
     stop = threading.Event()
 
@@ -77,38 +78,31 @@ def child(args: dict) -> int:
         stop.set()
 
     threading.Thread(target=wait_stdin, daemon=True).start()
-    tables: dict[int, object] = {}
+    logs: dict[int, DeltaLog] = {}
     last: dict[str, int] = {}
     rc = 0
     while not stop.wait(args.get("poll", 0.2)):
         for coll in args["collections"]:
             cid = coll["collection_id"]
-            table = tables.get(cid)
-            if table is None:
-                table = tables[cid] = open_table(storage.insert_log(cid))
-                if table is None:
-                    tables.pop(cid)
+            if cid not in logs:
+                found = DeltaLog.open(storage.insert_log(cid))
+                if found is None:
                     continue
-            else:
-                table.update_incremental()
+                logs[cid] = found
+            logs[cid].refresh()
             for v in coll["vchannels"]:
-                off = table.transaction_version(v) or 0
+                off = logs[cid].txn(v) or 0
                 if off != last.get(v):
                     last[v] = off
                     _emit(status, "txn", vchannel=v, offset=off)
-        failed = [q for q in queries if q.exception() is not None]
+        failed = [s for s in pipe.snapshots() if s.status == "failed"]
         if failed:
-            _emit(status, "error", message=str(failed[0].exception())[:4000])
+            _emit(status, "error", message=f"{failed[0].vchannel}: {failed[0].last_error}")
             rc = 1
             break
-    for q in queries:
-        deadline = time.monotonic() + 5   # let the last batch's progress report land
-        while time.monotonic() < deadline and (q.status.get("isTriggerActive") or not q.recentProgress):
-            time.sleep(0.1)
-        for prog in q.recentProgress:
-            _emit(status, "progress", vchannel=q.name, batch=prog.batchId, rows=prog.numInputRows,
-                  duration=dict(prog.durationMs), timestamp=prog.timestamp)
-        q.stop()
+    for report in list(pipe.cycles):
+        _emit(status, "cycle", **{k: v for k, v in asdict(report).items() if k != "failed"})
+    pipe.stop()
     spark.stop()
     _emit(status, "stopped")
     return rc
@@ -129,7 +123,7 @@ class DataNode:
 
     def start(self) -> DataNode:
         open(self.status_file, "w").close()
-        env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.t_start = time.time()
         with open(self.log_file, "ab") as log:
             self.proc = subprocess.Popen(
@@ -137,8 +131,7 @@ class DataNode:
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=os.path.dirname(os.path.abspath(self.status_file)),
                 start_new_session=True)
-        self.sampler = TreeSampler(self.proc.pid, handoff_dir=self.args.get("handoff_dir"),
-                                   broker_pid=self.args.get("broker_pid")).start()
+        self.sampler = TreeSampler(self.proc.pid, broker_pid=self.args.get("broker_pid")).start()
         return self
 
     def poll(self) -> list[dict]:
@@ -164,7 +157,7 @@ class DataNode:
     def _check(self) -> None:
         err = self.first("error")
         if err is not None:
-            raise RuntimeError(f"DataNode query failed: {err['message']}\n(log: {self.log_file})")
+            raise RuntimeError(f"DataNode vchannel failed: {err['message']}\n(log: {self.log_file})")
         if self.proc.poll() is not None:
             with open(self.log_file, errors="replace") as f:
                 tail = f.read()[-3000:]
@@ -174,11 +167,11 @@ class DataNode:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.poll()
-            if self.first("queries_started"):
+            if self.first("flowgraphs_started"):
                 return
             self._check()
             time.sleep(0.1)
-        raise TimeoutError(f"DataNode did not start its queries within {timeout:.0f} s; see {self.log_file}")
+        raise TimeoutError(f"DataNode did not start its pipeline within {timeout:.0f} s; see {self.log_file}")
 
     def wait_committed(self, targets: dict[str, int], timeout: float) -> float:
         """Wait until every vchannel's txn reached its target; returns the wall clock it was seen."""

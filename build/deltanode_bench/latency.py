@@ -1,4 +1,4 @@
-"""Pure helpers: percentiles, commit times from Delta history, insert-to-commit latency.
+"""Pure helpers: percentiles, commit times from a Delta log, insert-to-commit latency.
 
 A message at offset ``o`` of a vchannel's pchannel is durable once a commit of that vchannel
 has ``txn`` (= ChannelState.checkpoint_offset, the batch's end offset) ``> o``. Its latency
@@ -10,11 +10,11 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-METADATA_KEY = "deltanode.channel_state"   # storage.channel_state.METADATA_KEY
-VCHANNEL_KEY = "deltanode.vchannel"        # storage.commit.VCHANNEL_KEY
+from deltanode.storage.channel_state import STATES_KEY
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -37,16 +37,22 @@ class Commit:
     rows: int         # ChannelState.rows after this commit (cumulative)
 
 
-def commits_from_history(history: Iterable[dict], vchannel: str) -> list[Commit]:
-    """The commits of ``vchannel`` in an insert_log ``DeltaTable.history()``, oldest first."""
-    out = []
-    for entry in history:
-        if entry.get(VCHANNEL_KEY) != vchannel or METADATA_KEY not in entry:
-            continue
-        state = json.loads(entry[METADATA_KEY])
-        out.append(Commit(int(entry["version"]), int(state["checkpoint_offset"]), entry["timestamp"] / 1000.0,
-                          int(state.get("rows", 0))))
-    out.sort(key=lambda c: c.version)
+def commits_from_log(table_uri: str) -> dict[str, list[Commit]]:
+    """Each vchannel's commits in the Delta log of an insert_log table, oldest first."""
+    out: dict[str, list[Commit]] = {}
+    log_dir = os.path.join(table_uri, "_delta_log")
+    names = sorted(n for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit()) \
+        if os.path.isdir(log_dir) else []
+    for name in names:
+        with open(os.path.join(log_dir, name)) as f:
+            actions = [json.loads(line) for line in f if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        states = json.loads(info[STATES_KEY]) if STATES_KEY in info else {}
+        for a in actions:
+            if "txn" in a:
+                v = a["txn"]["appId"]
+                out.setdefault(v, []).append(Commit(int(name[:20]), int(a["txn"]["version"]), info["timestamp"] / 1000.0,
+                                                    int(states.get(v, {}).get("rows", 0))))
     return out
 
 

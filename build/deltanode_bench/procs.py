@@ -1,12 +1,12 @@
 """RSS and CPU of a DataNode process tree, sampled from /proc.
 
 The tree of a local DataNode: the driver's Python process (the root), the JVM it starts
-(``java``), and the Python processes the JVM starts (pyspark's worker daemon, its forked
-workers, and the Python data source planner/commit runners). Each sample records the RSS
-of the driver, of the JVM, the sum and the largest of the Python workers, and the CPU
-time (user + system) of every process seen so far, so that a time window gives peak
-memory and average busy cores. Payload files waiting in the flowgraph's handoff directory
-(tmpfs, so memory, but in no process's RSS until mapped) are sampled as their own figure.
+(``java``), and the Python processes the JVM starts (pyspark's worker daemon and its forked
+workers). Each sample records the RSS of the driver, of the JVM, the sum and the largest of
+the Python workers, and the CPU time (user + system) of every process seen so far, so that a
+time window gives peak memory and average busy cores. Processes whose name starts with one of
+``exclude_comms`` (a standalone run's embedded etcd and broker) are left out of the tree, with
+their subtrees; their CPU is sampled as "services".
 
 The whole machine's busy CPU (``/proc/stat``) and the embedded broker's are sampled too:
 on one machine the broker serving the DataNode's fetches shares its cores, so the tree's
@@ -36,9 +36,9 @@ class Sample:
     cpu_driver: float
     cpu_jvm: float
     cpu_workers: float
-    handoff: int = 0     # bytes of payload files waiting in the handoff directory
     cpu_broker: float = 0.0
     cpu_machine: float = 0.0   # busy CPU seconds of all cores (since boot)
+    cpu_services: float = 0.0  # the excluded processes
 
 
 @dataclass
@@ -53,29 +53,15 @@ class WindowStats:
     cores_driver: float
     cores_jvm: float
     cores_workers: float
-    handoff_peak: int = 0
     cores_broker: float = 0.0
     cores_machine: float = 0.0   # all processes, all cores
+    cores_services: float = 0.0
+    total_rss_peak: int = 0      # the tree's RSS summed in one sample, at its peak
 
     @property
     def total_peak(self) -> int:
-        """Driver + JVM + Python workers + handoff files, each at its own peak."""
-        return self.driver_peak + self.jvm_peak + self.workers_peak + self.handoff_peak
-
-
-def _dir_bytes(directory: str | None) -> int:
-    total = 0
-    if directory:
-        try:
-            with os.scandir(directory) as entries:
-                for e in entries:
-                    try:
-                        total += e.stat().st_size
-                    except FileNotFoundError:
-                        pass
-        except FileNotFoundError:
-            pass
-    return total
+        """Driver + JVM + Python workers, each at its own peak."""
+        return self.driver_peak + self.jvm_peak + self.workers_peak
 
 
 def _stat(pid: int) -> tuple[str, int, float] | None:
@@ -106,23 +92,25 @@ def _rss(pid: int) -> int:
         return 0
 
 
-def classify(root: int, procs: dict[int, tuple[str, int]]) -> dict[int, str]:
-    """Map each descendant of ``root`` (and root) to "driver", "jvm" or "worker".
+def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[str, ...] = ()) -> dict[int, str]:
+    """Map each descendant of ``root`` (and root) to "driver", "jvm", "worker" or "excluded".
 
     ``procs`` maps pid -> (comm, ppid). Anything under the JVM is a worker; other
-    descendants of the driver that are not Java are counted as workers too.
+    descendants of the driver that are not Java are counted as workers too; a process whose
+    name starts with one of ``exclude_comms``, and its subtree, are "excluded".
     """
     children: dict[int, list[int]] = {}
     for pid, (_, ppid) in procs.items():
         children.setdefault(ppid, []).append(pid)
     out = {root: "driver"}
-    stack = [(c, False) for c in children.get(root, [])]
+    stack = [(c, False, False) for c in children.get(root, [])]
     while stack:
-        pid, under_jvm = stack.pop()
+        pid, under_jvm, excluded = stack.pop()
         comm = procs[pid][0]
-        kind = "jvm" if comm == "java" and not under_jvm else "worker"
+        excluded = excluded or comm.startswith(exclude_comms)
+        kind = "excluded" if excluded else "jvm" if comm == "java" and not under_jvm else "worker"
         out[pid] = kind
-        stack.extend((c, under_jvm or kind == "jvm") for c in children.get(pid, []))
+        stack.extend((c, under_jvm or kind == "jvm", excluded) for c in children.get(pid, []))
     return out
 
 
@@ -144,18 +132,20 @@ def window(samples: list[Sample], t0: float, t1: float) -> WindowStats | None:
         workers_max_count=max(s.n_workers for s in inside),
         cores=cores(a.cpu, b.cpu), cores_driver=cores(a.cpu_driver, b.cpu_driver),
         cores_jvm=cores(a.cpu_jvm, b.cpu_jvm), cores_workers=cores(a.cpu_workers, b.cpu_workers),
-        handoff_peak=max(s.handoff for s in inside),
         cores_broker=cores(a.cpu_broker, b.cpu_broker), cores_machine=cores(a.cpu_machine, b.cpu_machine),
+        cores_services=cores(a.cpu_services, b.cpu_services),
+        total_rss_peak=max(s.driver + s.jvm + s.workers for s in inside),
     )
 
 
 class TreeSampler:
-    """Samples the tree under ``root`` (and ``handoff_dir``, the ``broker_pid`` process and the
-    machine's CPU) every ``interval`` seconds in a thread."""
+    """Samples the tree under ``root`` (and the ``broker_pid`` process and the machine's CPU) every
+    ``interval`` seconds in a thread."""
 
-    def __init__(self, root: int, interval: float = 0.2, handoff_dir: str | None = None,
-                 broker_pid: int | None = None) -> None:
-        self.root, self.interval, self.handoff_dir, self.broker_pid = root, interval, handoff_dir, broker_pid
+    def __init__(self, root: int, interval: float = 0.2, broker_pid: int | None = None,
+                 exclude_comms: tuple[str, ...] = ()) -> None:
+        self.root, self.interval, self.broker_pid = root, interval, broker_pid
+        self.exclude_comms = exclude_comms
         self._broker_cpu = 0.0
         self.samples: list[Sample] = []
         self._cpu: dict[int, tuple[str, float]] = {}   # pid -> (kind, last cpu seconds)
@@ -185,21 +175,21 @@ class TreeSampler:
                     stats[int(name)] = st
         if self.root not in stats:
             return
-        kinds = classify(self.root, {pid: (c, pp) for pid, (c, pp, _) in stats.items()})
-        rss = {"driver": 0, "jvm": 0, "worker": 0}
+        kinds = classify(self.root, {pid: (c, pp) for pid, (c, pp, _) in stats.items()}, self.exclude_comms)
+        rss = {"driver": 0, "jvm": 0, "worker": 0, "excluded": 0}
         worker_max = n_workers = 0
         for pid, kind in kinds.items():
-            r = _rss(pid)
+            r = _rss(pid) if kind != "excluded" else 0
             rss[kind] += r
             if kind == "worker":
                 worker_max, n_workers = max(worker_max, r), n_workers + 1
             prev = self._cpu.get(pid)
             self._cpu[pid] = (kind, max(stats[pid][2], prev[1] if prev else 0.0))
-        cpu = {"driver": 0.0, "jvm": 0.0, "worker": 0.0}
+        cpu = {"driver": 0.0, "jvm": 0.0, "worker": 0.0, "excluded": 0.0}
         for kind, secs in self._cpu.values():
             cpu[kind] += secs
         if self.broker_pid in stats:
             self._broker_cpu = stats[self.broker_pid][2]
         self.samples.append(Sample(time.time(), rss["driver"], rss["jvm"], rss["worker"], worker_max, n_workers,
-                                   sum(cpu.values()), cpu["driver"], cpu["jvm"], cpu["worker"],
-                                   _dir_bytes(self.handoff_dir), self._broker_cpu, _machine_busy()))
+                                   cpu["driver"] + cpu["jvm"] + cpu["worker"], cpu["driver"], cpu["jvm"],
+                                   cpu["worker"], self._broker_cpu, _machine_busy(), cpu["excluded"]))

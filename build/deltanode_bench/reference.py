@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-APP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+from .datanode_run import PYTHONPATH
 SYSTEM_STATS = ["_ts", "_row_id", "_segment_id", "_partition_id"]
 
 
@@ -103,7 +103,7 @@ def child(args: dict) -> dict:
 
 def run(bootstrap: str, channels: list[dict], out_dir: str, timeout: float = 600) -> dict:
     """Run the reference in a process of its own; returns its JSON result."""
-    env = dict(os.environ, PYTHONPATH=APP + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
     spec = {"bootstrap": bootstrap, "channels": channels, "out_dir": out_dir}
     os.makedirs(out_dir, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "deltanode_bench.reference", json.dumps(spec)], env=env,

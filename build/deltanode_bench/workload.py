@@ -15,6 +15,7 @@ and insert-to-commit latency.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import threading
 import time
@@ -22,9 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deltanode.flowgraph.spec import encode_schema
 from deltanode.mq.kafka import Watermarks, create_topics
-from deltanode.mq.milvus_producer import MilvusProducer, field_data, ticker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, field_data, ticker
 from deltanode.wire.milvus_proto import msg_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, DataType, schema_from_json
@@ -55,13 +55,13 @@ class BenchProducer(MilvusProducer):
     """MilvusProducer that records every record it sends and reuses vector blocks."""
 
     def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int, collection_name: str,
-                 pool: int = 4, rows: int = ROWS_PER_MESSAGE, seed: int = 7) -> None:
+                 pool: int = 4, rows: int = ROWS_PER_MESSAGE, seed: int = 7, proxy: Proxy | None = None) -> None:
         vectors = [f for f in layout.fields if f.data_type == DataType.FloatVector]
         scalars = CollectionLayout(tuple(f for f in layout.fields if f.data_type != DataType.FloatVector))
         if [f.name for f in layout.fields] != [f.name for f in scalars.fields] + [f.name for f in vectors]:
             raise ValueError("vector fields must come last in the benchmark schema")
         # insert_request() builds the scalar part; the vector blocks are appended to it.
-        super().__init__(bootstrap, scalars, collection_id, collection_name, seed=seed)
+        super().__init__(bootstrap, scalars, collection_id, collection_name, seed=seed, proxy=proxy)
         self.full_layout = layout
         self.rows = rows
         rng = np.random.default_rng(seed + 1)
@@ -120,7 +120,7 @@ class BenchCollection:
     def settled_targets(self) -> dict[str, int]:
         """Per vchannel, the pchannel's high watermark once it covers everything produced.
 
-        Tansu's high watermark excludes the last record batch (platform-facts.md): two
+        Tansu's high watermark excludes the last record batch (docs/platform.md): two
         flushed ticks first.
         """
         for _ in range(2):
@@ -148,7 +148,7 @@ def make_collection(bootstrap: str, collection_id: int, dim: int, shards: int,
     schema = schema_from_json(bench_schema(dim), name)
     layout = CollectionLayout.from_proto(schema)
     producer = BenchProducer(bootstrap, layout, collection_id, name)
-    coll = BenchCollection(collection_id, name, dim, pchannels, vchannels, encode_schema(schema), producer,
+    coll = BenchCollection(collection_id, name, dim, pchannels, vchannels, base64.b64encode(schema.SerializeToString()).decode(), producer,
                            {v: 1000 + i for i, v in enumerate(vchannels)})
     ticker(producer, pchannels, coll._stop, tick_interval)
     return coll

@@ -68,7 +68,7 @@ def high_watermark(bootstrap: str, topic: str) -> int:
 def settled_watermark(coll: Collection, pchannel: str) -> int:
     """The pchannel's high watermark once it covers everything produced so far.
 
-    Tansu reports the base offset of the last record batch + 1 (platform-facts.md), so the
+    Tansu reports the base offset of the last record batch + 1 (docs/platform.md), so the
     last batch is only counted once another follows it: two flushed ticks make sure of that.
     """
     for _ in range(2):

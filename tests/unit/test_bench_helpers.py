@@ -30,16 +30,25 @@ def test_percentile_rejects_empty_and_out_of_range():
         lat.percentile([1.0], 101)
 
 
-def _entry(version, vchannel, end, ts_ms, rows=0):
-    return {"version": version, "timestamp": ts_ms, "deltanode.vchannel": vchannel,
-            "deltanode.channel_state": json.dumps({"checkpoint_offset": end, "rows": rows})}
+def test_commits_come_from_the_delta_log_per_vchannel_oldest_first(tmp_path):
+    from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
+    from deltanode.storage.channel_state import ChannelState
+    from deltanode.storage.layout import StorageLayout
+    from deltanode.wire.schema import CollectionLayout, schema_from_json
+    layout = CollectionLayout.from_proto(schema_from_json(
+        {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}, "c"))
+    storage = StorageLayout(str(tmp_path))
+    c = CollectionCommitter(storage, 1, layout.insert_schema(), layout.delete_schema(), QuarantineLog(storage))
 
+    def sync(v, start, end, rows):
+        return VchannelSync(ChannelState(v, 1, "p", checkpoint_offset=end, rows=rows), Watermarks(start), ())
 
-def test_commits_from_history_keeps_one_vchannel_oldest_first():
-    history = [_entry(3, "a", 9, 3000), _entry(2, "b", 4, 2500), _entry(1, "a", 5, 2000),
-               {"version": 0, "timestamp": 1000, "operation": "CREATE TABLE"}]
-    commits = lat.commits_from_history(history, "a")
-    assert [(c.version, c.end, c.t) for c in commits] == [(1, 5, 2.0), (3, 9, 3.0)]
+    c.commit([sync("a", None, 5, 10), sync("b", None, 4, 0)])
+    c.commit([sync("a", 5, 9, 20)])
+    commits = lat.commits_from_log(storage.insert_log(1))
+    assert [(x.version, x.end, x.rows) for x in commits["a"]] == [(1, 5, 10), (2, 9, 20)]
+    assert [(x.version, x.end) for x in commits["b"]] == [(1, 4)]
+    assert commits["a"][0].t <= commits["a"][1].t
 
 
 def test_latency_uses_first_commit_covering_the_offset():

@@ -1,4 +1,4 @@
-"""The replay filter, rule by rule (milvus-datanode-behaviour.md, "Recovery")."""
+"""The replay filter, rule by rule (the recovery design: flowgraph/replay_filter.py)."""
 
 from deltanode.flowgraph.replay_filter import ReplayFilter
 

@@ -1,4 +1,4 @@
-"""The etcd key layout DeltaNode shares with Milvus 2.3 (milvus-wire-facts.md §4).
+"""The etcd key layout DeltaNode shares with Milvus 2.3 (docs/milvus-facts.md §4).
 
 ``root`` is Milvus's MetaRoot, ``{etcd.rootPath}/{etcd.metaSubPath}``, e.g. ``by-dev/meta``.
 """

@@ -9,7 +9,7 @@ For each insert message m that passed the shard and dropped-segment checks:
 
 The filter is stateful and order-dependent, so a flowgraph runs it in one task while it is
 active; once S and G are both empty it passes everything and batches are split again.
-A TimeTick at ts T guarantees every later message has ts > T (milvus-wire-facts.md §3), so
+A TimeTick at ts T guarantees every later message has ts > T (docs/milvus-facts.md §3), so
 once a tick reaches the largest dml ts left in S and G no later message can be dropped: the
 filter empties itself there instead of waiting for each segment to receive a message.
 """

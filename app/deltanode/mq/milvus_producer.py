@@ -2,7 +2,7 @@
 
 Used by the tests, the benchmark and ``admin produce``: InsertRequest/DeleteRequest with the
 shardName of a vchannel, TimeTicks for the pchannel, DDL and Flush messages. Record values
-are exactly ``proto.Marshal(<request>)`` with no key (milvus-wire-facts.md §2).
+are exactly ``proto.Marshal(<request>)`` with no key (docs/milvus-facts.md §1).
 """
 
 from __future__ import annotations
@@ -77,22 +77,32 @@ def _serial(method):
     return wrapper
 
 
-class MilvusProducer:
-    """A proxy + rootcoord stand-in for one collection."""
+class Proxy:
+    """What the collections behind one Milvus proxy share: its Kafka producer, its TSO and the lock
+    that keeps a TimeTick from overtaking a DML message with a smaller timestamp on a pchannel."""
 
-    def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int,
-                 collection_name: str = "", seed: int = 7) -> None:
-        self.layout, self.collection_id, self.collection_name = layout, collection_id, collection_name
+    def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
                                   "message.max.bytes": 16 << 20, "compression.codec": "none",
                                   "queue.buffering.max.kbytes": 1 << 20})
         self.clock = TsoClock()
+        self.lock = threading.RLock()
+
+
+class MilvusProducer:
+    """A proxy + rootcoord stand-in for one collection (``proxy``: shared with other collections)."""
+
+    def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int,
+                 collection_name: str = "", seed: int = 7, proxy: Proxy | None = None) -> None:
+        self.layout, self.collection_id, self.collection_name = layout, collection_id, collection_name
+        self.bootstrap = bootstrap
+        proxy = proxy or Proxy(bootstrap)
+        self.producer, self.clock, self._lock = proxy.producer, proxy.clock, proxy.lock
         self.rng = np.random.default_rng(seed)
         self._pk = itertools.count(1)
         self._msg_id = itertools.count(1)
         self.bytes = 0
-        self._lock = threading.RLock()
 
     def _send(self, pchannel: str, payload: bytes) -> None:
         self.bytes += len(payload)

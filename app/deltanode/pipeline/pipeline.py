@@ -24,6 +24,7 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -45,6 +46,7 @@ from .task import TaskOutput, TaskSpec, run_task
 
 log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-pipeline"
+CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
 
 
@@ -64,9 +66,14 @@ class PipelineSettings:
 
 @dataclass
 class CycleReport:
-    """What one cycle did, for its log line."""
+    """What one cycle did and where its time went (its log line; ``Pipeline.cycles`` keeps the last ones)."""
 
     number: int
+    started: float = 0.0         # wall clock
+    plan_s: float = 0.0          # watermarks and ranges
+    job_s: float = 0.0           # the Spark job (read, route, write binlogs)
+    sync_s: float = 0.0          # fence and Delta commits
+    seconds: float = 0.0         # the whole cycle
     ranges: int = 0
     tasks: int = 0
     messages: int = 0
@@ -97,8 +104,10 @@ class Pipeline:
         self._selector = SyncSelector(settings.sync, time.monotonic())
         self._watermarks: HighWatermarks | None = None
         self._stopping = threading.Event()
+        self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._thread: threading.Thread | None = None
         self._highs_seen: dict[tuple[str, int], int] = {}
+        self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self._cycles = 0
         self.loop_error: str | None = None
 
@@ -110,6 +119,7 @@ class Pipeline:
         self._load(fg)
         with self._lock:
             self._members[fg.vchannel] = fg
+        self._wake.set()
         log.info("%s: flowgraph starts at offset %d (ts %d), %d segments known, replay filter %s", fg.vchannel,
                  fg.next_offset, fg.working.checkpoint_ts, len(fg.working.segments),
                  "active" if fg.working.replay else "idle")
@@ -168,6 +178,7 @@ class Pipeline:
     def stop(self, timeout: float = 60.0) -> None:
         """Finish the running cycle (its commits included), then stop; uncommitted batches are dropped."""
         self._stopping.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -202,12 +213,13 @@ class Pipeline:
                     self._busy = set()
                     self._idle.notify_all()
             if not capped:
-                self._stopping.wait(max(0.0, started + self.settings.trigger_interval - time.monotonic()))
+                self._wake.wait(max(0.0, started + self.settings.trigger_interval - time.monotonic()))
+            self._wake.clear()
 
     def _cycle(self) -> bool:
         """One cycle; True when a backlog remains (the next cycle starts at once)."""
         self._cycles += 1
-        report = CycleReport(self._cycles)
+        report = CycleReport(self._cycles, started=time.time())
         now = time.monotonic()
         with self._lock:
             members = dict(self._members)
@@ -225,6 +237,7 @@ class Pipeline:
         for vchannel, why in plan.lost.items():
             self._fail(members[vchannel], f"BrokerError: {why}", now, report)
         tasks = split_tasks(plan.ranges, averages, self.settings.limits.splits)
+        report.plan_s = time.monotonic() - now
         if tasks:
             report.ranges, report.tasks = len(plan.ranges), len(tasks)
             contexts = {fg.vchannel: fg.context() for fg in readable}
@@ -235,12 +248,18 @@ class Pipeline:
                 specs.append(TaskSpec(self._cycles, tuple(pieces), {v: contexts[v] for v in names},
                                       {members[v].collection_id: schemas[members[v].collection_id] for v in names},
                                       self.storage.root, self.broker))
+            job_started = time.monotonic()
             outputs = self._run_tasks(specs, members, report)
+            report.job_s = time.monotonic() - job_started
             crash_point("after_binlog_write")
             self._apply(outputs, members, time.monotonic(), report)
-        self._sync(members, time.monotonic(), report)
+        sync_started = time.monotonic()
+        self._sync(members, sync_started, report)
+        report.sync_s = time.monotonic() - sync_started
         crash_point("after_commit")
-        self._log(report, time.monotonic() - now)
+        report.seconds = time.monotonic() - now
+        self.cycles.append(report)
+        self._log(report)
         return plan.capped
 
     def _reload_failed(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
@@ -375,15 +394,16 @@ class Pipeline:
         if report is not None:
             report.failed.append(fg.vchannel)
 
-    def _log(self, r: CycleReport, seconds: float) -> None:
+    @staticmethod
+    def _log(r: CycleReport) -> None:
         if not (r.rows or r.deletes or r.quarantined or r.commits or r.failed):
             log.debug("cycle %d: %d messages in %d range(s), nothing to commit, %.3f s", r.number, r.messages,
-                      r.ranges, seconds)
+                      r.ranges, r.seconds)
             return
         log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
-                 "%d commit(s) for %d vchannel(s)%s, %.3f s", r.number, r.ranges, r.tasks, r.messages,
-                 r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits, r.vchannels_committed,
-                 f", {len(r.failed)} failed" if r.failed else "", seconds)
+                 "%d commit(s) for %d vchannel(s)%s; %.3f s (job %.3f, commits %.3f)", r.number, r.ranges, r.tasks,
+                 r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits, r.vchannels_committed,
+                 f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.job_s, r.sync_s)
 
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, replace
 
 MAIN, CATCH_UP = "main", "catch-up"
-# The largest message a Milvus producer sends (milvus-wire-facts.md): the size a pchannel's
+# The largest message a Milvus producer sends (docs/milvus-facts.md §1): the size a pchannel's
 # messages are counted at until an average is known.
 MAX_MESSAGE_BYTES = 10 << 20
 

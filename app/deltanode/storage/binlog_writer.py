@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
+ROW_GROUP_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class _File:
     def __init__(self, table: str, root: str, rel: str, schema: pa.Schema, stat_cols: list[str],
                  segment_id: int = -1, partition_id: int = -1) -> None:
         self.fs, base = filesystem(root)
-        self.table, self.rel = table, rel
+        self.table, self.rel, self.schema = table, rel, schema
         self.path = f"{base}/{rel}"
         self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
         self.segment_id, self.partition_id = segment_id, partition_id
@@ -74,18 +75,31 @@ class _File:
         self.rows = 0
         self.min: dict = {}
         self.max: dict = {}
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
-        self.rows += batch.num_rows
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+        if self._pending_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        group = pa.Table.from_batches(self._pending, self.schema)
+        self._pending, self._pending_bytes = [], 0
+        self.writer.write_table(group)
+        self.rows += group.num_rows
         for col in self.stat_cols:
-            mm = pc.min_max(batch.column(col))
+            mm = pc.min_max(group.column(col))
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if lo is not None:
                 self.min[col] = lo if col not in self.min else min(self.min[col], lo)
                 self.max[col] = hi if col not in self.max else max(self.max[col], hi)
 
     def close(self) -> FileEntry:
+        self._flush()
         self.writer.close()
         size = self.fs.get_file_info(self.path).size
         stats = json.dumps({"numRecords": self.rows, "minValues": self.min, "maxValues": self.max,

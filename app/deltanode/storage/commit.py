@@ -100,8 +100,10 @@ def _adds(files: list[FileEntry]) -> list[AddFile]:
 
 def _committed_segment_files(uri: str, segments: frozenset[int]) -> list[RemoveFile]:
     """The committed insert binlogs of ``segments`` (path ``{partition}/{segment}/...``)."""
+    if not segments:
+        return []
     table = open_table(uri)
-    if table is None or not segments:
+    if table is None:
         return []
     actions = pa.table(table.get_add_actions(flatten=True))
     out = []

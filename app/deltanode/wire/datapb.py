@@ -2,7 +2,7 @@
 
 pymilvus ships the public milvus-proto modules (msg, schema, common) but not
 ``internal/proto/data_coord.proto``. The messages below are declared with the same
-package, names and field numbers as Milvus 2.3/2.4 (see milvus-wire-facts.md §1.4), so
+package, names and field numbers as Milvus 2.3/2.4 (see docs/milvus-facts.md §4), so
 bytes written here decode in Milvus and the other way round. Fields DeltaNode never
 reads are left out; protobuf skips unknown fields, so that is wire compatible.
 """

@@ -1,0 +1,320 @@
+"""The scale benchmark: ``build/bench.sh --scale 1,16,64,256,1000``.
+
+For each N, a fresh ``./spark-submit.sh standalone`` (embedded etcd and broker, the channel
+assigner, one DataNode on local Spark) serves N vchannels: N/2 collections of 2 shards over
+the 16 default pchannels, created through the catalog as ``admin create-collection`` does.
+Once every vchannel is watched, Milvus-like traffic runs for ``--scale-seconds``: a TimeTick
+every 200 ms on every pchannel, and one InsertRequest of 50 rows x 128-dim per vchannel per
+second (all through one proxy: one producer, one TSO). Then the load stops, the DataNode gets
+up to ``--scale-drain`` seconds to commit the rest, and standalone is stopped with SIGINT.
+
+Printed per N: the DataNode's busy cores and peak RSS during the load (its process tree: the
+launcher, the driver, the JVM, the Python workers; the embedded etcd and broker are left out
+and shown as "services"), insert -> durable latency (each insert's produce() call to the
+timestamp of the first Delta commit whose txn covers its offset, from the Delta logs), Delta
+commits per second during the load (every table's log), and rows produced against rows in
+Delta (the add actions' record counts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from deltanode.datacoord.catalog import CollectionRecord, create_collection
+from deltanode.etcd import keys
+from deltanode.etcd.client import EtcdClient
+from deltanode.mq.milvus_producer import Proxy, ticker
+from deltanode.standalone.services import free_port
+from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
+from deltanode.wire.names import pchannel_name
+from deltanode.wire.schema import CollectionLayout, schema_from_json
+
+from . import latency as lat
+from .procs import TreeSampler, window
+from .report import mib, secs, table, verdict
+from .workload import BenchProducer, Sent, bench_schema
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PCHANNELS = 16
+ROWS, DIM = 50, 128
+SERVICES = ("etcd", "tansu")   # process names of the embedded services, left out of the DataNode's figures
+
+
+@dataclass
+class ScaleResult:
+    vchannels: int
+    collections: int
+    seconds: float
+    inserts: int
+    cores: float
+    cores_services: float
+    cores_machine: float
+    rss_peak: int
+    latencies: list[float]
+    uncommitted: int
+    commits_per_s: float
+    rows_produced: int
+    rows_committed: int
+    cycle_median: float | None
+    setup_s: float
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Standalone:
+    """``./spark-submit.sh standalone`` on a generated conf, in a process group of its own."""
+
+    def __init__(self, work: str) -> None:
+        self.work = work
+        self.etcd = f"127.0.0.1:{free_port()}"
+        self.bootstrap = f"127.0.0.1:{free_port()}"
+        self.storage = os.path.join(work, "delta")
+        self.conf = os.path.join(work, "standalone.conf")
+        self.log = os.path.join(work, "standalone.log")
+        with open(self.conf, "w") as f:
+            f.write(f"embedded.etcd = true\nembedded.broker = true\nembedded.data.dir = {work}/var\n"
+                    f"etcd.endpoints = {self.etcd}\nmq.kafka.bootstrap.servers = {self.bootstrap}\n"
+                    f"mq.pchannel.count = {PCHANNELS}\nstorage.root = {self.storage}\n"
+                    f"standalone.progress.interval = 10s\nlog.level = INFO\nspark.master = local[2]\n"
+                    f"spark.log.level = WARN\nspark.ui.enabled = false\n")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.proc = subprocess.Popen([os.path.join(ROOT, "spark-submit.sh"), "standalone", "--conf", self.conf],
+                                     cwd=ROOT, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while "standalone up" not in self.text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"standalone did not come up; see {self.log}:\n{self.text()[-3000:]}")
+            time.sleep(0.5)
+
+    def text(self) -> str:
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def _collections(n: int) -> list[int]:
+    """Shards of each collection: pairs, and one single-shard collection when ``n`` is odd."""
+    return [2] * (n // 2) + [1] * (n % 2)
+
+
+def _watched(client: EtcdClient, vchannels: set[str]) -> int:
+    prefix = keys.channel_watch_root("by-dev/meta")
+    done = 0
+    for key, value, _ in client.get_prefix(prefix):
+        if key.rsplit("/", 1)[1] in vchannels and ChannelWatchInfo.FromString(value).state == \
+                ChannelWatchState.WatchSuccess:
+            done += 1
+    return done
+
+
+def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float, stop: threading.Event) -> None:
+    """One insert per vchannel per second, spread evenly over the second, round robin."""
+    slots = [(prod, rec, k) for prod, rec in producers for k in range(rec.shards)]
+    step = 1.0 / len(slots)
+    start = nxt = time.monotonic()
+    i = 0
+    while nxt < start + seconds and not stop.is_set():
+        prod, rec, k = slots[i % len(slots)]
+        prod.insert_message(rec.pchannels[k], rec.vchannels[k], rec.collection_id + 1 + k, rec.collection_id)
+        i += 1
+        nxt += step
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def _delta_figures(storage: str, records: list[CollectionRecord], producers: dict[int, BenchProducer],
+                   t0: float, t1: float) -> tuple[list[float], int, float, int]:
+    """Latencies of the inserts produced in [t0, t1], how many are not committed, commits per second
+    in [t0, t1] over every table, and the rows in the insert_log tables."""
+    lats, missing, commits, rows = [], 0, 0, 0
+    for rec in records:
+        uri = os.path.join(storage, "insert_log", str(rec.collection_id))
+        by_vchannel = lat.commits_from_log(uri) if os.path.isdir(uri) else {}
+        sent: list[Sent] = [s for s in producers[rec.collection_id].sent if s.rows and t0 <= s.t <= t1]
+        for p, v in zip(rec.pchannels, rec.vchannels):
+            ls, miss = lat.latencies([(s.offset, s.t) for s in sent if s.topic == p], by_vchannel.get(v, []))
+            lats += ls
+            missing += miss
+        rows += _table_rows(uri)
+    for kind in ("insert_log", "delta_log"):
+        for name in os.listdir(os.path.join(storage, kind)) if os.path.isdir(os.path.join(storage, kind)) else []:
+            commits += _commits_between(os.path.join(storage, kind, name), t0, t1)
+    commits += _commits_between(os.path.join(storage, "quarantine"), t0, t1)
+    return lats, missing, commits / (t1 - t0), rows
+
+
+def _log_actions(uri: str):
+    log_dir = os.path.join(uri, "_delta_log")
+    for name in sorted(os.listdir(log_dir)) if os.path.isdir(log_dir) else []:
+        if name.endswith(".json") and name[:20].isdigit():
+            with open(os.path.join(log_dir, name)) as f:
+                yield [json.loads(line) for line in f if line.strip()]
+
+
+def _txn(uri: str, vchannel: str) -> int | None:
+    """The vchannel's txn in the table: from its newest commit that carries one (newest first)."""
+    log_dir = os.path.join(uri, "_delta_log")
+    names = sorted((n for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit()), reverse=True) \
+        if os.path.isdir(log_dir) else []
+    needle = json.dumps(vchannel)
+    for name in names:
+        with open(os.path.join(log_dir, name)) as f:
+            for line in f:
+                if '"txn"' in line and needle in line:
+                    return int(json.loads(line)["txn"]["version"])
+    return None
+
+
+def _commits_between(uri: str, t0: float, t1: float) -> int:
+    n = 0
+    for actions in _log_actions(uri):
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), None)
+        if info is not None and t0 <= info["timestamp"] / 1000 <= t1:
+            n += 1
+    return n
+
+
+def _table_rows(uri: str) -> int:
+    """Rows of the files a table holds now (adds minus removes, from the stats in the log)."""
+    files: dict[str, int] = {}
+    for actions in _log_actions(uri):
+        for a in actions:
+            if "add" in a:
+                files[a["add"]["path"]] = json.loads(a["add"]["stats"])["numRecords"]
+            elif "remove" in a:
+                files.pop(a["remove"]["path"], None)
+    return sum(files.values())
+
+
+def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
+    """Median duration of the cycles logged in [t0, t1] (cycles that committed something)."""
+    out = []
+    for line in log_text.splitlines():
+        if "deltanode.pipeline.pipeline: cycle " not in line or " s (job " not in line:
+            continue
+        try:
+            t = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+        except ValueError:
+            continue
+        if t0 <= t <= t1:
+            out.append(float(line.rsplit("; ", 1)[1].split(" s (job")[0]))
+    return lat.percentile(out, 50) if out else None
+
+
+def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
+    os.makedirs(work, exist_ok=True)
+    setup_started = time.monotonic()
+    node = Standalone(work)
+    say(f"{n} vchannel(s): starting standalone")
+    node.start()
+    client = EtcdClient(node.etcd)
+    stop = threading.Event()
+    sampler = None
+    try:
+        schema_doc = bench_schema(DIM)
+        del schema_doc["fields"][1]   # pk and the vector: the issue's 50 x 128-dim inserts
+        shards = _collections(n)
+        say(f"{n} vchannel(s): creating {len(shards)} collection(s)")
+        records = [create_collection(client, "by-dev/meta", node.bootstrap, f"scale{i}",
+                                     schema_from_json(schema_doc, f"scale{i}"), k, "by-dev-rootcoord-dml", PCHANNELS)
+                   for i, k in enumerate(shards)]
+        vchannels = {v for r in records for v in r.vchannels}
+        deadline = time.monotonic() + 300
+        while _watched(client, vchannels) < len(vchannels):
+            if time.monotonic() > deadline or node.proc.poll() is not None:
+                raise RuntimeError(f"only {_watched(client, vchannels)} of {n} vchannels watched; see {node.log}")
+            time.sleep(1)
+        setup_s = time.monotonic() - setup_started
+        proxy = Proxy(node.bootstrap)
+        producers = {r.collection_id: BenchProducer(node.bootstrap, CollectionLayout.from_proto(
+            schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS, proxy=proxy) for r in records}
+        pchannels = [pchannel_name("by-dev-rootcoord-dml", i) for i in range(PCHANNELS)]
+        ticker(producers[records[0].collection_id], pchannels, stop)
+        sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
+        say(f"{n} vchannel(s): {n} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
+        t0 = time.time()
+        _pace([(producers[r.collection_id], r) for r in records], seconds, threading.Event())
+        t1 = time.time()
+        proxy.producer.flush(60)
+        say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")
+        last = {(r.collection_id, v): max((s.offset for s in producers[r.collection_id].sent if s.rows and s.topic == p),
+                                          default=-1) for r in records for p, v in zip(r.pchannels, r.vchannels)}
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline and not all(
+                (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) > off for (cid, v), off in last.items()):
+            time.sleep(2)
+        stats = window(sampler.samples, t0, t1)
+    finally:
+        stop.set()
+        if sampler is not None:
+            sampler.stop()
+        client.close()
+        node.stop()
+    lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
+    inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
+    return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores, stats.cores_services, stats.cores_machine,
+                       stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
+                       _cycle_median(node.text(), t0, t1), setup_s)
+
+
+def render(results: list[ScaleResult], argv: list[str]) -> str:
+    out = ["DeltaNode scale benchmark", f"command : build/bench.sh {' '.join(argv)}",
+           f"traffic : per vchannel one InsertRequest of {ROWS} rows x {DIM}-dim a second; a TimeTick every 200 ms "
+           f"on each of {PCHANNELS} pchannels; collections of 2 shards; standalone with its defaults", "",
+           "DataNode = its process tree (launcher, driver, JVM, Python workers) without the embedded etcd and broker "
+           "(services); cores averaged and RSS (summed over the tree) at its peak during the load; latency = insert "
+           "produce() -> timestamp of the Delta commit covering it"]
+    rows = []
+    for r in results:
+        stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
+                 if r.latencies else ["-", "-", "-"])
+        rows.append([r.vchannels, r.collections, secs(r.seconds, 0), secs(r.cores), secs(r.cores_services),
+                     secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
+                     secs(r.cycle_median), r.rows_produced, r.rows_committed, r.uncommitted, secs(r.setup_s, 0)])
+    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "services cores", "machine cores",
+                      "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s", "median cycle s", "rows produced",
+                      "rows in Delta", "inserts uncommitted", "setup s"], rows))
+    out += ["", "Targets (issue 8)"]
+    for r in results:
+        every = r.rows_committed == r.rows_produced and r.uncommitted == 0
+        p99 = lat.percentile(r.latencies, 99) if r.latencies else math.inf
+        if r.vchannels == 256:
+            ok = p99 <= 2.0 and r.cores <= 1.0 and r.rss_peak <= 3 << 30 and every
+            out.append(f"  256 vchannels: p99 {p99:.2f} s <= 2, DataNode {r.cores:.2f} <= 1.0 core, peak RSS "
+                       f"{r.rss_peak / (1 << 30):.2f} <= 3 GiB, every row committed ({r.rows_committed} of "
+                       f"{r.rows_produced}) -> {verdict(ok)}")
+        if r.vchannels == 1000:
+            ok = p99 <= 5.0 and r.rss_peak <= 4 << 30 and every
+            out.append(f"  1,000 vchannels: p99 {p99:.2f} s <= 5, peak RSS {r.rss_peak / (1 << 30):.2f} <= 4 GiB, "
+                       f"every row committed ({r.rows_committed} of {r.rows_produced}) -> {verdict(ok)}")
+    return "\n".join(out)
+
+
+def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str]) -> str:
+    results = []
+    for n in points:
+        results.append(run_point(n, os.path.join(work, f"scale-{n}"), seconds, drain))
+        say(f"{n} vchannel(s): p99 {lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
+    return render(results, argv)
