@@ -137,7 +137,8 @@ def test_checkpoints_are_written_every_interval(tmp_path, monkeypatch):
         if (log_dir / "_last_checkpoint").exists():
             break
         threading.Event().wait(0.05)
-    assert (log_dir / "00000000000000000005.checkpoint.parquet").exists()
+    checkpoints = [int(p.name[:20]) for p in log_dir.glob("*.checkpoint.parquet")]
+    assert checkpoints and min(checkpoints) >= 5   # of the table as the background thread found it
     table = open_table(storage.insert_log(1))
     assert table.version() == 6 and table.transaction_version("a") == 6 and len(pks_in(storage)) == 6
 
