@@ -128,20 +128,23 @@ def _watched(client: EtcdClient, vchannels: set[str]) -> int:
     return done
 
 
-def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float, stop: threading.Event) -> None:
-    """One insert per vchannel per second, spread evenly over the second, round robin."""
+def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float) -> None:
+    """One insert per vchannel per second, round robin, sent in 10 ms bursts (one wake-up per insert
+    cost the load generator 0.2 cores at 1,000 inserts/s, on the cores the DataNode runs on)."""
     slots = [(prod, rec, k) for prod, rec in producers for k in range(rec.shards)]
-    step = 1.0 / len(slots)
-    start = nxt = time.monotonic()
-    i = 0
-    while nxt < start + seconds and not stop.is_set():
-        prod, rec, k = slots[i % len(slots)]
-        prod.insert_message(rec.pchannels[k], rec.vchannels[k], rec.collection_id + 1 + k, rec.collection_id)
-        i += 1
-        nxt += step
-        delay = nxt - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+    burst = 0.01
+    start = time.monotonic()
+    sent = 0
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= seconds:
+            return
+        due = int(elapsed * len(slots)) + 1
+        while sent < due:
+            prod, rec, k = slots[sent % len(slots)]
+            prod.insert_message(rec.pchannels[k], rec.vchannels[k], rec.collection_id + 1 + k, rec.collection_id)
+            sent += 1
+        time.sleep(burst)
 
 
 def _delta_figures(storage: str, records: list[CollectionRecord], producers: dict[int, BenchProducer],
@@ -255,7 +258,7 @@ def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
         sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
         say(f"{n} vchannel(s): {n} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
         t0 = time.time()
-        _pace([(producers[r.collection_id], r) for r in records], seconds, threading.Event())
+        _pace([(producers[r.collection_id], r) for r in records], seconds)
         t1 = time.time()
         proxy.producer.flush(60)
         say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")

@@ -12,8 +12,8 @@ import time
 
 from ..etcd.client import EtcdClient
 from ..storage import meta
+from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
-from ..storage.tables import open_table
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from .catalog import DROPPED, CollectionRecord, list_collections
@@ -29,8 +29,8 @@ class DataCoord:
         self.client, self.root, self.storage = client, root, storage
         self.refresh_interval = refresh_interval
         self._records: dict[str, CollectionRecord] = {}     # vchannel -> record
-        self._dropped: dict[str, bool] = {}                 # vchannel -> collection dropped in Delta
-        self._versions: dict[int, int] = {}                 # collection -> insert_log version seen
+        self._dropped: set[str] = set()                     # vchannels whose collection Delta says was dropped
+        self._logs: dict[int, DeltaLog] = {}                # collection -> its insert_log, followed commit by commit
         self._refreshed = 0.0
         self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
                                       watch_timeout=watch_timeout)
@@ -42,18 +42,22 @@ class DataCoord:
         records = list_collections(self.client, self.root)
         self._records = {v: r for r in records for v in r.vchannels}
         for r in records:
-            table = open_table(self.storage.insert_log(r.collection_id))
-            version = table.version() if table is not None else -1
-            if self._versions.get(r.collection_id) == version:
+            insert_log = self._logs.get(r.collection_id)
+            if insert_log is not None:
+                self._dropped |= meta.dropped_vchannels(insert_log.refresh())   # only the commits since the last pass
                 continue
-            self._versions[r.collection_id] = version
+            insert_log = DeltaLog.open(self.storage.insert_log(r.collection_id))
+            if insert_log is None:
+                continue
+            self._logs[r.collection_id] = insert_log
             for v in r.vchannels:
-                state = meta.channel_state(self.storage, r.collection_id, v)
-                self._dropped[v] = bool(state and state.collection_dropped)
+                state = meta.channel_state_in(insert_log, v)
+                if state is not None and state.collection_dropped:
+                    self._dropped.add(v)
 
     def channels(self) -> dict[str, ChannelSpec]:
         self._refresh()
-        return {v: ChannelSpec(v, r.collection_id, r.state == DROPPED or self._dropped.get(v, False))
+        return {v: ChannelSpec(v, r.collection_id, r.state == DROPPED or v in self._dropped)
                 for v, r in self._records.items()}
 
     def recovery(self, vchannel: str) -> VchannelInfo:

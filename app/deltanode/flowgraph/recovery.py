@@ -7,8 +7,6 @@ a VchannelInfo may be older than the last commit of the previous owner.
 
 from __future__ import annotations
 
-import copy
-
 from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
@@ -48,7 +46,7 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
                              segments=_segments_from_info(info))
         replayed = list(state.segments.values())
     else:
-        state = copy.deepcopy(committed)
+        state = committed.copy()
         state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
         replayed = [seg for seg_id, seg in _segments_from_info(info).items() if seg_id not in state.segments]
         state.segments.update((seg.segment_id, seg) for seg in replayed)

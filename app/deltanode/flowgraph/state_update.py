@@ -8,7 +8,6 @@ portion kept that an earlier portion's drop filters out.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, replace
 
 from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, FileEntry
@@ -85,7 +84,7 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
             raise BatchRangeError(f"{state.vchannel}: portions are not contiguous: [{a.first}, {a.end}) then "
                                   f"[{b.first}, {b.end})")
     start, end = portions[0].first, portions[-1].end
-    new = copy.deepcopy(state)
+    new = state.copy()
     for p in portions:
         for seg_id, st in p.segments.items():
             seg = new.segments.get(seg_id)

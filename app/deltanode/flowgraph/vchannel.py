@@ -9,7 +9,6 @@ alone: the other vchannels of the pipeline are not touched.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from ..storage.binlog_writer import FileEntry
@@ -128,7 +127,7 @@ class VchannelFlowgraph:
         """``sync`` is in Delta; batches read meanwhile stay pending."""
         done = [b for b in self.pending if b.end <= sync.end]
         self.pending = self.pending[len(done):]
-        self.committed, self.watermarks = copy.deepcopy(sync.state), watermarks
+        self.committed, self.watermarks = sync.state, watermarks   # states are never changed in place
         self.committed_at = now
         self.pending_since = now if any(not b.idle for b in self.pending) else None
 

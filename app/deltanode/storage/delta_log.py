@@ -112,14 +112,16 @@ class DeltaLog:
             self._snapshot = DeltaTable(self.uri, version=self._snapshot_version)
         return self._snapshot.transaction_version(app_id)
 
-    def refresh(self) -> None:
-        """Read the versions other writers committed since ``self.version``."""
+    def refresh(self) -> list[dict]:
+        """Read the versions other writers committed since ``self.version``; returns their commitInfos."""
+        infos = []
         while True:
             lines = self._read(self.version + 1)
             if lines is None:
-                return
+                return infos
             self._apply(lines)
             self.version += 1
+            infos += [line["commitInfo"] for line in lines if "commitInfo" in line]
 
     def _apply(self, lines: list[dict]) -> None:
         for action in lines:

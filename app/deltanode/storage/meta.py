@@ -35,6 +35,16 @@ def channel_state_in(insert_log: DeltaLog, vchannel: str) -> ChannelState | None
                        f"was the Delta log cleaned up?")
 
 
+def dropped_vchannels(infos: list[dict]) -> set[str]:
+    """The vchannels whose state in these commitInfos says their collection was dropped."""
+    out = set()
+    for info in infos:
+        states = info.get(STATES_KEY)
+        if states and '"collection_dropped":true' in states:
+            out.update(v for v, doc in json.loads(states).items() if doc.get("collection_dropped"))
+    return out
+
+
 def channel_state(storage: StorageLayout, collection_id: int, vchannel: str) -> ChannelState | None:
     """The newest committed ChannelState of ``vchannel``, or None if it never committed."""
     insert_log = DeltaLog.open(storage.insert_log(collection_id))
