@@ -80,10 +80,13 @@ class DataNode:
         self.lost.set()
 
     def poll(self) -> None:
-        """Run from the main loop; raises SessionLost once the session is gone."""
+        """Run from the main loop; raises SessionLost once the session is gone, RuntimeError if the
+        pipeline's thread ended (it catches every cycle's errors, so only a bug gets here)."""
         if self.lost.is_set():
             raise SessionLost(f"DataNode {self.node_id} lost its etcd session ({self.lost_reason}); "
                               f"its channels are being reassigned")
+        if not self.pipeline.alive:
+            raise RuntimeError(f"DataNode {self.node_id}: its pipeline loop stopped")
 
     def progress(self) -> list[dict]:
         return self.flowgraphs.progress() if self.flowgraphs else []

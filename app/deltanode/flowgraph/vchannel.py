@@ -60,6 +60,7 @@ class VchannelFlowgraph:
         self.pending: list[BatchOutcome] = []
         self.pending_since: float | None = None   # monotonic time the oldest uncommitted data was read
         self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
+        self.read_size: float | None = None       # bytes per message of its last ranges, once read
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float) -> None:
@@ -97,8 +98,11 @@ class VchannelFlowgraph:
                             frozenset(w.dropped_partitions), w.collection_dropped, w.replay,
                             wm.delete or 0, wm.quarantine or 0)
 
-    def apply(self, outcome: BatchOutcome, now: float) -> None:
+    def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
+        """``read_size``: bytes per message of the ranges this batch came from."""
         self.working = outcome.state
+        if read_size:
+            self.read_size = read_size
         self.pending.append(outcome)
         if not outcome.idle and self.pending_since is None:
             self.pending_since = now
@@ -106,6 +110,11 @@ class VchannelFlowgraph:
             self.status = DROPPED   # nothing more to read; the commit of the drop is still due
         if self.failures and now - self.retry_at > MAX_BACKOFF:
             self.failures = 0       # a minute of running since the last failure: start the backoff over
+
+    def message_size(self) -> float | None:
+        """Bytes per message to plan its ranges with: its own Insert/Delete average, else what its
+        last ranges held; None until it was read once."""
+        return self.working.average_dml_bytes() or self.read_size
 
     @property
     def uncommitted(self) -> bool:

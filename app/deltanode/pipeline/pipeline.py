@@ -40,7 +40,7 @@ from ..storage.commit import CollectionCommitter, QuarantineLog, discard
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
-from .plan import Limits, Position, plan_cycle, split_tasks
+from .plan import MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 from .task import TaskOutput, TaskSpec, run_task
 
@@ -109,7 +109,6 @@ class Pipeline:
         self._highs_seen: dict[tuple[str, int], int] = {}
         self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self._cycles = 0
-        self.loop_error: str | None = None
 
     # -- membership ------------------------------------------------------------------------
     def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
@@ -196,16 +195,14 @@ class Pipeline:
             try:
                 capped = self._cycle()
                 failures = 0
-                self.loop_error = None
             except Exception as e:  # noqa: BLE001 - a bug must not end persistence for good
                 failures += 1
-                self.loop_error = f"{type(e).__name__}: {e}"
                 log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)
                 now = time.monotonic()
                 with self._lock:
                     members = list(self._members.values())
                 for fg in members:
-                    self._fail(fg, f"pipeline cycle failed: {self.loop_error}", now)
+                    self._fail(fg, f"pipeline cycle failed: {type(e).__name__}: {e}", now)
                 capped = False
                 self._stopping.wait(min(MAX_LOOP_BACKOFF, 2.0 ** failures))
             finally:
@@ -228,9 +225,7 @@ class Pipeline:
         readable = [fg for fg in members.values() if fg.readable]
         highs = self._highs(readable, report, now)
         readable = [fg for fg in readable if fg.readable]
-        for fg in readable:
-            self._averages.setdefault(fg.pchannel, fg.working.average_dml_bytes() or 0.0)
-        averages = {p: a for p, a in self._averages.items() if a}
+        averages = self._message_sizes(readable)
         plan = plan_cycle([Position(fg.vchannel, fg.pchannel, fg.working.partition, fg.next_offset,
                                     fg.working.replay is not None) for fg in readable],
                           highs, averages, self.settings.limits)
@@ -313,9 +308,13 @@ class Pipeline:
     def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], now: float,
                report: CycleReport) -> None:
         by_vchannel: dict[str, list[Portion]] = {}
+        read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
         for out in outputs:
             for read in out.reads:
                 self._learn(read, report)
+                total = read_sizes.setdefault(read.pchannel, [0, 0])
+                total[0] += read.dml_bytes if read.dml_messages else read.bytes
+                total[1] += read.dml_messages or read.messages
             for p in out.portions:
                 by_vchannel.setdefault(p.vchannel, []).append(p)
         with self._lock:
@@ -339,19 +338,30 @@ class Pipeline:
                 discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
                 self._fail(fg, f"BatchRangeError: {e}", now, report)
                 continue
-            fg.apply(outcome, now)
+            nbytes, messages = read_sizes.get(fg.pchannel, (0, 0))
+            fg.apply(outcome, now, nbytes / messages if messages else None)
             report.rows += outcome.inserted_rows
             report.deletes += outcome.deleted_rows
             report.quarantined += outcome.quarantined
 
     def _learn(self, read: ReadStats, report: CycleReport) -> None:
-        """Per pchannel: bytes per DML message, quick to rise (a cap must hold), slow to fall."""
+        """Per pchannel: bytes per DML message as reads see them, at once up, a tenth per read down."""
         report.messages += read.messages
         report.bytes += read.bytes
         if read.dml_messages:
             seen = read.dml_bytes / read.dml_messages
-            old = self._averages.get(read.pchannel) or seen
-            self._averages[read.pchannel] = max(seen, (old + seen) / 2)
+            self._averages[read.pchannel] = max(seen, 0.9 * self._averages.get(read.pchannel, 0.0))
+
+    def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
+        """The size each pchannel's messages are counted at when planning: never below the size of
+        any vchannel on it, and the largest Milvus message while one has never been read (a
+        pchannel's recent reads may have seen only another vchannel's small inserts while one
+        just added has a backlog of large ones behind them)."""
+        sizes = dict(self._averages)
+        for fg in readable:
+            own = fg.message_size() or MAX_MESSAGE_BYTES
+            sizes[fg.pchannel] = max(sizes.get(fg.pchannel, 0.0), own)
+        return {p: size for p, size in sizes.items() if size}
 
     def _sync(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
         with self._lock:
