@@ -18,8 +18,8 @@ For the largest dim only (the one the targets name), then:
    Spark startup, and peak RSS ("Nx backlog"). Both default backlogs (3x, 10x) are above
    the cycle byte cap, so their peak RSS compares runs whose cycles are all full.
 
-``--scale N,N,...`` runs the scale benchmark instead (``scale``: many vchannels through the
-standalone runner).
+``--scale N,N,...`` then runs the scale benchmark too (``scale``: many vchannels through the
+standalone runner) and prints its tables after these.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-warmup", action="store_true",
                    help="start the pipeline on a cold Spark session (datanode.warmup = false)")
     p.add_argument("--no-reference", action="store_true", help="skip the plain-Python reference")
-    p.add_argument("--scale", help="run the scale benchmark instead: comma-separated numbers of vchannels, e.g. "
+    p.add_argument("--scale", help="then run the scale benchmark too: comma-separated numbers of vchannels, e.g. "
                                    "1,16,64,256,1000 (each a fresh standalone; see deltanode_bench.scale)")
     p.add_argument("--scale-seconds", type=float, default=60.0, help="scale: load duration per point (default 60)")
     p.add_argument("--scale-drain", type=float, default=120.0,
@@ -598,13 +598,6 @@ def main(argv: list[str] | None = None) -> int:
 
     work = args.work_dir or tempfile.mkdtemp(prefix="deltanode-bench-")
     os.makedirs(work, exist_ok=True)
-    if args.scale_points:
-        t0 = time.monotonic()
-        report = scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv)
-        print(f"{report}\n\nbench wall time {time.monotonic() - t0:.0f} s", flush=True)
-        if not args.work_dir:
-            shutil.rmtree(work, ignore_errors=True)
-        return 0
     load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     t0 = time.monotonic()
     broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
@@ -618,6 +611,12 @@ def main(argv: list[str] | None = None) -> int:
         for dim in args.dim_list:
             bench.run_dim(dim, full=dim == big)
         report = bench.render(argv, time.monotonic() - t0)  # reads the run's event logs in the work dir
+        broker.stop()
+        print(report, flush=True)
+        if args.scale_points:
+            t1 = time.monotonic()
+            print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv)
+                  + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         ok = True
     finally:
         broker.stop()
@@ -625,7 +624,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
         elif not ok:
             say(f"failed; logs kept in {work}")
-    print(report, flush=True)
     return 0
 
 
