@@ -131,3 +131,18 @@ def test_a_vchannel_watched_far_behind_catches_up_without_stalling_the_others(pi
     assert len(waits) >= 5, "the late vchannel caught up too soon to measure the others"
     assert max(waits) < 3.0
     assert pks_of(late, late.vchannels[0]) == sorted(backlog)
+
+
+def test_a_vchannel_with_no_message_after_its_start_stays_healthy(pipelines, make_collection):
+    """An empty cycle is a no-op: no failure, no backoff, and the first message is committed as soon as it comes."""
+    coll = make_collection(ticking=False)
+    pipe = pipelines()
+    coll.watch(pipe)
+    time.sleep(2)   # ten cycles with nothing to read on a pchannel without even a tick
+    status = pipe.snapshots()[0]
+    assert (status.status, status.failures, status.last_error) == ("running", 0, "")
+    sent = produce(coll, 1)[coll.vchannels[0]]
+    coll.producer.tick(coll.pchannels[0])   # the broker shows the last batch once another follows
+    coll.producer.flush_producer()
+    wait_until(lambda: pks_of(coll, coll.vchannels[0]) == sorted(sent), 30, "the first message to commit")
+    assert pipe.snapshots()[0].failures == 0
