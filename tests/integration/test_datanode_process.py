@@ -49,12 +49,23 @@ def start(what: str, conf: Path, log: Path) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen, sig: int) -> None:
-    for pid in descendants(proc.pid):
+    """Send ``sig`` to the launcher's whole tree; every process of it must be gone within 60 s."""
+    tree = descendants(proc.pid)
+    for pid in tree:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
     proc.wait(timeout=60)
+    wait_until(lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)], 60,
+               f"every process of {proc.args[1]} to exit after {signal.Signals(sig).name}")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, broker, etcd_root, tmp_path):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
-import threading
+import time
 
 from ..config import Conf
 from .node import DataNode, SessionLost
 from .progress import ProgressReporter
-from .spark import spark_session
+from .spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 
 log = logging.getLogger("deltanode.datanode")
 
@@ -22,17 +23,20 @@ def require_kafka(conf: Conf) -> None:
 
 def run(conf: Conf) -> int:
     require_kafka(conf)
-    stop = threading.Event()
+    # The handler only appends: a second signal arriving inside threading.Event.set deadlocked
+    # on the Event's own lock, and the DataNode never exited.
+    signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: signals.append(signum))
     spark = spark_session(conf)
     node = DataNode(conf, spark)
     reporter = ProgressReporter(conf.get("standalone.progress.interval"))
     try:
         node.start()
-        while not stop.wait(1.0):
+        while not signals:
             node.poll()
             reporter.maybe_report(node.progress())
+            time.sleep(1.0)
         log.info("stopping")
         return 0
     except SessionLost as e:
@@ -40,4 +44,6 @@ def run(conf: Conf) -> int:
         return 1
     finally:
         node.stop()
-        spark.stop()
+        if not stop_spark(spark):
+            log.error("Spark did not stop within %.0f s (its JVM is gone?); exiting now", SPARK_STOP_TIMEOUT)
+            os._exit(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 
 from pyspark.sql import SparkSession
 
@@ -10,6 +11,7 @@ from ..config import Conf
 from ..pipeline.warmup import warm_up
 
 log = logging.getLogger(__name__)
+SPARK_STOP_TIMEOUT = 30.0
 
 
 def spark_session(conf: Conf, app_name: str = "deltanode-datanode") -> SparkSession:
@@ -27,3 +29,15 @@ def spark_session(conf: Conf, app_name: str = "deltanode-datanode") -> SparkSess
             log.warning("warm-up failed, going on without it: %s",
                         str(e).splitlines()[0] if str(e) else type(e).__name__)
     return spark
+
+
+def stop_spark(spark: SparkSession, timeout: float = SPARK_STOP_TIMEOUT) -> bool:
+    """Stop the session; False when it did not stop within ``timeout`` seconds.
+
+    Seen: with its JVM already killed (a SIGTERM to the whole process tree), ``SparkSession.stop``
+    waited forever for pyspark's accumulator server, and the DataNode's driver outlived the rest.
+    """
+    stopper = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout)
+    return not stopper.is_alive()

@@ -9,7 +9,7 @@ from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode, SessionLost
 from ..datanode.progress import ProgressReporter
 from ..datanode.run import require_kafka
-from ..datanode.spark import spark_session
+from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 from ..etcd.client import EtcdClient
 from ..mq.kafka import create_topics
 from ..storage.layout import StorageLayout
@@ -17,6 +17,11 @@ from ..wire.names import pchannel_name
 from .lifecycle import ServiceGroup
 
 log = logging.getLogger("deltanode.standalone")
+
+
+def _stop_spark(spark) -> None:
+    if not stop_spark(spark):
+        raise RuntimeError(f"Spark did not stop within {SPARK_STOP_TIMEOUT:.0f} s; going on with the rest")
 
 
 def run(conf: Conf) -> int:
@@ -34,7 +39,7 @@ def run(conf: Conf) -> int:
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
         spark = spark_session(conf, "deltanode-standalone")
-        group.add("spark", spark.stop)
+        group.add("spark", lambda: _stop_spark(spark))
         node = DataNode(conf, spark)
         group.add("datanode", node.stop)
         node.start()
