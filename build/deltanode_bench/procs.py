@@ -92,23 +92,37 @@ def _rss(pid: int) -> int:
         return 0
 
 
-def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[str, ...] = ()) -> dict[int, str]:
+def _runs_main(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"app/main.py" in f.read()
+    except OSError:
+        return False
+
+
+def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[str, ...] = (),
+             is_driver=_runs_main) -> dict[int, str]:
     """Map each descendant of ``root`` (and root) to "driver", "jvm", "worker" or "excluded".
 
-    ``procs`` maps pid -> (comm, ppid). Anything under the JVM is a worker; other
-    descendants of the driver that are not Java are counted as workers too; a process whose
+    ``procs`` maps pid -> (comm, ppid). Anything under the JVM is a worker, except the Python
+    driver that spark-submit starts under it (``app/main.py``: ``is_driver``); other
+    descendants of the root that are not Java are counted as workers too; a process whose
     name starts with one of ``exclude_comms``, and its subtree, are "excluded".
     """
     children: dict[int, list[int]] = {}
     for pid, (_, ppid) in procs.items():
         children.setdefault(ppid, []).append(pid)
     out = {root: "driver"}
+    jvms: set[int] = set()
     stack = [(c, False, False) for c in children.get(root, [])]
     while stack:
         pid, under_jvm, excluded = stack.pop()
         comm = procs[pid][0]
         excluded = excluded or comm.startswith(exclude_comms)
-        kind = "excluded" if excluded else "jvm" if comm == "java" and not under_jvm else "worker"
+        kind = ("excluded" if excluded else "jvm" if comm == "java" and not under_jvm
+                else "driver" if procs[pid][1] in jvms and is_driver(pid) else "worker")
+        if kind == "jvm":
+            jvms.add(pid)
         out[pid] = kind
         stack.extend((c, under_jvm or kind == "jvm", excluded) for c in children.get(pid, []))
     return out

@@ -6,7 +6,7 @@ the 16 default pchannels, created through the catalog as ``admin create-collecti
 Once every vchannel is watched, Milvus-like traffic runs for ``--scale-seconds``: a TimeTick
 every 200 ms on every pchannel, and one InsertRequest of 50 rows x 128-dim per vchannel per
 second (all through one proxy: one producer, one TSO). Then the load stops, the DataNode gets
-up to ``--scale-drain`` seconds to commit the rest, and standalone is stopped with SIGINT.
+up to ``--scale-drain`` seconds to commit the rest, and standalone is stopped with SIGTERM.
 
 Printed per N: the DataNode's busy cores and peak RSS during the load (its process tree: the
 launcher, the driver, the JVM, the Python workers; the embedded etcd and broker are left out
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ class ScaleResult:
     seconds: float
     inserts: int
     cores: float
+    cores_split: tuple[float, float, float]   # driver, JVM, Python workers
     cores_services: float
     cores_machine: float
     rss_peak: int
@@ -105,7 +107,9 @@ class Standalone:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)
+            # SIGTERM, not SIGINT: a bench started in the background (``&``) passes SIGINT on ignored,
+            # and bash cannot trap a signal ignored at its start, so the launcher would never stop.
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(120)
             except subprocess.TimeoutExpired:
@@ -211,6 +215,9 @@ def _table_rows(uri: str) -> int:
     return sum(files.values())
 
 
+_CYCLE_SECONDS = re.compile(r"; ([0-9.]+) s \(job ")
+
+
 def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
     """Median duration of the cycles logged in [t0, t1] (cycles that committed something)."""
     out = []
@@ -222,7 +229,9 @@ def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
         except ValueError:
             continue
         if t0 <= t <= t1:
-            out.append(float(line.rsplit("; ", 1)[1].split(" s (job")[0]))
+            found = _CYCLE_SECONDS.search(line)
+            if found:
+                out.append(float(found.group(1)))
     return lat.percentile(out, 50) if out else None
 
 
@@ -277,7 +286,8 @@ def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
         node.stop()
     lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
     inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
-    return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores, stats.cores_services, stats.cores_machine,
+    return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores,
+                       (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services, stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
                        _cycle_median(node.text(), t0, t1), setup_s)
 
@@ -286,17 +296,18 @@ def render(results: list[ScaleResult], argv: list[str]) -> str:
     out = ["DeltaNode scale benchmark", f"command : build/bench.sh {' '.join(argv)}",
            f"traffic : per vchannel one InsertRequest of {ROWS} rows x {DIM}-dim a second; a TimeTick every 200 ms "
            f"on each of {PCHANNELS} pchannels; collections of 2 shards; standalone with its defaults", "",
-           "DataNode = its process tree (launcher, driver, JVM, Python workers) without the embedded etcd and broker "
+           "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) without the embedded etcd and broker "
            "(services); cores averaged and RSS (summed over the tree) at its peak during the load; latency = insert "
            "produce() -> timestamp of the Delta commit covering it"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
                  if r.latencies else ["-", "-", "-"])
-        rows.append([r.vchannels, r.collections, secs(r.seconds, 0), secs(r.cores), secs(r.cores_services),
+        rows.append([r.vchannels, r.collections, secs(r.seconds, 0), secs(r.cores),
+                     " / ".join(secs(c) for c in r.cores_split), secs(r.cores_services),
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
                      secs(r.cycle_median), r.rows_produced, r.rows_committed, r.uncommitted, secs(r.setup_s, 0)])
-    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "services cores", "machine cores",
+    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "driver / JVM / workers", "services cores", "machine cores",
                       "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s", "median cycle s", "rows produced",
                       "rows in Delta", "inserts uncommitted", "setup s"], rows))
     out += ["", "Targets (issue 8)"]

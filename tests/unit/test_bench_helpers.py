@@ -78,6 +78,14 @@ def test_classify_separates_driver_jvm_and_workers():
     assert kinds == {10: "driver", 11: "jvm", 12: "worker", 13: "worker", 14: "worker", 15: "worker"}
 
 
+def test_classify_finds_the_driver_spark_submit_starts_under_the_jvm():
+    # ./spark-submit.sh (bash) -> java -> python app/main.py (the driver), python -m pyspark.daemon
+    procs = {10: ("bash", 1), 11: ("java", 10), 12: ("python", 11), 13: ("python", 11), 14: ("python", 13),
+             15: ("tansu", 12)}
+    kinds = classify(10, procs, ("tansu",), is_driver=lambda pid: pid == 12)
+    assert kinds == {10: "driver", 11: "jvm", 12: "driver", 13: "worker", 14: "worker", 15: "excluded"}
+
+
 def test_window_gives_peaks_and_busy_cores():
     s = [Sample(0.0, 10, 100, 5, 5, 1, 0.0, 0.0, 0.0, 0.0, cpu_broker=5.0, cpu_machine=100.0),
          Sample(1.0, 12, 90, 30, 20, 2, 1.5, 0.1, 0.9, 0.5, cpu_broker=5.2, cpu_machine=101.8),

@@ -44,7 +44,8 @@ class CollectionRecord:
         return schema_pb2.CollectionSchema.FromString(base64.b64decode(self.schema_b64))
 
 
-def _prefix(root: str) -> str:
+def catalog_prefix(root: str) -> str:
+    """Where the collection records are (watched by the coordinator)."""
     return f"{root}/deltanode/collections/"
 
 
@@ -53,7 +54,7 @@ def _id_key(root: str) -> str:
 
 
 def list_collections(client: EtcdClient, root: str) -> list[CollectionRecord]:
-    return [CollectionRecord(**json.loads(value)) for _, value, _ in client.get_prefix(_prefix(root))]
+    return [CollectionRecord(**json.loads(value)) for _, value, _ in client.get_prefix(catalog_prefix(root))]
 
 
 def find_collection(client: EtcdClient, root: str, name: str) -> CollectionRecord | None:
@@ -125,6 +126,6 @@ def create_collection(client: EtcdClient, root: str, bootstrap: str, name: str,
         record.start_offsets = _broadcast_create(bootstrap, record)
     except BrokerError as e:
         raise CatalogError(str(e)) from None
-    if not client.put_if_absent(_prefix(root) + str(collection_id), json.dumps(asdict(record))):
+    if not client.put_if_absent(catalog_prefix(root) + str(collection_id), json.dumps(asdict(record))):
         raise CatalogError(f"collection ID {collection_id} is already in the catalog")
     return record

@@ -89,11 +89,16 @@ class ChannelManager:
     (seek position, segments) for a fresh watch and ``schema(vchannel)`` the collection
     schema. A ToWatch or ToRelease left unanswered for ``watch_timeout`` seconds (the
     DataNode's tickles restart the clock) is given up on.
+
+    A pass runs when something changed (a node joined or left, a watch key changed, ``wake()``),
+    when a timer or a failure's backoff is due, and at least every ``interval`` seconds. A pass
+    reads every watch key: at 1,000 channels a pass a second took a tenth of a core, competing
+    with the DataNode that runs beside it in standalone.
     """
 
     def __init__(self, client: EtcdClient, root: str, channels: Callable[[], dict[str, ChannelSpec]],
                  recovery: Callable[[str], VchannelInfo], schema: Callable[[str], CollectionSchema | None],
-                 watch_timeout: float = 300.0, interval: float = 1.0) -> None:
+                 watch_timeout: float = 300.0, interval: float = 5.0) -> None:
         self._client = client
         self._root = root
         self._channels = channels
@@ -106,6 +111,7 @@ class ChannelManager:
         self._last_op_id = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._next_due = 0.0   # monotonic time of the earliest timer or backoff of the last pass
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._watches: list[PrefixWatch] = []
@@ -113,7 +119,7 @@ class ChannelManager:
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> ChannelManager:
-        """Reconcile about every ``interval`` seconds, and at once when nodes or watch keys change."""
+        """Reconcile at least every ``interval`` seconds, and at once when nodes or watch keys change."""
         self._watches = [
             watch_sessions(self._client, self._root, "datanode", self._node_joined, self._node_left),
             self._client.watch_prefix(keys.channel_watch_root(self._root), self._key_changed),
@@ -130,6 +136,10 @@ class ChannelManager:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
+    def wake(self) -> None:
+        """Run a pass now (the set of channels changed)."""
+        self._wake.set()
+
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
@@ -137,7 +147,7 @@ class ChannelManager:
                 self.reconcile()
             except Exception:
                 log.exception("channel assignment pass failed; retrying in %.1f s", self._interval)
-            self._wake.wait(self._interval)
+            self._wake.wait(min(self._interval, max(0.2, self._next_due - time.monotonic())))
 
     def _node_joined(self, node: int, info: dict) -> None:
         log.info("DataNode %d joined (%s)", node, info.get("Address", ""))
@@ -173,6 +183,9 @@ class ChannelManager:
                 if not spec.dropped and vchannel not in by_channel:
                     self._guarded(vchannel, self._assign, spec, p)
             self._timers = {k: v for k, v in self._timers.items() if k in p.timed}
+            self._next_due = min([deadline for _, deadline in self._timers.values()]
+                                 + [retry_at for _, _, retry_at in self._failures.values() if retry_at > p.now],
+                                 default=p.now + self._interval)
 
     def _load_entries(self) -> list[_Entry]:
         root = keys.channel_watch_root(self._root)

@@ -16,7 +16,7 @@ from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
-from .catalog import DROPPED, CollectionRecord, list_collections
+from .catalog import DROPPED, CollectionRecord, catalog_prefix, list_collections
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
 
@@ -32,8 +32,13 @@ class DataCoord:
         self._dropped: set[str] = set()                     # vchannels whose collection Delta says was dropped
         self._logs: dict[int, DeltaLog] = {}                # collection -> its insert_log, followed commit by commit
         self._refreshed = 0.0
+        self._catalog_watch = None
         self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
                                       watch_timeout=watch_timeout)
+
+    def _catalog_changed(self, _event) -> None:
+        self._refreshed = 0.0
+        self.manager.wake()
 
     def _refresh(self) -> None:
         if time.monotonic() - self._refreshed < self.refresh_interval and self._records:
@@ -69,9 +74,12 @@ class DataCoord:
         return record.schema if record else None
 
     def start(self) -> "DataCoord":
+        self._catalog_watch = self.client.watch_prefix(catalog_prefix(self.root), self._catalog_changed)
         self.manager.start()
         log.info("channel manager up under %s/channelwatch/", self.root)
         return self
 
     def stop(self) -> None:
+        if self._catalog_watch is not None:
+            self._catalog_watch.cancel()
         self.manager.stop()

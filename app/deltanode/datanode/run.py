@@ -35,7 +35,7 @@ def run(conf: Conf) -> int:
         node.start()
         while not signals:
             node.poll()
-            reporter.maybe_report(node.progress())
+            reporter.maybe_report(node.progress)
             time.sleep(1.0)
         log.info("stopping")
         return 0

@@ -49,7 +49,7 @@ class VchannelRouter:
         try:
             self.dml_messages += 1
             self.dml_bytes += len(value)
-            if msg_type == decode.MsgType.Insert:
+            if msg_type == decode.MSG_INSERT:
                 self._insert(offset, msg)
             else:
                 self._delete(offset, msg)
@@ -98,12 +98,12 @@ class VchannelRouter:
     def control(self, offset: int, msg_type: int, msg) -> None:
         """Flush (already matched by collection name) or a drop of this vchannel's collection."""
         ts = msg.base.timestamp
-        if msg_type == decode.MsgType.Flush:
+        if msg_type == decode.MSG_FLUSH:
             self.events.append(ControlEvent(FLUSH, offset, ts))
-        elif msg_type == decode.MsgType.DropCollection:
+        elif msg_type == decode.MSG_DROP_COLLECTION:
             self.collection_dropped = True
             self.events.append(ControlEvent(DROP_COLLECTION, offset, ts))
-        elif msg_type == decode.MsgType.DropPartition:
+        elif msg_type == decode.MSG_DROP_PARTITION:
             self.dropped_partitions.add(msg.partitionID)
             self.events.append(ControlEvent(DROP_PARTITION, offset, ts, msg.partitionID))
 

@@ -6,9 +6,7 @@ executor side: bounded reads of offset ranges (``read_ranges``).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -90,79 +88,13 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     Ranges of different partitions are read together by one consumer; ranges of the same
     partition one after another. A range the broker cannot serve yields ``(i, BrokerError)``
     once and nothing more, and the others go on: one vchannel's lost data never stops the rest.
-    An offset that the broker no longer has (retention) is an error, never a reason to skip
-    ahead: skipped offsets would be lost rows. A read stops at its end offset, not at "no more
-    data", so a task's output depends only on its ranges.
-
-    The reading runs on a thread of its own, up to ``fetch_bytes`` ahead of the caller
-    (``_ahead``), so each partition reaches its end and is paused soon after the read starts.
-    Memory stays bounded by twice ``fetch_bytes`` (that buffer and the client's prefetch queue)
-    plus one chunk: at most ``chunk_messages`` messages, fewer when their average size says
-    they would pass ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB).
+    Memory stays bounded by ``fetch_bytes`` (the client's prefetch queue) plus one chunk: at
+    most ``chunk_messages`` messages, fewer when their average size says they would pass
+    ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB). An offset that the broker no
+    longer has (retention) is an error, never a reason to skip ahead: skipped offsets would be
+    lost rows. A read stops at its end offset, not at "no more data", so a task's output
+    depends only on its ranges.
     """
-    return _ahead(_read_ranges(bootstrap, ranges, chunk_messages, chunk_bytes, fetch_bytes, stall_timeout),
-                  fetch_bytes)
-
-
-def _ahead(items: Iterator[tuple[int, Chunk | BrokerError]], max_bytes: int) -> Iterator[tuple[int, Chunk | BrokerError]]:
-    """``items``, produced on a thread of its own while the caller works, at most ``max_bytes`` ahead.
-
-    Why: librdkafka goes on fetching while the caller works through a chunk, and a partition is
-    paused only once its range's last message was consumed; whatever arrived on the topic
-    meanwhile is fetched past the range's end and again by the next cycle (librdkafka received
-    ~1.4x the bytes the ranges held). Reading 1,000 inserts/s on 16 topics in two tasks a second
-    with 0.5 ms of work per message, side by side twice: the embedded broker used 0.32-0.35 cores
-    with this thread and 0.38-0.42 without (0.40-0.45 and 0.51-0.58 in the next 20 s).
-    """
-    buffer: deque = deque()
-    state = {"bytes": 0, "done": False, "error": None, "stop": False}
-    cond = threading.Condition()
-
-    def size(item) -> int:
-        return sum(len(v or b"") for _, v in item[1]) if isinstance(item[1], list) else 0
-
-    def run() -> None:
-        try:
-            for item in items:
-                n = size(item)
-                with cond:
-                    cond.wait_for(lambda: state["stop"] or state["bytes"] < max_bytes)
-                    if state["stop"]:
-                        break
-                    buffer.append((item, n))
-                    state["bytes"] += n
-                    cond.notify_all()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-            state["error"] = e
-        finally:
-            items.close()
-            with cond:
-                state["done"] = True
-                cond.notify_all()
-
-    thread = threading.Thread(target=run, name="kafka-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            with cond:
-                cond.wait_for(lambda: buffer or state["done"])
-                if not buffer:
-                    if state["error"] is not None:
-                        raise state["error"]
-                    return
-                item, n = buffer.popleft()
-                state["bytes"] -= n
-                cond.notify_all()
-            yield item
-    finally:
-        with cond:
-            state["stop"] = True
-            cond.notify_all()
-        thread.join()
-
-
-def _read_ranges(bootstrap: str, ranges: list[OffsetRange], chunk_messages: int, chunk_bytes: int, fetch_bytes: int,
-                 stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
     todo = [(i, r) for i, r in enumerate(ranges) if r.end > r.start]
     if not todo:
         return

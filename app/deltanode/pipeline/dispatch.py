@@ -15,9 +15,6 @@ from ..flowgraph.results import Portion, ReadStats
 from ..flowgraph.route import VchannelRouter
 from .plan import ReadRange
 
-MsgType = decode.MsgType
-
-
 class PchannelDispatcher:
     def __init__(self, piece: ReadRange, routers: list[VchannelRouter]) -> None:
         self.piece = piece
@@ -46,19 +43,19 @@ class PchannelDispatcher:
             return
         if msg is None:
             return
-        if msg_type in (MsgType.Insert, MsgType.Delete):
+        if msg_type == decode.MSG_INSERT or msg_type == decode.MSG_DELETE:
             self.dml_messages += 1
             self.dml_bytes += len(value)
             router = self._by_shard.get(msg.shardName)
             if router is not None and router.first <= offset:
                 self._call(router, router.dml, offset, msg_type, msg, value)
-        elif msg_type == MsgType.TimeTick:
+        elif msg_type == decode.MSG_TIME_TICK:
             ts = msg.base.timestamp
             self._tick = (max(ts, self._tick[0]), offset)
             for router in self._replaying:
                 if router.first <= offset and router.replay is not None:
                     self._call(router, router.tick, ts)
-        elif msg_type == MsgType.Flush:
+        elif msg_type == decode.MSG_FLUSH:
             for name in msg.collection_names:
                 for router in self._by_name.get(name, ()):
                     if router.first <= offset:

@@ -72,6 +72,8 @@ class CycleReport:
     started: float = 0.0         # wall clock
     plan_s: float = 0.0          # watermarks and ranges
     job_s: float = 0.0           # the Spark job (read, route, write binlogs)
+    task_s: float = 0.0          # its tasks' wall clock, summed
+    task_cpu_s: float = 0.0      # their Python workers' CPU, summed
     sync_s: float = 0.0          # fence and Delta commits
     seconds: float = 0.0         # the whole cycle
     ranges: int = 0
@@ -310,6 +312,8 @@ class Pipeline:
         by_vchannel: dict[str, list[Portion]] = {}
         read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
         for out in outputs:
+            report.task_s += out.seconds
+            report.task_cpu_s += out.cpu_seconds
             for read in out.reads:
                 self._learn(read, report)
                 total = read_sizes.setdefault(read.pchannel, [0, 0])
@@ -411,9 +415,10 @@ class Pipeline:
                       r.ranges, r.seconds)
             return
         log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
-                 "%d commit(s) for %d vchannel(s)%s; %.3f s (job %.3f, commits %.3f)", r.number, r.ranges, r.tasks,
-                 r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits, r.vchannels_committed,
-                 f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.job_s, r.sync_s)
+                 "%d commit(s) for %d vchannel(s)%s; %.3f s (job %.3f, commits %.3f; tasks %.3f s, their CPU %.3f s)",
+                 r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits,
+                 r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.job_s,
+                 r.sync_s, r.task_s, r.task_cpu_s)
 
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -39,10 +40,13 @@ class TaskSpec:
 class TaskOutput:
     portions: tuple[Portion, ...]
     reads: tuple[ReadStats, ...]
+    seconds: float = 0.0       # wall clock of the task
+    cpu_seconds: float = 0.0   # CPU of its Python worker meanwhile (below ``seconds``: it waited)
 
 
 def run_task(spec: TaskSpec) -> TaskOutput:
     """Runs on an executor."""
+    started, cpu_started = time.monotonic(), time.process_time()
     crash_point("before_binlog_write")
     storage = StorageLayout(spec.storage_root)
     layouts = {cid: CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(raw))
@@ -67,7 +71,7 @@ def run_task(spec: TaskSpec) -> TaskOutput:
         portions += done
         reads.append(read)
     release_task_memory()
-    return TaskOutput(tuple(portions), tuple(reads))
+    return TaskOutput(tuple(portions), tuple(reads), time.monotonic() - started, time.process_time() - cpu_started)
 
 
 _libc_name = ctypes.util.find_library("c")

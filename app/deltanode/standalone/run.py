@@ -50,7 +50,7 @@ def run(conf: Conf) -> int:
             while not group.wait(1.0):
                 group.check()
                 node.poll()
-                reporter.maybe_report(node.progress())
+                reporter.maybe_report(node.progress)
         except SessionLost as e:
             log.error("%s", e)
             return 1

@@ -23,6 +23,10 @@ from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
 ROW_GROUP_BYTES = 4 << 20
+# Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
+# of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain.
+VECTOR_TYPES = (pa.list_(pa.float32()), pa.binary())
+_made_dirs: set[str] = set()   # per Python worker: each directory is created once
 
 
 @dataclass(frozen=True)
@@ -63,20 +67,31 @@ class QuarantineRow:
 
 class _File:
     def __init__(self, table: str, root: str, rel: str, schema: pa.Schema, stat_cols: list[str],
-                 segment_id: int = -1, partition_id: int = -1) -> None:
+                 segment_id: int = -1, partition_id: int = -1, plain: frozenset[str] = frozenset()) -> None:
         self.fs, base = filesystem(root)
         self.table, self.rel, self.schema = table, rel, schema
         self.path = f"{base}/{rel}"
-        self.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
         self.segment_id, self.partition_id = segment_id, partition_id
         self.stat_cols = stat_cols
-        self.writer = pq.ParquetWriter(self.fs.open_output_stream(self.path), schema, compression="snappy",
+        compression = {f.name: "none" if f.name in plain else "snappy" for f in schema}
+        self.writer = pq.ParquetWriter(self._open(), schema, compression=compression,
                                        write_statistics=stat_cols, use_dictionary=stat_cols)
         self.rows = 0
         self.min: dict = {}
         self.max: dict = {}
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
+
+    def _open(self):
+        parent = self.path.rsplit("/", 1)[0]
+        if parent not in _made_dirs:
+            self.fs.create_dir(parent, recursive=True)
+            _made_dirs.add(parent)
+        try:
+            return self.fs.open_output_stream(self.path)
+        except FileNotFoundError:   # removed since this worker created it
+            self.fs.create_dir(parent, recursive=True)
+            return self.fs.open_output_stream(self.path)
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._pending.append(batch)
@@ -115,6 +130,7 @@ class BinlogWriter:
         self.roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
                       QUARANTINE_TABLE: storage.quarantine()}
         self.insert_schema, self.delete_schema = insert_schema, delete_schema
+        self._plain = frozenset(f.name for f in insert_schema if f.type in VECTOR_TYPES)
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
         self._deletes: dict[int, _File] = {}
@@ -130,7 +146,8 @@ class BinlogWriter:
         if f is None:
             f = self._segments[segment] = _File(INSERT_TABLE, self.roots[INSERT_TABLE],
                                                 f"{partition}/{segment}/{self._name()}", self.insert_schema,
-                                                ["_ts", "_row_id", "_segment_id", "_partition_id"], segment, partition)
+                                                ["_ts", "_row_id", "_segment_id", "_partition_id"], segment, partition,
+                                                self._plain)
         f.write(rows)
         st = self.segments.get(segment)
         if st is None:
