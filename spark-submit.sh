@@ -12,7 +12,8 @@
 # of the conf file (after DELTANODE_* environment overrides) as --conf key=value
 # (spark.master defaults to local[2]). --help answers without starting a JVM.
 # Ctrl-C / SIGTERM: the driver is asked to stop cleanly (SIGTERM); a second signal stops
-# spark-submit, a third kills it.
+# spark-submit, a third kills it. SIGKILL of this script: the driver notices within a second
+# and stops cleanly, and spark-submit and its workers end with it.
 set -euo pipefail
 
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
@@ -78,6 +79,7 @@ export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}"
 # Job control puts spark-submit in its own process group, so a Ctrl-C in the terminal reaches
 # only this script, which asks the Python driver to stop while the JVM is still up.
 set -m
+export DELTANODE_LAUNCHER_PID=$$   # the driver stops when this script is gone (app/deltanode/lifeline.py)
 "$VENV/bin/spark-submit" "${SPARK_OPTS[@]}" --py-files "$ZIP" "$MAIN" "$@" &
 CHILD=$!   # spark-class execs java: this is the JVM, the Python driver is its child
 SIGNALS=0

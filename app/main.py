@@ -23,8 +23,10 @@ def _prefer_archive() -> None:
 
 _prefer_archive()
 
-from deltanode.cli import exit_with_parent, main  # noqa: E402
+from deltanode.cli import main  # noqa: E402
+from deltanode.lifeline import exit_with_launcher, exit_with_parent  # noqa: E402
 
 if __name__ == "__main__":
     exit_with_parent()
+    exit_with_launcher()
     sys.exit(main())

@@ -18,7 +18,6 @@ import argparse
 import importlib
 import logging
 import os
-import signal
 import sys
 from typing import Sequence
 
@@ -50,7 +49,15 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
-def _common(p: argparse.ArgumentParser, *, default_conf: str | None) -> None:
+def _common(p: argparse.ArgumentParser, *, default_conf: str | None, admin: bool = False) -> None:
+    if admin:
+        # Accepted before or after the admin COMMAND: SUPPRESS keeps an absent option from
+        # overwriting the one given before the command (checked in parse_args).
+        p.add_argument("--conf", metavar="FILE", default=argparse.SUPPRESS,
+                       help="conf file (required; before or after COMMAND)")
+        p.add_argument("--print-conf", action="store_true", default=argparse.SUPPRESS,
+                       help="print the effective configuration with the source of each value, then exit")
+        return
     if default_conf:
         p.add_argument("--conf", metavar="FILE", default=default_conf,
                        help=f"conf file (default: {default_conf})")
@@ -101,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="administration: create-collection, show-channels, show-segments, health, produce",
         description="Administrative commands against the configured etcd, message queue and "
                     "storage.")
+    p.add_argument("--conf", metavar="FILE", default=None, help="conf file (required; before or after COMMAND)")
+    p.add_argument("--print-conf", action="store_true",
+                   help="print the effective configuration with the source of each value, then exit")
     admin = p.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
 
     a = admin.add_parser("create-collection", formatter_class=_Formatter,
@@ -111,20 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--schema", required=True, metavar="FILE.json", help="schema as JSON")
     a.add_argument("--shards", type=int, default=1, metavar="K",
                    help="number of shards (virtual channels), default 1")
-    _common(a, default_conf=None)
+    _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("show-channels", formatter_class=_Formatter,
                          help="list channels, their DataNode and checkpoint",
                          description="List the DML channels with their assigned DataNode, "
                                      "watch state and checkpoint.")
-    _common(a, default_conf=None)
+    _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("show-segments", formatter_class=_Formatter,
                          help="list the segments of a collection",
                          description="List the segments of a collection with row counts "
                                      "and state.")
     a.add_argument("--collection", required=True, metavar="N", help="collection name")
-    _common(a, default_conf=None)
+    _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("produce", formatter_class=_Formatter,
                          help="send demo Milvus insert traffic to a collection",
@@ -136,19 +146,23 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--rows", type=int, default=1000, metavar="R", help="rows per InsertRequest (1000)")
     a.add_argument("--deletes", type=int, default=10, metavar="D",
                    help="primary keys to delete afterwards (10)")
-    _common(a, default_conf=None)
+    _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("health", formatter_class=_Formatter,
                          help="check etcd, the message queue, storage and live DataNodes",
                          description="Check that etcd, the message queue and storage answer and "
                                      "list the live sessions; exit 0 when healthy.")
-    _common(a, default_conf=None)
+    _common(a, default_conf=None, admin=True)
     return parser
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse argv; raises SystemExit (0 after --help, 2 on a usage error)."""
-    return build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "admin" and args.conf is None:
+        parser.error(f"admin {args.admin_command}: --conf FILE is required (before or after {args.admin_command})")
+    return args
 
 
 def _resolve(args: argparse.Namespace):
@@ -279,25 +293,6 @@ def _spark_args_main(argv: Sequence[str]) -> int:
         return 1
     sys.stdout.write("".join(o + "\0" for o in opts))
     return 0
-
-
-def exit_with_parent(sig: int = signal.SIGTERM) -> bool:
-    """Under spark-submit (PythonRunner), ask Linux to send ``sig`` to this process when the JVM
-    that started it dies, so a killed spark-submit never leaves the driver (and the services it
-    started) running. Returns True when armed."""
-    if not sys.platform.startswith("linux") or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        return False
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        parent = os.getppid()
-        if libc.prctl(1, int(sig), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
-            return False
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), sig)
-    return True
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 ENV_PREFIX = "DELTANODE_"
+#: Set by spark-submit.sh for the driver (``deltanode.lifeline``), not conf overrides.
+INTERNAL_VARIABLES = frozenset({"DELTANODE_LAUNCHER_PID"})
 SPARK_PREFIX = "spark."
 
 #: Spark keys with capitals that environment variables can name (see module doc).
@@ -426,7 +428,7 @@ def _env_entries(env: Mapping[str, str], spark_keys: Iterable[str]) -> dict[str,
     spark_names = {env_name(k): k for k in (*COMMON_SPARK_KEYS, *spark_keys)}
     out: dict[str, tuple[str, str]] = {}
     for var in sorted(env):
-        if not var.startswith(ENV_PREFIX):
+        if not var.startswith(ENV_PREFIX) or var in INTERNAL_VARIABLES:
             continue
         value = env[var]
         if value == "":

@@ -138,3 +138,41 @@ spark.log.level = ERROR
           f"{len(dupes)} duplicated")
     assert at_kill < len(produced)
     assert not dupes and sorted(got) == sorted(produced)
+
+
+@pytest.mark.parametrize("target", ["launcher", "group"])
+def test_sigkill_of_the_launcher_ends_the_whole_datanode(etcd_server, broker, etcd_root, tmp_path, target):
+    """spark-submit.sh puts spark-submit in a process group of its own (so Ctrl-C reaches only the
+    launcher): a SIGKILL of the launcher, or of its group, must still end the driver, the JVM and
+    the Python workers (the driver's lifeline stops it, and spark-submit exits with it)."""
+    conf = tmp_path / "datanode.conf"
+    conf.write_text(f"""
+etcd.endpoints = {etcd_server.endpoint}
+etcd.root = {etcd_root}
+mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
+storage.root = {tmp_path / "delta"}
+spark.master = local[2]
+spark.ui.enabled = false
+spark.log.level = ERROR
+""")
+    log = tmp_path / "datanode.log"
+    node = start("datanode", conf, log)
+    tree = [node.pid]
+    try:
+        wait_until(lambda: " up: watching " in log.read_text(), 120, "the DataNode to start")
+        tree = descendants(node.pid)
+        assert len(tree) >= 3, tree   # the launcher, the JVM, the driver (and pyspark's workers)
+        if target == "launcher":
+            os.kill(node.pid, signal.SIGKILL)
+        else:
+            os.killpg(node.pid, signal.SIGKILL)
+        node.wait(10)
+        wait_until(lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)], 60,
+                   f"every process of the DataNode to exit after a SIGKILL of the {target}")
+        assert "the launcher (spark-submit.sh, pid" in log.read_text()
+    finally:
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -106,6 +106,14 @@ def test_dispatch_to_admin_commands(monkeypatch, conf_file):
     assert cli.main(["admin", "show-channels", "--conf", str(conf_file)]) == 2  # no function
 
 
+def test_admin_takes_conf_before_or_after_its_command(monkeypatch, conf_file, capsys):
+    _fake_module(monkeypatch, "deltanode.admin.commands", health=lambda conf, args: 3)
+    assert cli.main(["admin", "--conf", str(conf_file), "health"]) == 3
+    assert cli.main(["admin", "health", "--conf", str(conf_file)]) == 3
+    assert cli.main(["admin", "health"]) == 2
+    assert "admin health: --conf FILE is required (before or after health)" in capsys.readouterr().err
+
+
 def test_missing_module_exit_2(monkeypatch, conf_file, capsys):
     def fail(name, *a, **k):
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
