@@ -6,7 +6,9 @@
             group.check()                      # raises ServiceError if a service died
             log.info("progress ...")
 
-``start()`` installs SIGINT/SIGTERM handlers (main thread only) that set ``stop_event``;
+``start()`` installs SIGINT/SIGTERM handlers (main thread only); ``wait()`` turns a signal into
+a stop request within half a second (the handler itself only records it: a handler that
+logged or set an Event could deadlock on a lock the interrupted main thread held);
 ``stop()`` stops everything in reverse order of start, restores the handlers and is safe to
 call twice. A port that is already taken raises PortInUseError at once, naming the port and
 the conf key that chose it.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +34,7 @@ from deltanode.standalone.services import (
 log = logging.getLogger("deltanode.standalone")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNAL_POLL = 0.5   # seconds: how soon wait() notices a signal
 
 
 class ServiceGroup:
@@ -45,6 +49,7 @@ class ServiceGroup:
         self.broker: EmbeddedBroker | None = None
         self._stack: list[tuple[str, Callable[[], None]]] = []
         self._old_handlers: dict[int, object] = {}
+        self._signals: list[int] = []   # appended by the handler, read by wait()
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False
@@ -107,8 +112,18 @@ class ServiceGroup:
         return self.stop_event.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for a stop request; True once stopping."""
-        return self.stop_event.wait(timeout)
+        """Wait for a stop request (or a signal); True once stopping."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._signals and not self.stop_event.is_set():
+                name = signal.Signals(self._signals[0]).name
+                log.info("%s received: stopping", name)
+                self.request_stop(name)
+            left = SIGNAL_POLL if deadline is None else min(SIGNAL_POLL, deadline - time.monotonic())
+            if self.stop_event.wait(max(0.0, left)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def check(self) -> None:
         """Raise ServiceError if an embedded process has exited on its own."""
@@ -142,13 +157,11 @@ class ServiceGroup:
 
     # -- signals
     def _on_signal(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
-        if self.stop_event.is_set():
-            log.warning("%s again while stopping; send it once more to force an exit", name)
-            self._restore_signals()  # the next Ctrl-C raises KeyboardInterrupt
-            return
-        log.info("%s received: stopping", name)
-        self.request_stop(name)
+        # No logging, no Event here (see the module doc). A second signal restores the default
+        # handlers: a third one then ends the process (Ctrl-C raises KeyboardInterrupt).
+        self._signals.append(signum)
+        if len(self._signals) >= 2:
+            self._restore_signals()
 
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
