@@ -25,15 +25,11 @@ def written(storage: StorageLayout, pks: list[int], segment: int = 5, partition:
     writer = BinlogWriter(storage, 1, LAYOUT.insert_schema(), LAYOUT.delete_schema())
     if pks:
         n = len(pks)
-        writer.add_insert(segment, partition, pa.RecordBatch.from_arrays(
-            [pa.array(pks, pa.int64()), pa.array(range(100, 100 + n), pa.int64()), pa.array(pks, pa.int64()),
-             pa.array([segment] * n, pa.int64()), pa.array([partition] * n, pa.int64())],
-            schema=LAYOUT.insert_schema()), 0, 100, 99 + n)
+        columns = [pa.array(pks, pa.int64()), pa.array(range(100, 100 + n), pa.int64()), pa.array(pks, pa.int64())]
+        writer.add_insert(segment, partition, columns, n, 8 * 3 * n, 0, 100, 99 + n)
     if deletes:
         n = len(deletes)
-        writer.add_delete(partition, pa.RecordBatch.from_arrays(
-            [pa.array(deletes, pa.int64()), pa.array([200] * n, pa.int64()), pa.array([partition] * n, pa.int64())],
-            schema=LAYOUT.delete_schema()))
+        writer.add_delete(partition, pa.array(deletes, pa.int64()), pa.array([200] * n, pa.int64()))
     return tuple(writer.close())
 
 

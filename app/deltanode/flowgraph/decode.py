@@ -9,12 +9,14 @@ the caller quarantines the message.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
-from ..wire.schema import CollectionLayout, DataType, FieldSpec, arrow_type
+from ..wire.schema import FLOAT_LIST, CollectionLayout, DataType, FieldSpec
 
 MsgType = common_pb2.MsgType
 # Plain ints on the per-message paths: each attribute read of a protobuf enum wrapper costs
@@ -66,6 +68,12 @@ def parse(value: bytes | None):
         raise Reject(f"{MsgType.Name(msg_type)} payload does not parse: {e}") from None
 
 
+@functools.lru_cache(maxsize=256)
+def _list_offsets(n: int, width: int) -> pa.Array:
+    """Offsets of ``n`` lists of ``width`` values: the same for every message of a size."""
+    return pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+
+
 def _fixed_binary_rows(data: bytes, n: int, width: int, what: str) -> pa.Array:
     if len(data) != n * width:
         raise Reject(f"{what}: {len(data)} bytes for {n} rows of {width} bytes")
@@ -86,8 +94,7 @@ def field_column(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
         values = np.asarray(v.float_vector.data, dtype=np.float32)
         if values.size != n * spec.dim:
             raise Reject(f"field {spec.name!r}: {values.size} floats for {n} rows of dim {spec.dim}")
-        offsets = np.arange(0, (n + 1) * spec.dim, spec.dim, dtype=np.int32)
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), type=arrow_type(spec))
+        return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), pa.array(values), type=FLOAT_LIST)
     if t in (_BINARY_VECTOR, _FLOAT16_VECTOR):
         v = fd.vectors
         if v.dim != spec.dim:
@@ -135,12 +142,15 @@ def insert_columns(layout: CollectionLayout, req: msg_pb2.InsertRequest) -> tupl
     if len(req.rowIDs) != n:
         raise Reject(f"row count mismatch: {len(req.rowIDs)} rowIDs for {n} rows")
     by_id = {fd.field_id: fd for fd in req.fields_data}
-    by_name = {fd.field_name: fd for fd in req.fields_data}
+    by_name = None   # only when a field comes without its id
     cols = []
     for spec in layout.fields:
-        fd = by_id.get(spec.field_id) or by_name.get(spec.name)
+        fd = by_id.get(spec.field_id)
         if fd is None:
-            raise Reject(f"field {spec.name!r} (id {spec.field_id}) missing from the insert")
+            by_name = by_name or {fd.field_name: fd for fd in req.fields_data}
+            fd = by_name.get(spec.name)
+            if fd is None:
+                raise Reject(f"field {spec.name!r} (id {spec.field_id}) missing from the insert")
         cols.append(field_column(spec, fd, n))
     cols.append(pa.array(np.asarray(req.timestamps, dtype=np.uint64).astype(np.int64)))
     cols.append(pa.array(np.asarray(req.rowIDs, dtype=np.int64)))

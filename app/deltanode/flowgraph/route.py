@@ -9,9 +9,6 @@ that does not fit the collection's schema is quarantined with its position and r
 
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
-
 from ..storage.binlog_writer import BinlogWriter, QuarantineRow
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
@@ -50,7 +47,7 @@ class VchannelRouter:
             self.dml_messages += 1
             self.dml_bytes += len(value)
             if msg_type == decode.MSG_INSERT:
-                self._insert(offset, msg)
+                self._insert(offset, msg, len(value))
             else:
                 self._delete(offset, msg)
         except decode.Reject as e:
@@ -63,7 +60,7 @@ class VchannelRouter:
             raise decode.Reject(f"collectionID {msg.collectionID} on vchannel of collection {self.ctx.collection_id}")
         return begin_ts <= self.ctx.seek_ts or msg.partitionID in self.dropped_partitions
 
-    def _insert(self, offset: int, msg) -> None:
+    def _insert(self, offset: int, msg, nbytes: int) -> None:
         if not msg.timestamps:
             raise decode.Reject("insert without timestamps")
         begin_ts, end_ts = min(msg.timestamps), max(msg.timestamps)
@@ -72,10 +69,7 @@ class VchannelRouter:
         if self.replay is not None and not self.replay.admit(msg.segmentID, end_ts):
             return
         cols, n = decode.insert_columns(self.layout, msg)
-        cols.append(pa.array(np.full(n, msg.segmentID, dtype=np.int64)))
-        cols.append(pa.array(np.full(n, msg.partitionID, dtype=np.int64)))
-        self.writer.add_insert(msg.segmentID, msg.partitionID, pa.RecordBatch.from_arrays(cols, schema=self.insert_schema),
-                               offset, begin_ts, end_ts)
+        self.writer.add_insert(msg.segmentID, msg.partitionID, cols, n, nbytes, offset, begin_ts, end_ts)
         self.inserted += n
 
     def _delete(self, offset: int, msg) -> None:
@@ -86,9 +80,7 @@ class VchannelRouter:
         keys, ts, n = decode.delete_columns(self.layout, msg)
         if offset < self.ctx.delete_watermark:
             return  # committed by an earlier attempt of this range
-        partition = pa.array(np.full(n, msg.partitionID, dtype=np.int64))
-        self.writer.add_delete(msg.partitionID, pa.RecordBatch.from_arrays([keys, ts, partition],
-                                                                           schema=self.delete_schema))
+        self.writer.add_delete(msg.partitionID, keys, ts)
         self.deleted += n
 
     def tick(self, ts: int) -> None:

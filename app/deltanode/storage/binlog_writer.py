@@ -3,9 +3,9 @@
 Insert rows go to one parquet file per segment per task (under ``{partition}/{segment}/`` in
 the insert_log table, the Milvus binlog path shape); delete rows to one file per partition
 per task in delta_log (so the driver can retract a partition's deletes after a drop);
-quarantine rows to the quarantine table. Files are written as rows arrive (a row group per
-message), so a task's memory does not grow with its offset range. Nothing is visible to
-readers until the driver commits the files.
+quarantine rows to the quarantine table. Rows are written as they arrive, in row groups of
+``ROW_GROUP_BYTES``, so a task's memory does not grow with its offset range. Nothing is
+visible to readers until the driver commits the files.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
@@ -26,6 +28,12 @@ ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
 # of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain.
 VECTOR_TYPES = (pa.list_(pa.float32()), pa.binary())
+# Statistics kept per table (Delta add-action stats, parquet column statistics), and the
+# columns whose value is the same for a whole file (the last ones of their schema).
+INSERT_STATS = ("_ts", "_row_id", "_segment_id", "_partition_id")
+INSERT_CONSTANTS = ("_segment_id", "_partition_id")
+DELETE_STATS = ("_ts", "_partition_id")
+DELETE_CONSTANTS = ("_partition_id",)
 _made_dirs: set[str] = set()   # per Python worker: each directory is created once
 
 
@@ -65,24 +73,45 @@ class QuarantineRow:
     payload: bytes
 
 
-class _File:
-    def __init__(self, table: str, root: str, rel: str, schema: pa.Schema, stat_cols: list[str],
-                 segment_id: int = -1, partition_id: int = -1, plain: frozenset[str] = frozenset()) -> None:
-        self.fs, base = filesystem(root)
-        self.table, self.rel, self.schema = table, rel, schema
-        self.path = f"{base}/{rel}"
-        self.segment_id, self.partition_id = segment_id, partition_id
-        self.stat_cols = stat_cols
-        compression = {f.name: "none" if f.name in plain else "snappy" for f in schema}
-        self.writer = pq.ParquetWriter(self._open(), schema, compression=compression,
-                                       write_statistics=stat_cols, use_dictionary=stat_cols)
-        self.rows = 0
-        self.min: dict = {}
-        self.max: dict = {}
-        self._pending: list[pa.RecordBatch] = []
-        self._pending_bytes = 0
+@dataclass(frozen=True)
+class _FileFormat:
+    """How one table's files are written: built once per writer, shared by its files."""
 
-    def _open(self):
+    schema: pa.Schema
+    stat_cols: tuple[str, ...]     # min/max in the add action's stats (and parquet statistics)
+    compression: dict[str, str]
+    constants: tuple[str, ...] = ()  # columns with one value per file, appended at flush
+
+    @classmethod
+    def of(cls, schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = ()) -> _FileFormat:
+        plain = {f.name for f in schema if f.type in VECTOR_TYPES}
+        return cls(schema, stat_cols, {f.name: "none" if f.name in plain else "snappy" for f in schema}, constants)
+
+
+class _File:
+    """One parquet file being written; rows are buffered into row groups of ``ROW_GROUP_BYTES``.
+
+    A piece is a list of columns (the format's schema without its constant columns). The
+    constant columns (a binlog's segment and partition) are built once per row group, and
+    their statistics are known without computing them.
+    """
+
+    def __init__(self, fs: pafs.FileSystem, base: str, table: str, rel: str, fmt: _FileFormat,
+                 constants: dict[str, int] | None = None, segment_id: int = -1, partition_id: int = -1) -> None:
+        self.fs, self.table, self.rel, self.fmt = fs, table, rel, fmt
+        self.path = f"{base}/{rel}"
+        self.constants = constants or {}
+        self.segment_id, self.partition_id = segment_id, partition_id
+        self.sink = self._open()
+        self.writer = pq.ParquetWriter(self.sink, fmt.schema, compression=fmt.compression,
+                                       write_statistics=list(fmt.stat_cols), use_dictionary=list(fmt.stat_cols))
+        self.rows = 0
+        self.min: dict = dict(self.constants)
+        self.max: dict = dict(self.constants)
+        self._pending: list[list[pa.Array]] = []
+        self._pending_rows = self._pending_bytes = 0
+
+    def _open(self) -> pa.NativeFile:
         parent = self.path.rsplit("/", 1)[0]
         if parent not in _made_dirs:
             self.fs.create_dir(parent, recursive=True)
@@ -93,20 +122,27 @@ class _File:
             self.fs.create_dir(parent, recursive=True)
             return self.fs.open_output_stream(self.path)
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        self._pending.append(batch)
-        self._pending_bytes += batch.nbytes
+    def write(self, columns: list[pa.Array], rows: int, nbytes: int) -> None:
+        """Buffer one piece; ``nbytes`` is its size as far as the row-group bound goes."""
+        self._pending.append(columns)
+        self._pending_rows += rows
+        self._pending_bytes += nbytes
         if self._pending_bytes >= ROW_GROUP_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
             return
-        group = pa.Table.from_batches(self._pending, self.schema)
-        self._pending, self._pending_bytes = [], 0
+        n, pieces = self._pending_rows, self._pending
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        columns = [pa.chunked_array([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+        columns += [pa.array(np.full(n, self.constants[name], dtype=np.int64)) for name in self.fmt.constants]
+        group = pa.Table.from_arrays(columns, schema=self.fmt.schema)
         self.writer.write_table(group)
-        self.rows += group.num_rows
-        for col in self.stat_cols:
+        self.rows += n
+        for col in self.fmt.stat_cols:
+            if col in self.constants:
+                continue
             mm = pc.min_max(group.column(col))
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if lo is not None:
@@ -114,9 +150,11 @@ class _File:
                 self.max[col] = hi if col not in self.max else max(self.max[col], hi)
 
     def close(self) -> FileEntry:
+        """Write the footer and close the file (on an object store, close is what uploads it)."""
         self._flush()
         self.writer.close()
-        size = self.fs.get_file_info(self.path).size
+        size = self.sink.tell()
+        self.sink.close()
         stats = json.dumps({"numRecords": self.rows, "minValues": self.min, "maxValues": self.max,
                             "nullCount": {c: 0 for c in self.min}})
         return FileEntry(self.table, self.rel, size, self.rows, stats, self.segment_id, self.partition_id)
@@ -129,49 +167,56 @@ class BinlogWriter:
                  delete_schema: pa.Schema) -> None:
         self.roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
                       QUARANTINE_TABLE: storage.quarantine()}
-        self.insert_schema, self.delete_schema = insert_schema, delete_schema
-        self._plain = frozenset(f.name for f in insert_schema if f.type in VECTOR_TYPES)
+        self._formats = {INSERT_TABLE: _FileFormat.of(insert_schema, INSERT_STATS, INSERT_CONSTANTS),
+                         DELETE_TABLE: _FileFormat.of(delete_schema, DELETE_STATS, DELETE_CONSTANTS),
+                         QUARANTINE_TABLE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
+        self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
         self._deletes: dict[int, _File] = {}
         self._quarantine: _File | None = None
         self.segments: dict[int, SegmentStats] = {}
 
-    def _name(self) -> str:
-        return f"part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
+    def _new_file(self, table: str, rel_dir: str, constants: dict[str, int] | None = None, segment_id: int = -1,
+                  partition_id: int = -1) -> _File:
+        fs_base = self._filesystems.get(table)
+        if fs_base is None:
+            fs_base = self._filesystems[table] = filesystem(self.roots[table])
+        rel = f"{rel_dir}part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
+        return _File(*fs_base, table, rel, self._formats[table], constants, segment_id, partition_id)
 
-    def add_insert(self, segment: int, partition: int, rows: pa.RecordBatch, offset: int, min_ts: int,
-                   max_ts: int) -> None:
+    def add_insert(self, segment: int, partition: int, columns: list[pa.Array], rows: int, nbytes: int, offset: int,
+                   min_ts: int, max_ts: int) -> None:
+        """One message's rows: ``columns`` are the insert schema's but its segment and partition."""
         f = self._segments.get(segment)
         if f is None:
-            f = self._segments[segment] = _File(INSERT_TABLE, self.roots[INSERT_TABLE],
-                                                f"{partition}/{segment}/{self._name()}", self.insert_schema,
-                                                ["_ts", "_row_id", "_segment_id", "_partition_id"], segment, partition,
-                                                self._plain)
-        f.write(rows)
+            f = self._segments[segment] = self._new_file(
+                INSERT_TABLE, f"{partition}/{segment}/", {"_segment_id": segment, "_partition_id": partition},
+                segment, partition)
+        f.write(columns, rows, nbytes)
         st = self.segments.get(segment)
         if st is None:
             st = self.segments[segment] = SegmentStats(partition, 0, min_ts, max_ts, offset, min_ts)
-        st.rows += rows.num_rows
+        st.rows += rows
         st.min_ts, st.max_ts = min(st.min_ts, min_ts), max(st.max_ts, max_ts)
         if offset < st.first_offset:
             st.first_offset, st.first_ts = offset, min_ts
 
-    def add_delete(self, partition: int, rows: pa.RecordBatch) -> None:
+    def add_delete(self, partition: int, keys: pa.Array, timestamps: pa.Array) -> None:
         f = self._deletes.get(partition)
         if f is None:
-            f = self._deletes[partition] = _File(DELETE_TABLE, self.roots[DELETE_TABLE], self._name(),
-                                                 self.delete_schema, ["_ts", "_partition_id"], partition_id=partition)
-        f.write(rows)
+            f = self._deletes[partition] = self._new_file(DELETE_TABLE, "", {"_partition_id": partition},
+                                                          partition_id=partition)
+        f.write([keys, timestamps], len(keys), keys.nbytes + timestamps.nbytes)
 
     def add_quarantine(self, row: QuarantineRow) -> None:
         if self._quarantine is None:
-            self._quarantine = _File(QUARANTINE_TABLE, self.roots[QUARANTINE_TABLE], self._name(),
-                                     QUARANTINE_SCHEMA, ["offset"])
-        self._quarantine.write(pa.RecordBatch.from_pydict({
+            self._quarantine = self._new_file(QUARANTINE_TABLE, "")
+        batch = pa.RecordBatch.from_pydict({
             "vchannel": [row.vchannel], "pchannel": [row.pchannel], "partition": [row.partition],
             "offset": [row.offset], "msg_type": [row.msg_type], "reason": [row.reason], "payload": [row.payload],
-            "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA))
+            "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA)
+        self._quarantine.write(batch.columns, 1, len(row.payload))
 
     def close(self) -> list[FileEntry]:
         return [f.close() for f in [*self._segments.values(), *self._deletes.values(), self._quarantine]
