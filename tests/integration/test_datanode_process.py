@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,54 +17,10 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
+from .processes import descendants, start, stop, zombie
 from .support import SCHEMA, high_watermark, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.spark
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (spark-submit puts the JVM in a group of its own,
-    and pyspark's worker daemon makes yet another: a process-group kill would miss some)."""
-    children: dict[int, list[int]] = collections.defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children[ppid].append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def start(what: str, conf: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(ROOT / "spark-submit.sh"), what, "--conf", str(conf)], cwd=ROOT,
-                            stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen, sig: int) -> None:
-    """Send ``sig`` to the launcher's whole tree; every process of it must be gone within 60 s."""
-    tree = descendants(proc.pid)
-    for pid in tree:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=60)
-    wait_until(lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)], 60,
-               f"every process of {proc.args[1]} to exit after {signal.Signals(sig).name}")
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, broker, etcd_root, tmp_path):
@@ -167,7 +122,7 @@ spark.log.level = ERROR
         else:
             os.killpg(node.pid, signal.SIGKILL)
         node.wait(10)
-        wait_until(lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not _zombie(p)], 60,
+        wait_until(lambda: not [p for p in tree if Path(f"/proc/{p}").exists() and not zombie(p)], 60,
                    f"every process of the DataNode to exit after a SIGKILL of the {target}")
         assert "the launcher (spark-submit.sh, pid" in log.read_text()
     finally:

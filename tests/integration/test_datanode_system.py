@@ -77,8 +77,10 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
         produce(20)
         wait_until(lambda: len(rows()) >= 500, 90, "node A to commit some rows")
 
-        # Node A turns zombie: its watcher goes deaf and its lease is revoked, but its
-        # flowgraphs keep running. Node B joins; the coordinator moves the channels to it.
+        # Node A turns zombie: its watcher goes deaf and its lease is revoked, while its
+        # flowgraphs run on until it learns of the loss (whatever they try to commit meanwhile,
+        # the fence refuses). Node B joins; the coordinator moves the channels to it.
+        first_id = node_a.node_id
         node_a.watcher.stop()
         node_b = DataNode(conf, spark).start()
         client.revoke_lease(node_a.session.lease_id)
@@ -91,8 +93,10 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
         producer.flush_producer()
         wait_until(lambda: len(set(rows())) >= len(produced), 120, "node B to commit everything")
         time.sleep(2)  # give a zombie commit the chance to land, if the fence let it
-        errors = [row["last_error"] for row in node_a.progress()]   # why A's flowgraphs stopped
-        assert errors and all("OwnershipLost" in e for e in errors), errors
+        # A learnt from etcd that its session was gone: it released its channels and registered anew.
+        assert node_a.sessions_lost == 1 and node_a.node_id not in (first_id, node_b.node_id)
+        errors = [row["last_error"] for row in node_a.progress()]
+        assert all("OwnershipLost" in e for e in errors), errors
     finally:
         stop.set()
         for node in (node_a, node_b):

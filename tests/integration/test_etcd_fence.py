@@ -1,4 +1,5 @@
-"""OwnershipFence against a real etcd through its JSON gateway: one check for many vchannels."""
+"""OwnershipFence against a real etcd through its JSON gateway: one check for many vchannels; refusals
+only on etcd's answer."""
 
 from __future__ import annotations
 
@@ -68,13 +69,20 @@ def test_fails_on_a_value_that_is_not_a_watch_info(client, etcd_server, etcd_roo
     assert "does not hold a ChannelWatchInfo" in lost[VCHANNEL]
 
 
-def test_fails_closed_when_etcd_is_unreachable(etcd_root):
+def test_passes_while_etcd_is_unreachable_and_records_since_when(client, etcd_server, etcd_root, session):
+    """Fail-open: the commit's txn check is the single-writer guarantee; the fence only refuses on etcd's word."""
+    write_watch(client, etcd_root, session.server_id, S.ToRelease)
     dead = f"127.0.0.1:{free_port()}"
-    fence = OwnershipFence(dead, etcd_root, 1, timeout=1.0)
+    fence = OwnershipFence(dead, etcd_root, session.server_id, timeout=1.0, probe_interval=0.0)
     started = time.monotonic()
-    lost = fence.check([VCHANNEL, "other_1v0"])
-    assert set(lost) == {VCHANNEL, "other_1v0"} and f"unreachable at '{dead}'" in lost[VCHANNEL]
+    assert fence.check([VCHANNEL, "other_1v0"]) == {}
     assert time.monotonic() - started < 2
+    assert not fence.reachable and f"unreachable at '{dead}'" in fence.reachability.describe()
+    since = fence.reachability.down_since
+    assert fence.check([VCHANNEL]) == {} and fence.reachability.down_since == since   # one outage, one start
+    fence.endpoints = etcd_server.endpoint    # etcd answers again: its word counts at once
+    assert "ToRelease" in fence.check([VCHANNEL])[VCHANNEL]
+    assert fence.reachable and fence.reachability.describe() is None
 
 
 def test_falls_back_to_the_next_endpoint(client, etcd_server, etcd_root, session):

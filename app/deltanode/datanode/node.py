@@ -3,6 +3,13 @@
 The etcd client's background thread keeps the session lease alive and delivers channel
 watch events; the pipeline's thread runs the cycles; the main thread only polls. A DataNode
 never calls the coordinator: it persists on its own, fenced by its session and its watch keys.
+
+etcd away does not stop it: the vchannels it owns keep committing (each commit is a
+compare-and-swap on the vchannel's Delta ``txn``, see ``storage.commit``), and the outage is
+reported (``Reachability``). When etcd answers that the session is gone (its lease expired
+meanwhile), the coordinator is already reassigning its channels: the node releases them,
+registers a new session and watches what it is given under the new server ID. Milvus's
+DataNode exits instead (TriggerKill); no DeltaNode process exits because etcd was away.
 """
 
 from __future__ import annotations
@@ -14,9 +21,10 @@ from pyspark.sql import SparkSession
 
 from ..config import Conf
 from ..datanode.channel_watch import ChannelWatcher
-from ..etcd.client import EtcdClient
+from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
-from ..etcd.session import Session
+from ..etcd.reachability import Reachability
+from ..etcd.session import Session, SessionError
 from ..mq.broker import Broker
 from ..pipeline.pipeline import Pipeline, PipelineSettings
 from ..pipeline.plan import Limits
@@ -41,21 +49,25 @@ def broker_of(conf: Conf) -> Broker:
     return Broker(conf.get("mq.type"), conf.get("mq.kafka.bootstrap.servers"))
 
 
-class SessionLost(RuntimeError):
-    """The etcd session expired: another node may already own this node's channels."""
+REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register a new session
 
 
 class DataNode:
     def __init__(self, conf: Conf, spark: SparkSession) -> None:
         self.conf = conf
         self.spark = spark
-        self.lost = threading.Event()
-        self.lost_reason = ""
+        self.reachability = Reachability(conf.get("etcd.endpoints"))
         self.client: EtcdClient | None = None
         self.session: Session | None = None
         self.watcher: ChannelWatcher | None = None
         self.pipeline: Pipeline | None = None
         self.flowgraphs: FlowgraphManager | None = None
+        self.fence: OwnershipFence | None = None
+        self.sessions_lost = 0
+        self._lost: list[str] = []            # reasons, appended by etcd threads
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._rejoiner: threading.Thread | None = None
 
     @property
     def node_id(self) -> int:
@@ -63,35 +75,83 @@ class DataNode:
 
     def start(self) -> "DataNode":
         conf = self.conf
-        root = conf.get("etcd.root")
         self.client = EtcdClient(conf.get("etcd.endpoints"))
-        self.session = Session(self.client, root, "datanode", conf.get("datanode.address"),
-                               ttl=max(1, int(conf.get("session.ttl"))), on_lost=self._on_lost)
+        self.fence = OwnershipFence(conf.get("etcd.endpoints"), conf.get("etcd.root"), 0,
+                                    reachability=self.reachability)
         self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), broker_of(conf),
-                                 pipeline_settings(conf), node_id=self.session.server_id,
-                                 fence=OwnershipFence(conf.get("etcd.endpoints"), root, self.session.server_id)).start()
+                                 pipeline_settings(conf), fence=self.fence)
         self.flowgraphs = FlowgraphManager(self.pipeline)
-        self.watcher = ChannelWatcher(self.client, root, self.session.server_id, self.flowgraphs).start()
-        log.info("DataNode %d up: watching %s/channelwatch/%d/", self.node_id, root, self.node_id)
+        self.pipeline.start()
+        self._register()
+        self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
+        self._rejoiner.start()
         return self
 
+    def _register(self) -> None:
+        """Take a session (a new server ID) and follow the channel watch keys of that ID."""
+        root = self.conf.get("etcd.root")
+        session = Session(self.client, root, "datanode", self.conf.get("datanode.address"),
+                          ttl=max(1, int(self.conf.get("session.ttl"))), on_lost=self._on_lost,
+                          reachability=self.reachability)
+        self.session = session
+        self.fence.node_id = self.pipeline.node_id = session.server_id
+        self.watcher = ChannelWatcher(self.client, root, session.server_id, self.flowgraphs).start()
+        log.info("DataNode %d up: watching %s/channelwatch/%d/", session.server_id, root, session.server_id)
+
     def _on_lost(self, reason: str) -> None:
-        self.lost_reason = reason
-        self.lost.set()
+        """Runs on an etcd thread: only records (the rejoin thread does the work)."""
+        self._lost.append(reason)
+        self._wake.set()
+
+    def _rejoin_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping.is_set() or not self._lost:
+                continue
+            reason, self._lost[:] = self._lost[-1], []
+            self._rejoin(reason)
+
+    def _rejoin(self, reason: str) -> None:
+        old = self.node_id
+        self.sessions_lost += 1
+        log.error("DataNode %d lost its etcd session (%s): the coordinator is reassigning its channels; "
+                  "releasing them and registering a new session", old, reason)
+        self.watcher.stop(timeout=10)
+        for vchannel in self.pipeline.vchannels():
+            self.flowgraphs.release(vchannel)
+        self.session.close()
+        attempt = 0
+        while not self._stopping.is_set():
+            try:
+                self._register()
+                log.warning("DataNode %d registered again as DataNode %d", old, self.node_id)
+                return
+            except (EtcdError, SessionError) as exc:
+                delay = REJOIN_BACKOFF[min(attempt, len(REJOIN_BACKOFF) - 1)]
+                attempt += 1
+                log.warning("registering a new session failed (%s); again in %.0f s", exc, delay)
+                self._stopping.wait(delay)
 
     def poll(self) -> None:
-        """Run from the main loop; raises SessionLost once the session is gone, RuntimeError if the
-        pipeline's thread ended (it catches every cycle's errors, so only a bug gets here)."""
-        if self.lost.is_set():
-            raise SessionLost(f"DataNode {self.node_id} lost its etcd session ({self.lost_reason}); "
-                              f"its channels are being reassigned")
+        """Run from the main loop; raises RuntimeError if the pipeline's thread ended (it catches
+        every cycle's errors, so only a bug gets here)."""
         if not self.pipeline.alive:
             raise RuntimeError(f"DataNode {self.node_id}: its pipeline loop stopped")
 
     def progress(self) -> list[dict]:
         return self.flowgraphs.progress() if self.flowgraphs else []
 
+    def alerts(self) -> list[str]:
+        """Node-level conditions for the progress reports (an etcd outage)."""
+        outage = self.reachability.describe()
+        return [f"{outage}; committing on Delta's txn check alone"] if outage else []
+
     def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._rejoiner is not None:
+            self._rejoiner.join(timeout=15)
         if self.watcher is not None:
             self.watcher.stop(timeout=10)
         if self.pipeline is not None:

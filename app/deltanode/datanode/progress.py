@@ -37,15 +37,17 @@ class ProgressReporter:
         self.interval = interval
         self._next = time.monotonic() + interval
 
-    def maybe_report(self, progress: Callable[[], list[dict]]) -> None:
-        """Log ``progress()`` if the interval has passed (it is only computed then: at 1,000
-        vchannels it costs a few milliseconds)."""
+    def maybe_report(self, progress: Callable[[], list[dict]], alerts: Callable[[], list[str]] = list) -> None:
+        """Log ``progress()`` and ``alerts()`` (node-level conditions, at WARNING) if the interval has
+        passed (they are only computed then: at 1,000 vchannels progress costs a few milliseconds)."""
         now = time.monotonic()
         if now < self._next:
             return
         self._next = now + self.interval
         rows = progress()
         log.info("%s", summary(rows))
+        for alert in alerts():
+            log.warning("%s", alert)
         for row in rows:
             if row["status"] != "running" or (row.get("lag_messages") or 0) >= LAGGING or len(rows) <= 8:
                 log.info("%s", describe(row))

@@ -8,7 +8,7 @@ import signal
 import time
 
 from ..config import Conf
-from .node import DataNode, SessionLost
+from .node import DataNode
 from .progress import ProgressReporter
 from .spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 
@@ -35,13 +35,10 @@ def run(conf: Conf) -> int:
         node.start()
         while not signals:
             node.poll()
-            reporter.maybe_report(node.progress)
+            reporter.maybe_report(node.progress, node.alerts)
             time.sleep(1.0)
         log.info("stopping")
         return 0
-    except SessionLost as e:
-        log.error("%s", e)
-        return 1
     finally:
         node.stop()
         if not stop_spark(spark):

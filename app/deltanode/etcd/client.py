@@ -22,6 +22,7 @@ import aetcd
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.errors import EtcdError, EtcdUnavailable, describe
 from deltanode.etcd.keepalive import KeepAlive
+from deltanode.etcd.reachability import Reachability
 from deltanode.etcd.watch import PrefixWatch, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -237,9 +238,10 @@ class EtcdClient:
             raise
         return True
 
-    def keep_alive(self, lease_id: int, ttl: int, on_lost: Callable[[str], None]) -> KeepAlive:
+    def keep_alive(self, lease_id: int, ttl: int, on_lost: Callable[[str], None],
+                   reachability: Reachability | None = None) -> KeepAlive:
         """Refresh ``lease_id`` from the etcd loop until cancelled; see :class:`KeepAlive`."""
-        return KeepAlive(self, lease_id, ttl, on_lost)
+        return KeepAlive(self, lease_id, ttl, on_lost, reachability)
 
     # -- watches ----------------------------------------------------------------------
 

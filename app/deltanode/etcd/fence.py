@@ -1,21 +1,28 @@
-"""The single-writer check run right before a Delta commit.
+"""The ownership check run right before a Delta commit.
 
 The pipeline checks once per cycle, before it commits, for every vchannel it is about to
 commit. This module only uses the standard library: it reads etcd through its JSON gateway
 (``POST /v3/kv/txn``, served by etcd 3.4+), independent of the node's gRPC client and its
 background loop, and decodes the one field it needs from ChannelWatchInfo by hand. A check
 costs one HTTP round trip.
+
+The fence refuses a commit only on etcd's answer: the session is gone, the watch key is
+gone or says the channel is being taken away. When etcd cannot be asked, it passes: the
+single-writer guarantee is the Delta commit's, a compare-and-swap on the vchannel's ``txn``
+that refuses a writer which did not start from the latest checkpoint (``storage.commit``).
+The fence only makes a node that etcd has told to stop stop sooner.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import urllib.error
+import time
 import urllib.request
 
 from deltanode.etcd import keys
 from deltanode.etcd.endpoints import parse_endpoints
+from deltanode.etcd.reachability import Reachability
 
 # datapb.ChannelWatchState values and names, repeated here to keep this module light.
 _TO_WATCH, _WATCH_SUCCESS = 2, 3
@@ -24,27 +31,35 @@ _STATE_NAMES = {0: "Uncomplete", 1: "Complete", 2: "ToWatch", 3: "WatchSuccess",
 _STATE_FIELD = 3  # ChannelWatchInfo.state
 
 
-class OwnershipLost(Exception):
-    """This node may no longer write the channel; ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+class EtcdNoAnswer(Exception):
+    """etcd could not be asked, or gave an answer that says nothing about ownership."""
 
 
 class OwnershipFence:
-    """Passes a vchannel only while ``node_id`` holds a live session and the vchannel is assigned to it.
+    """Refuses a vchannel once etcd says ``node_id`` has no live session or does not hold the vchannel.
 
     One check reads the session key and the node's whole watch prefix in one transaction
-    (one HTTP round trip, whatever the number of vchannels). Fails closed: when etcd cannot
-    be asked, ownership counts as lost.
+    (one HTTP round trip, whatever the number of vchannels). When etcd cannot be asked the
+    check passes and ``reachability`` records the outage (see the module docstring).
     """
 
-    def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 2.0) -> None:
+    def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 2.0,
+                 reachability: Reachability | None = None, probe_interval: float = 5.0) -> None:
         self.endpoints = endpoints
         self.root = root
         self.node_id = node_id
         self.timeout = timeout
+        self.reachability = reachability or Reachability(endpoints)
+        # While etcd does not answer, ask it again only every ``probe_interval`` seconds: a
+        # frozen etcd accepts connections and answers nothing, so each check would hold the
+        # cycle for ``timeout``.
+        self.probe_interval = probe_interval
+        self._next_probe = 0.0
+
+    @property
+    def reachable(self) -> bool:
+        """False while etcd's last answer to this node failed (an outage is under way)."""
+        return self.reachability.down_since is None
 
     @property
     def session_key(self) -> str:
@@ -52,10 +67,15 @@ class OwnershipFence:
 
     def check(self, vchannels: list[str]) -> dict[str, str]:
         """The vchannels of ``vchannels`` this node may no longer write, each with the reason."""
+        if not self.reachable and time.monotonic() < self._next_probe:
+            return {}
         try:
             session, watches = self._read()
-        except OwnershipLost as e:
-            return {v: e.reason for v in vchannels}
+        except EtcdNoAnswer as e:
+            self.reachability.failed(str(e))
+            self._next_probe = time.monotonic() + self.probe_interval
+            return {}
+        self.reachability.answered()
         if session is None:
             why = f"DataNode {self.node_id} has no live etcd session ({self.session_key} is gone)"
             return {v: why for v in vchannels}
@@ -95,13 +115,13 @@ class OwnershipFence:
                 continue
             responses = reply.get("responses", [])
             if len(responses) != 2:
-                raise OwnershipLost(f"etcd at {host}:{port} answered the fence check with {reply!r}")
+                raise EtcdNoAnswer(f"etcd at {host}:{port} answered the fence check with {str(reply)[:200]}")
             kvs = [r.get("response_range", {}).get("kvs", []) for r in responses]
             session = base64.b64decode(kvs[0][0].get("value", "")) if kvs[0] else None
             return session, {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", ""))
                              for kv in kvs[1]}
-        raise OwnershipLost(f"cannot check channel ownership, etcd is unreachable at "
-                            f"{self.endpoints!r}: {'; '.join(errors)}")
+        raise EtcdNoAnswer(f"cannot check channel ownership, etcd is unreachable at "
+                           f"{self.endpoints!r}: {'; '.join(errors)}")
 
 
 def _prefix_end(prefix: str) -> str:

@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from deltanode.etcd.errors import describe
+from deltanode.etcd.reachability import Reachability
 
 if TYPE_CHECKING:
     from deltanode.etcd.client import EtcdClient
-
-log = logging.getLogger(__name__)
 
 
 class KeepAlive:
     """Refreshes a lease every third of its TTL until cancelled.
 
-    ``on_lost(reason)`` is called once, on a new thread, when etcd reports the lease gone
-    or when no refresh has succeeded for a whole TTL (etcd may have expired it by then).
-    Refreshing stops after that.
+    ``on_lost(reason)`` is called once, on a new thread, when etcd answers that the lease is
+    gone; refreshing stops after that. Failed refreshes only go to ``reachability``: while
+    etcd cannot be asked nobody knows whether the lease is still alive (a frozen etcd does
+    not expire leases either), so the loss is declared on etcd's answer, never by a timer.
     """
 
     def __init__(self, client: EtcdClient, lease_id: int, ttl: int,
-                 on_lost: Callable[[str], None]) -> None:
+                 on_lost: Callable[[str], None], reachability: Reachability | None = None) -> None:
         self.lease_id = lease_id
         self.ttl = ttl
         self._client = client
         self._on_lost = on_lost
+        self._reachability = reachability or Reachability(client.endpoints)
         self._interval = max(ttl / 3, 0.1)
         self._done = False
         self._task = client._spawn(self._run())
@@ -43,24 +43,18 @@ class KeepAlive:
         self._client._cancel(self._task)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        last_ok = loop.time()
         while True:
             await asyncio.sleep(self._interval)
             try:
                 reply = await asyncio.wait_for(self._client._aio.refresh_lease(self.lease_id), self._interval)
                 ttl = reply.TTL
             except Exception as exc:
-                if loop.time() - last_ok >= self.ttl:
-                    self._lost(f"etcd lease {self.lease_id:x} not refreshed for {self.ttl} s: "
-                               f"{describe(exc)}")
-                    return
-                log.warning("refreshing etcd lease %x failed: %s", self.lease_id, describe(exc))
+                self._reachability.failed(f"refreshing lease {self.lease_id:x}: {describe(exc)}")
                 continue
+            self._reachability.answered()
             if ttl <= 0:
                 self._lost(f"etcd lease {self.lease_id:x} expired or was revoked")
                 return
-            last_ok = loop.time()
 
     def _lost(self, reason: str) -> None:
         self._done = True

@@ -15,6 +15,7 @@ from typing import Any
 
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdError, KeepAlive, PrefixWatch
+from deltanode.etcd.reachability import Reachability
 from deltanode.etcd.watch import DELETE, PUT, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -53,14 +54,15 @@ def allocate_server_id(client: EtcdClient, root: str, attempts: int = 100) -> in
 class Session:
     """A live registration of one node of a non-exclusive role (datanode, querynode, ...).
 
-    ``on_lost(reason)`` is called at most once, when the lease could not be kept alive for
-    a whole TTL, etcd reports it revoked, or the session key is deleted. Milvus kills the
-    process at that point (TriggerKill); here the owner decides, typically by closing its
-    channels, since the coordinator is already handing them to other nodes.
+    ``on_lost(reason)`` is called at most once, when etcd answers that the lease expired or
+    was revoked, or the session key is deleted; an etcd that does not answer is only
+    reported to ``reachability``. Milvus kills the process at that point (TriggerKill); a
+    DataNode registers a new session instead and goes on (``datanode.node``).
     """
 
     def __init__(self, client: EtcdClient, root: str, role: str = "datanode", address: str = "",
-                 ttl: int = 30, on_lost: Callable[[str], None] | None = None) -> None:
+                 ttl: int = 30, on_lost: Callable[[str], None] | None = None,
+                 reachability: Reachability | None = None) -> None:
         self.role = role
         self.address = address
         self.ttl = ttl
@@ -79,7 +81,7 @@ class Session:
                 raise SessionError(f"session key {self.key} already exists; "
                                    f"was server ID {self.server_id} handed out twice?")
             self._watch = client.watch_prefix(self.key, self._on_event)
-            self._keepalive = client.keep_alive(self.lease_id, ttl, self._mark_lost)
+            self._keepalive = client.keep_alive(self.lease_id, ttl, self._mark_lost, reachability)
         except BaseException:
             client.revoke_lease(self.lease_id)
             raise

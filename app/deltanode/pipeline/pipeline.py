@@ -48,10 +48,15 @@ log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-pipeline"
 CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
+COMMIT_REFUSED = "CommitRefused"   # the error prefix of a vchannel whose Delta commit was refused
 
 
 class Fence(Protocol):
-    """The single-writer check before a commit (``etcd.fence.OwnershipFence``)."""
+    """The ownership check before a commit (``etcd.fence.OwnershipFence``)."""
+
+    @property
+    def reachable(self) -> bool:
+        """False while the source of ownership (etcd) cannot be asked."""
 
     def check(self, vchannels: list[str]) -> dict[str, str]:
         """The vchannels this node may no longer write, each with the reason."""
@@ -262,6 +267,10 @@ class Pipeline:
     def _reload_failed(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
         for fg in members.values():
             if fg.status == FAILED and now >= fg.retry_at:
+                if fg.last_error.startswith(COMMIT_REFUSED) and self.fence is not None and not self.fence.reachable:
+                    # Another node committed this vchannel, and etcd cannot say whose it is now:
+                    # restarting would only take turns with that node, each refusing the other.
+                    continue
                 try:
                     self._load(fg)
                     log.info("%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
@@ -399,7 +408,7 @@ class Pipeline:
                     fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
                     report.vchannels_committed += 1
                 elif fg.vchannel in result.refused:
-                    self._fail(fg, f"CommitRefused: {result.refused[fg.vchannel]}", now, report)
+                    self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report)
 
     def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None) -> None:
         discard(self.storage, fg.collection_id, fg.fail(why, now))

@@ -6,7 +6,7 @@ import logging
 
 from ..config import Conf
 from ..datacoord.coordinator import DataCoord
-from ..datanode.node import DataNode, SessionLost
+from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
 from ..datanode.run import require_kafka
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
@@ -46,13 +46,9 @@ def run(conf: Conf) -> int:
         log.info("standalone up: etcd %s, broker %s, Delta tables under %s; Ctrl-C to stop",
                  conf.get("etcd.endpoints"), bootstrap, conf.get("storage.root"))
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
-        try:
-            while not group.wait(1.0):
-                group.check()
-                node.poll()
-                reporter.maybe_report(node.progress)
-        except SessionLost as e:
-            log.error("%s", e)
-            return 1
+        while not group.wait(1.0):
+            group.check()
+            node.poll()
+            reporter.maybe_report(node.progress, node.alerts)
         log.info("stopping (%s)", group.stop_reason or "requested")
     return 0
