@@ -266,6 +266,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("session.ttl", "duration", "30s", "etcd lease TTL of a node session", min=1),
     _k("datacoord.watch.timeout", "duration", "300s",
        "how long a channel watch may stay unacknowledged before it is reassigned", min=1),
+    _k("datacoord.channel.balance", "bool", "true",
+       "move channels, one at a time, from the most loaded DataNode to one holding two or more fewer "
+       "(a DataNode that joins takes over its share)"),
     _k("standalone.progress.interval", "duration", "10s",
        "standalone: how often progress is logged", min=0.1),
     _k("log.level", "enum", "INFO", "log level of the DeltaNode processes",

@@ -47,7 +47,8 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
     root = conf.get("etcd.root")
     storage = StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
-    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5).start()
+    # No balance: node A comes back under a new session, and the test follows the channels to B only.
+    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5, balance=False).start()
     node_a = DataNode(conf, spark).start()
     schema = schema_from_json(SCHEMA, "sys")
     record = create_collection(client, root, conf.get("mq.kafka.bootstrap.servers"), "sys", schema, 2,
@@ -111,3 +112,69 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
     for v in record.vchannels:
         state = meta.channel_state(storage, record.collection_id, v)
         assert state.node_id == node_b.node_id  # the last commits came from B
+
+
+def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(spark, conf):
+    root = conf.get("etcd.root")
+    storage = StorageLayout(conf.get("storage.root"))
+    client = EtcdClient(conf.get("etcd.endpoints"))
+    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5).start()
+    node_a = DataNode(conf, spark).start()
+    bootstrap = conf.get("mq.kafka.bootstrap.servers")
+    stop = threading.Event()
+    collections_ = []
+    for name in ("join_a", "join_b"):
+        schema = schema_from_json(SCHEMA, name)
+        record = create_collection(client, root, bootstrap, name, schema, 2, conf.get("mq.pchannel.prefix"),
+                                   conf.get("mq.pchannel.count"))
+        producer = MilvusProducer(bootstrap, CollectionLayout.from_proto(schema), record.collection_id, name)
+        ticker(producer, record.pchannels, stop)
+        collections_.append((record, producer))
+    produced: list[tuple[int, int]] = []   # (collection, pk): each producer counts its pks from 1
+
+    def produce(n: int) -> None:
+        for record, producer in collections_:
+            for i in range(n):
+                k = i % 2
+                first = producer.insert(record.pchannels[k], record.vchannels[k], 900 + k, 1, 50)
+                produced.extend((record.collection_id, pk) for pk in range(first, first + 50))
+            producer.flush_producer()
+
+    def rows() -> list[tuple[int, int]]:
+        out = []
+        for record, _ in collections_:
+            table = open_table(storage.insert_log(record.collection_id))
+            out += [(record.collection_id, pk) for pk in table.to_pyarrow_table().column("pk").to_pylist()] \
+                if table else []
+        return out
+
+    def holders() -> collections.Counter:
+        return collections.Counter(n for n, s in watch_states(client, root).values() if s == ChannelWatchState.WatchSuccess)
+
+    node_b = None
+    try:
+        wait_until(lambda: holders() == {str(node_a.node_id): 4}, 60, "node A to watch all four channels")
+        produce(10)
+        wait_until(lambda: len(rows()) >= 500, 90, "node A to commit some rows")
+        node_b = DataNode(conf, spark).start()
+        for _ in range(6):          # traffic while the channels move
+            produce(2)
+            time.sleep(0.5)
+        wait_until(lambda: holders() == {str(node_a.node_id): 2, str(node_b.node_id): 2}, 60,
+                   "two channels to move to node B")
+        produce(10)
+        wait_until(lambda: len(set(rows())) >= len(produced), 120, "every row to be committed")
+        moved = set(node_b.pipeline.vchannels())
+    finally:
+        stop.set()
+        for node in (node_a, node_b):
+            if node is not None:
+                node.stop()
+        coord.stop()
+        client.close()
+    got = rows()
+    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    print(f"node join: produced {len(produced)}, {len(got)} in Delta, {len(dupes)} duplicated; moved {sorted(moved)}")
+    assert not dupes, f"{len(dupes)} duplicated rows"
+    assert sorted(got) == sorted(produced)
+    assert len(moved) == 2

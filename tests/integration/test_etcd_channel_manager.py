@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from deltanode.datacoord.channel_manager import ChannelManager, ChannelSpec
@@ -226,3 +227,36 @@ def test_a_channel_is_never_held_by_two_nodes(cluster, client, etcd_root):
     assert client.get(max(watch_keys)) is None
     assert (a.watcher.owned() | b.watcher.owned()) == {CHANNELS[0]}
     assert not (a.watcher.owned() & b.watcher.owned())
+
+
+def test_a_node_that_joins_takes_over_its_share_one_channel_at_a_time(cluster, client, etcd_root):
+    a = cluster.node()
+    cluster.manager().start()
+    wait_until(lambda: a.watcher.owned() == set(CHANNELS), what="node A to watch every channel")
+    in_flight: list[int] = []   # channels not in WatchSuccess, sampled while the balance runs
+    b = cluster.node()
+
+    def balanced() -> bool:
+        current = cluster.assignments()
+        in_flight.append(sum(state != S.WatchSuccess for _, state in current.values()))
+        return len(b.watcher.owned()) == 2 and len(a.watcher.owned()) == 2 and not in_flight[-1]
+    wait_until(balanced, what="two channels moved to node B")
+    moved = b.watcher.owned()
+    assert max(in_flight) <= 1                       # one hand-over at a time
+    assert [c for c in a.handler.calls if c[0] == "release"] == [("release", v) for v in sorted(moved, reverse=True)]
+    assert sorted(b.handler.calls) == [("watch", v) for v in sorted(moved)]
+    assert owners(cluster.assignments()) == {str(a.id): a.watcher.owned(), str(b.id): moved}
+
+
+def test_balance_leaves_out_a_node_that_failed_a_watch(cluster, client, etcd_root):
+    """The failing-node case above, run longer: balance never hands the failing node a channel."""
+    broken, busy = cluster.node(fails=True), cluster.node()
+    cluster.specs = {v: cluster.specs[v] for v in CHANNELS[:3]}
+    for owner, vchannel in [(busy, CHANNELS[1]), (busy, CHANNELS[2]), (broken, CHANNELS[0])]:
+        info = ChannelWatchInfo(vchan=cluster.recovery(vchannel), state=S.ToWatch)
+        client.put(keys.channel_watch_key(etcd_root, owner.id, vchannel), info.SerializeToString())
+    cluster.manager().start()
+    cluster.settled({v: (str(busy.id), S.WatchSuccess) for v in CHANNELS[:3]})
+    time.sleep(2)   # ten passes at interval 0.2 s
+    assert broken.handler.calls == [("watch", CHANNELS[0])]
+    assert cluster.assignments() == {v: (str(busy.id), S.WatchSuccess) for v in CHANNELS[:3]}

@@ -6,6 +6,13 @@ ChannelWatchInfo whose state says where the hand-over stands, and
 Each :meth:`ChannelManager.reconcile` pass reads everything and applies the rules of
 Milvus 2.3's ``datacoord/channel_manager.go`` to what it finds, so a restarted coordinator
 simply carries on. Only the watch timers are in memory; they restart with the process.
+
+Balance: once every channel is watched, a pass that finds one live DataNode holding two or
+more channels more than another moves one channel from the most loaded node to the least
+loaded one (ToRelease, then ToWatch on the chosen node), and the next move waits until that
+hand-over has ended. A node that joins therefore takes over its share one channel at a time;
+the moved channel resumes from its Delta checkpoint, so nothing is lost or written twice.
+A node that failed a watch within ``FAILED_NODE_COOLDOWN`` is not given channels by balance.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ _HOLDING = frozenset({_S.ToWatch, _S.Uncomplete, _S.WatchSuccess, _S.Complete})
 _WATCHED = frozenset({_S.WatchSuccess, _S.Complete})
 _AWAITING_WATCH = frozenset({_S.ToWatch, _S.Uncomplete})
 _RELEASED = frozenset({_S.ReleaseSuccess, _S.ReleaseFailure})
+FAILED_NODE_COOLDOWN = 300.0   # seconds a node that failed a watch is left out of balance moves
 
 
 @dataclass(frozen=True)
@@ -98,7 +106,7 @@ class ChannelManager:
 
     def __init__(self, client: EtcdClient, root: str, channels: Callable[[], dict[str, ChannelSpec]],
                  recovery: Callable[[str], VchannelInfo], schema: Callable[[str], CollectionSchema | None],
-                 watch_timeout: float = 300.0, interval: float = 5.0) -> None:
+                 watch_timeout: float = 300.0, interval: float = 5.0, balance: bool = True) -> None:
         self._client = client
         self._root = root
         self._channels = channels
@@ -106,6 +114,9 @@ class ChannelManager:
         self._schema = schema
         self._watch_timeout = watch_timeout
         self._interval = interval
+        self._balance = balance
+        self._balancing: dict[str, int] = {}             # vchannel -> the node a balance move takes it to
+        self._failed_nodes: dict[int, float] = {}        # node -> monotonic time of its last WatchFailure
         self._timers: dict[str, tuple[int, float]] = {}  # key -> (version seen, deadline)
         self._failures: dict[str, tuple[int, int, float]] = {}  # vchannel -> (count, version, retry at)
         self._last_op_id = 0
@@ -182,6 +193,8 @@ class ChannelManager:
             for vchannel, spec in sorted(specs.items()):
                 if not spec.dropped and vchannel not in by_channel:
                     self._guarded(vchannel, self._assign, spec, p)
+            if self._balance and self._settled(entries, p):
+                self._guarded("channel balance", self._rebalance, entries, p)
             self._timers = {k: v for k, v in self._timers.items() if k in p.timed}
             self._next_due = min([deadline for _, deadline in self._timers.values()]
                                  + [retry_at for _, _, retry_at in self._failures.values() if retry_at > p.now],
@@ -243,6 +256,7 @@ class ChannelManager:
             elif state in _AWAITING_WATCH and self._expired(e, p):
                 self._to_release(e, f"no answer to ToWatch within {self._watch_timeout:g} s")
         elif state == _S.WatchFailure:
+            self._failed_nodes[e.node] = p.now
             if self._backed_off(e, p.now):
                 self._to_release(e, "the DataNode failed to watch it")
         elif state == _S.ToRelease:
@@ -261,8 +275,11 @@ class ChannelManager:
 
     def _finish(self, e: _Entry, p: _Pass, why: str) -> None:
         """The node let go of the channel (or was given up on): reassign it, or just drop the key."""
+        target = self._balancing.pop(e.vchannel, None)
         if p.live(e.vchannel) and e.vchannel not in p.held:
-            self._move(e, p.least_loaded(exclude=e.node), p, why)
+            if target not in p.load or target == e.node:
+                target = p.least_loaded(exclude=e.node)
+            self._move(e, target, p, why)
         elif self._client.delete_if_version(e.key, e.version):
             log.info("removed %s: %s", e.key, why)
             p.moved(e.node, None)
@@ -288,6 +305,29 @@ class ChannelManager:
         info.opID = self._next_op_id()
         if self._client.compare_version_and_swap(e.key, e.version, info.SerializeToString()):
             log.info("asked DataNode %d to release %s: %s", e.node, e.vchannel, why)
+
+    @staticmethod
+    def _settled(entries: list[_Entry], p: _Pass) -> bool:
+        """Every live channel watched by one live node, and nothing else stored: no hand-over under way."""
+        watched = [e for e in entries if e.node in p.load and e.info.state in _WATCHED and p.live(e.vchannel)]
+        live = [v for v in p.specs if p.live(v)]
+        return len(watched) == len(entries) == len(live) and len({e.vchannel for e in watched}) == len(live)
+
+    def _rebalance(self, entries: list[_Entry], p: _Pass) -> None:
+        """Move one channel from the most to the least loaded node when they differ by two or more."""
+        load = {node: 0 for node in p.load}
+        for e in entries:
+            load[e.node] += 1
+        targets = [n for n in load if p.now - self._failed_nodes.get(n, -FAILED_NODE_COOLDOWN) >= FAILED_NODE_COOLDOWN]
+        if len(load) < 2 or not targets:
+            return
+        src = max(load, key=lambda n: (load[n], -n))
+        dst = min(targets, key=lambda n: (load[n], n))
+        if load[src] - load[dst] < 2:
+            return
+        e = max((e for e in entries if e.node == src), key=lambda e: e.vchannel)
+        self._balancing = {e.vchannel: dst}
+        self._to_release(e, f"balance: DataNode {src} holds {load[src]} channels, DataNode {dst} {load[dst]}")
 
     def _backed_off(self, e: _Entry, now: float) -> bool:
         """Whether a channel whose watch failed may be handed out again: 1 s after its first

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 class DataCoord:
     def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, watch_timeout: float = 300.0,
-                 refresh_interval: float = 5.0) -> None:
+                 refresh_interval: float = 5.0, balance: bool = True) -> None:
         self.client, self.root, self.storage = client, root, storage
         self.refresh_interval = refresh_interval
         self._records: dict[str, CollectionRecord] = {}     # vchannel -> record
@@ -34,7 +34,7 @@ class DataCoord:
         self._refreshed = 0.0
         self._catalog_watch = None
         self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
-                                      watch_timeout=watch_timeout)
+                                      watch_timeout=watch_timeout, balance=balance)
 
     def _catalog_changed(self, _event) -> None:
         self._refreshed = 0.0

@@ -35,7 +35,8 @@ def run(conf: Conf) -> int:
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
-                          watch_timeout=conf.get("datacoord.watch.timeout")).start()
+                          watch_timeout=conf.get("datacoord.watch.timeout"),
+                          balance=conf.get("datacoord.channel.balance")).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
         spark = spark_session(conf, "deltanode-standalone")
