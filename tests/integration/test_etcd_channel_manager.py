@@ -26,7 +26,7 @@ class Handler:
         self.lock = threading.Lock()
         self.fails = fails
 
-    def watch(self, info: ChannelWatchInfo) -> None:
+    def watch(self, info: ChannelWatchInfo, progressed) -> None:
         with self.lock:
             self.calls.append(("watch", info.vchan.channelName))
         if self.fails:
@@ -148,10 +148,11 @@ def test_channels_of_a_dead_node_move_to_the_live_one(cluster, client, etcd_serv
     assert sorted(v for op, v in a.handler.calls if op == "release") == sorted(moved)
 
 
-def test_channels_wait_in_remaining_until_a_node_registers(cluster):
+def test_channels_wait_under_milvus_buffer_node_until_a_node_registers(cluster):
     manager = cluster.manager()
     manager.reconcile()
-    assert cluster.assignments() == {v: (keys.REMAINING, S.ToWatch) for v in CHANNELS}
+    assert keys.BUFFER_NODE == "-9223372036854775808"   # math.MinInt64, as Milvus's DataCoord parks them
+    assert cluster.assignments() == {v: (keys.BUFFER_NODE, S.ToWatch) for v in CHANNELS}
     manager.start()
     node = cluster.node()
     cluster.settled({v: (str(node.id), S.WatchSuccess) for v in CHANNELS})
@@ -206,7 +207,7 @@ def test_stored_states_are_replayed_at_start(cluster, client, etcd_root):
     put(999, CHANNELS[0], S.WatchSuccess)           # a node that is long gone
     put(node.id, CHANNELS[1], S.WatchFailure)       # -> ToRelease -> ReleaseSuccess -> watch again
     put(node.id, CHANNELS[2], S.ReleaseSuccess)     # -> reassigned
-    put(keys.REMAINING, CHANNELS[3], S.ToWatch)     # -> handed out
+    put(keys.LEGACY_REMAINING, CHANNELS[3], S.ToWatch)  # parked by DeltaNode 0.1 -> handed out
     put(node.id, "by-dev-rootcoord-dml_9_55v0", S.WatchSuccess)  # a channel nobody knows: dropped
     cluster.manager().start()
     cluster.settled({v: (str(node.id), S.WatchSuccess) for v in CHANNELS})
@@ -260,3 +261,11 @@ def test_balance_leaves_out_a_node_that_failed_a_watch(cluster, client, etcd_roo
     time.sleep(2)   # ten passes at interval 0.2 s
     assert broken.handler.calls == [("watch", CHANNELS[0])]
     assert cluster.assignments() == {v: (str(busy.id), S.WatchSuccess) for v in CHANNELS[:3]}
+
+
+def test_channels_parked_by_deltanode_0_1_move_under_the_buffer_node(cluster, client, etcd_root):
+    info = ChannelWatchInfo(vchan=cluster.recovery(CHANNELS[0]), state=S.ToWatch)
+    client.put(keys.channel_watch_key(etcd_root, keys.LEGACY_REMAINING, CHANNELS[0]), info.SerializeToString())
+    cluster.specs = {CHANNELS[0]: cluster.specs[CHANNELS[0]]}
+    cluster.manager().reconcile()
+    assert cluster.assignments() == {CHANNELS[0]: (keys.BUFFER_NODE, S.ToWatch)}

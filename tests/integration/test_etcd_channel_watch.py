@@ -17,20 +17,26 @@ NODE = 7
 
 
 class RecordingHandler:
-    """Records calls; ``fail`` makes watch/release raise, ``gates`` hold a watch until set."""
+    """Records calls; ``fail`` makes watch/release raise, ``gates`` hold a watch until set (reporting
+    progress every 0.1 s for the vchannels in ``progressing``, hanging for the others)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.fail: set[str] = set()
         self.gates: dict[str, threading.Event] = {}
+        self.progressing: set[str] = set()
         self.started = threading.Event()
 
-    def watch(self, info: ChannelWatchInfo) -> None:
+    def watch(self, info: ChannelWatchInfo, progressed) -> None:
         vchannel = info.vchan.channelName
         self.calls.append(("watch", vchannel))
         self.started.set()
         if vchannel in self.gates:
-            assert self.gates[vchannel].wait(10), "test gate never opened"
+            deadline = time.monotonic() + 10
+            while not self.gates[vchannel].wait(0.1):
+                assert time.monotonic() < deadline, "test gate never opened"
+                if vchannel in self.progressing:
+                    progressed()
         if "watch" in self.fail:
             raise RuntimeError("cannot start the stream")
 
@@ -133,11 +139,12 @@ def test_key_changed_during_watch_releases_the_channel(client, etcd_root, handle
     assert watcher.owned() == {"ch0"}
 
 
-def test_tickler_bumps_progress_while_a_slow_watch_runs(client, etcd_root, handler, watcher):
+def test_tickler_bumps_progress_while_a_slow_watch_progresses(client, etcd_root, handler, watcher):
     progress = []
     observer = client.watch_prefix(key(etcd_root, "ch0"),
                                    lambda e: progress.append(ChannelWatchInfo.FromString(e.value).progress))
     handler.gates["ch0"] = threading.Event()
+    handler.progressing.add("ch0")
     write(client, etcd_root, "ch0", S.ToWatch)
     wait_until(lambda: len(progress) >= 4, what="three tickles")
     handler.gates["ch0"].set()
@@ -148,6 +155,19 @@ def test_tickler_bumps_progress_while_a_slow_watch_runs(client, etcd_root, handl
     assert info.progress == 0
     assert version == 2 + len(tickles)  # the final swap used the version left by the last tickle
     assert handler.calls == [("watch", "ch0")]  # tickles are not taken for new work
+
+
+def test_a_hung_watch_is_not_tickled_so_the_coordinator_times_it_out(client, etcd_root, handler, watcher):
+    changes = []
+    observer = client.watch_prefix(key(etcd_root, "ch0"), lambda e: changes.append(e))
+    handler.gates["ch0"] = threading.Event()
+    write(client, etcd_root, "ch0", S.ToWatch)
+    assert handler.started.wait(5)
+    time.sleep(1.0)   # five tickle intervals
+    assert [ChannelWatchInfo.FromString(e.value).progress for e in changes] == [0]   # only the ToWatch itself
+    handler.gates["ch0"].set()
+    wait_state(client, etcd_root, "ch0", S.WatchSuccess)
+    observer.cancel()
 
 
 def test_channels_are_independent(client, etcd_root, handler, watcher):

@@ -17,13 +17,13 @@ def manager(tmp_path):
 @pytest.mark.parametrize("name", ["../../etc/passwd_1v0", "a/b_1v0"])
 def test_a_hostile_vchannel_name_is_refused_before_anything_starts(tmp_path, name):
     with pytest.raises(UnsafeNameError):
-        manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName=name)))
+        manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName=name)), lambda: None)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_watch_without_schema_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no collection schema"):
-        manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName="p_1_1v0")))
+        manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName="p_1_1v0")), lambda: None)
 
 
 def test_summarize_error_finds_the_python_cause_in_a_job_failure():

@@ -83,7 +83,8 @@ def show_channels(conf: Conf, args: argparse.Namespace) -> int:
             rows.append({
                 "vchannel": vchannel, "collection": record.name, "collection_id": record.collection_id,
                 "node_id": int(node) if node and node.isdigit() else None,
-                "state": ("Unassigned" if info is None else "Remaining" if node == keys.REMAINING
+                "state": ("Unassigned" if info is None
+                          else "Parked" if node in (keys.BUFFER_NODE, keys.LEGACY_REMAINING)
                           else ChannelWatchState.name(info.state)),
                 "checkpoint_ts": state.checkpoint_ts if state else None,
                 "checkpoint_offset": state.checkpoint_offset if state else None,

@@ -2,7 +2,9 @@
 
 State lives in etcd only: ``{root}/channelwatch/{node_id}/{vchannel}`` holds a
 ChannelWatchInfo whose state says where the hand-over stands, and
-``{root}/channelwatch/remaining/{vchannel}`` parks channels while no DataNode is alive.
+``{root}/channelwatch/-9223372036854775808/{vchannel}`` (Milvus's buffer node, ``math.MinInt64``)
+parks channels while no DataNode is alive; keys DeltaNode 0.1 parked under ``remaining/`` are
+read as parked too and moved there.
 Each :meth:`ChannelManager.reconcile` pass reads everything and applies the rules of
 Milvus 2.3's ``datacoord/channel_manager.go`` to what it finds, so a restarted coordinator
 simply carries on. Only the watch timers are in memory; they restart with the process.
@@ -54,7 +56,7 @@ class ChannelSpec:
 
 @dataclass
 class _Entry:
-    """One stored watch key. ``node`` is None for a channel parked under ``remaining``."""
+    """One stored watch key. ``node`` is None for a parked channel (Milvus's buffer node)."""
 
     key: str
     node: int | None
@@ -205,7 +207,8 @@ class ChannelManager:
         entries = []
         for key, value, version in self._client.get_prefix(root):
             node_part, _, vchannel = key[len(root):].partition("/")
-            if not vchannel or not (node_part.isdigit() or node_part == keys.REMAINING):
+            parked = node_part in (keys.BUFFER_NODE, keys.LEGACY_REMAINING)
+            if not vchannel or not (node_part.isdigit() or parked):
                 log.warning("ignoring %s: not {node}/{vchannel} under %s", key, root)
                 continue
             try:
@@ -213,7 +216,7 @@ class ChannelManager:
             except Exception as exc:
                 log.error("ignoring %s: not a ChannelWatchInfo (%s)", key, exc)
                 continue
-            node = int(node_part) if node_part.isdigit() else None
+            node = None if parked else int(node_part)
             entries.append(_Entry(key, node, vchannel, info, version))
         return entries
 
@@ -242,6 +245,8 @@ class ChannelManager:
                 self._client.delete_if_version(e.key, e.version)
             elif p.load:
                 self._move(e, p.least_loaded(), p, "a DataNode is alive again")
+            elif e.key != keys.channel_watch_key(self._root, keys.BUFFER_NODE, e.vchannel):
+                self._move(e, None, p, "parked under Milvus's buffer node")
         elif e.node not in p.load:
             if p.live(e.vchannel) and e.vchannel not in p.held:
                 self._move(e, p.least_loaded(), p, f"DataNode {e.node} is gone")
@@ -250,15 +255,21 @@ class ChannelManager:
         elif state in _HOLDING:
             if state in _WATCHED:
                 self._failures.pop(e.vchannel, None)
-            if e is not keeper:
-                why = "duplicate assignment" if p.live(e.vchannel) else "the channel was dropped"
-                self._to_release(e, why)
+            if e is not keeper and p.live(e.vchannel):
+                self._to_release(e, "duplicate assignment")
+            elif e is not keeper:
+                # Dropped: the key is deleted, as Milvus does after DropVirtualChannel; the node
+                # releases the channel when it sees the deletion.
+                if self._client.delete_if_version(e.key, e.version):
+                    log.info("removed %s: its collection was dropped", e.key)
+                    p.moved(e.node, None)
             elif state in _AWAITING_WATCH and self._expired(e, p):
                 self._to_release(e, f"no answer to ToWatch within {self._watch_timeout:g} s")
         elif state == _S.WatchFailure:
+            # Released at once, as Milvus does; the backoff applies before it is handed out again.
             self._failed_nodes[e.node] = p.now
-            if self._backed_off(e, p.now):
-                self._to_release(e, "the DataNode failed to watch it")
+            self._count_failure(e, p.now)
+            self._to_release(e, "the DataNode failed to watch it")
         elif state == _S.ToRelease:
             if self._expired(e, p):
                 self._finish(e, p, f"no answer to ToRelease within {self._watch_timeout:g} s")
@@ -275,6 +286,8 @@ class ChannelManager:
 
     def _finish(self, e: _Entry, p: _Pass, why: str) -> None:
         """The node let go of the channel (or was given up on): reassign it, or just drop the key."""
+        if self._failures.get(e.vchannel, (0, -1, 0.0))[2] > p.now:
+            return   # its watch failed: it waits out its backoff first (the pass wakes up for it)
         target = self._balancing.pop(e.vchannel, None)
         if p.live(e.vchannel) and e.vchannel not in p.held:
             if target not in p.load or target == e.node:
@@ -329,15 +342,13 @@ class ChannelManager:
         self._balancing = {e.vchannel: dst}
         self._to_release(e, f"balance: DataNode {src} holds {load[src]} channels, DataNode {dst} {load[dst]}")
 
-    def _backed_off(self, e: _Entry, now: float) -> bool:
-        """Whether a channel whose watch failed may be handed out again: 1 s after its first
-        failure in a row, doubling up to 60 s, so a channel that cannot start does not spin."""
-        count, version, retry_at = self._failures.get(e.vchannel, (0, -1, 0.0))
+    def _count_failure(self, e: _Entry, now: float) -> None:
+        """A failed watch (counted once per key version): the channel is handed out again 1 s after
+        its first failure in a row, doubling up to 60 s, so a channel that cannot start does not spin."""
+        count, version, _ = self._failures.get(e.vchannel, (0, -1, 0.0))
         if version != e.version:
             count += 1
-            retry_at = now + min(60.0, 2.0 ** (count - 1))
-            self._failures[e.vchannel] = (count, e.version, retry_at)
-        return now >= retry_at
+            self._failures[e.vchannel] = (count, e.version, now + min(60.0, 2.0 ** (count - 1)))
 
     def _expired(self, e: _Entry, p: _Pass) -> bool:
         """Whether ``e`` has sat at its current version for ``watch_timeout``; starts the clock."""
@@ -353,7 +364,7 @@ class ChannelManager:
     def _assignment(self, spec: ChannelSpec, node: int | None) -> tuple[str, bytes]:
         """Key and value assigning ``spec`` to ``node``, or parking it when ``node`` is None."""
         if node is None:
-            return keys.channel_watch_key(self._root, keys.REMAINING, spec.vchannel), self._parked(spec)
+            return keys.channel_watch_key(self._root, keys.BUFFER_NODE, spec.vchannel), self._parked(spec)
         return keys.channel_watch_key(self._root, node, spec.vchannel), self._to_watch(spec.vchannel)
 
     def _to_watch(self, vchannel: str) -> bytes:

@@ -28,8 +28,11 @@ _END_STATES = frozenset({ChannelWatchState.WatchSuccess, ChannelWatchState.Watch
 class ChannelHandler(Protocol):
     """What the node does with a channel. Calls for one vchannel never overlap."""
 
-    def watch(self, info: ChannelWatchInfo) -> None:
-        """Start consuming ``info.vchan``; raise when that fails (the channel then counts as not started)."""
+    def watch(self, info: ChannelWatchInfo, progressed: Callable[[], None]) -> None:
+        """Start consuming ``info.vchan``; raise when that fails (the channel then counts as not started).
+
+        Call ``progressed()`` whenever the watch gets further (Milvus: per segment loaded): only
+        then does the tickler tell the coordinator, so a watch that hangs reaches its timeout."""
 
     def release(self, vchannel: str) -> None:
         """Stop consuming ``vchannel`` and drop its state."""
@@ -40,8 +43,10 @@ class ChannelWatcher:
 
     Each vchannel has its own serial queue on its own thread, so a handler call that
     takes seconds delays neither other channels nor the etcd lease. While
-    ``handler.watch`` runs, a tickler bumps ``progress`` in the key every
-    ``tickle_interval`` seconds so that the coordinator's watch timer restarts.
+    ``handler.watch`` runs, a tickler bumps ``progress`` in the key, at most every
+    ``tickle_interval`` seconds and only when the handler reported progress since the last
+    bump, so that the coordinator's watch timer restarts for a watch that moves, not for one
+    that hangs.
     """
 
     def __init__(self, client: EtcdClient, root: str, node_id: int, handler: ChannelHandler,
@@ -113,7 +118,7 @@ class ChannelWatcher:
         else:
             tickler = _Tickler(self._client, event.key, info, version, self._tickle_interval)
             try:
-                self._handler.watch(info)
+                self._handler.watch(info, tickler.progressed)
                 ok = True
             except Exception:
                 log.exception("watching %s failed", vchannel)
@@ -162,10 +167,12 @@ class ChannelWatcher:
 
 
 class _Tickler:
-    """Bumps ``progress`` in the watch key while a watch is in progress (Milvus's etcdTickler).
+    """Bumps ``progress`` in the watch key when the watch got further (Milvus's etcdTickler).
 
-    Each bump is a compare-version-and-swap; :meth:`stop` returns the version the key has
-    after the last successful bump, which the final answer must be swapped against.
+    ``progressed()`` marks progress; every ``interval`` seconds a marked tickler writes the
+    next ``progress`` value with a compare-version-and-swap (written on change only, as
+    Milvus does). :meth:`stop` returns the version the key has after the last successful
+    bump, which the final answer must be swapped against.
     """
 
     def __init__(self, client: EtcdClient, key: str, info: ChannelWatchInfo, version: int,
@@ -176,9 +183,13 @@ class _Tickler:
         self._info.CopyFrom(info)
         self._version = version
         self._interval = interval
+        self._progressed = False
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tickler {key}", daemon=True)
         self._thread.start()
+
+    def progressed(self) -> None:
+        self._progressed = True
 
     def stop(self) -> int:
         self._stopping.set()
@@ -187,6 +198,9 @@ class _Tickler:
 
     def _run(self) -> None:
         while not self._stopping.wait(self._interval):
+            if not self._progressed:
+                continue
+            self._progressed = False
             self._info.progress += 1
             try:
                 swapped = self._client.compare_version_and_swap(self._key, self._version,

@@ -7,6 +7,8 @@ Nothing else starts or stops. ``progress`` gives the figures of the periodic rep
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..pipeline.pipeline import Pipeline
 from ..wire.datapb import ChannelWatchInfo
 from ..wire.names import check_safe, pchannel_of
@@ -18,11 +20,12 @@ class FlowgraphManager:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
-    def watch(self, info: ChannelWatchInfo) -> None:
+    def watch(self, info: ChannelWatchInfo, progressed: Callable[[], None]) -> None:
         vchannel = check_safe("vchannel", info.vchan.channelName)
         if not info.HasField("schema") or not info.schema.fields:
             raise ValueError(f"ChannelWatchInfo for {vchannel} carries no collection schema")
         self.pipeline.remove(vchannel)
+        progressed()
         self.pipeline.add(info.vchan, info.schema)
 
     def release(self, vchannel: str) -> None:

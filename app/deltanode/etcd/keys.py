@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
-#: The pseudo node under ``channelwatch/`` that parks channels while no DataNode is alive (MEP 7).
-REMAINING = "remaining"
+#: The pseudo node under ``channelwatch/`` that parks channels while no DataNode is alive: Milvus's
+#: DataCoord uses ``math.MinInt64`` (its channel store's buffer ID), so both read the same key.
+BUFFER_NODE = str(-(2 ** 63))
+#: Where DeltaNode 0.1 parked channels; read once and moved under :data:`BUFFER_NODE`.
+LEGACY_REMAINING = "remaining"
 
 
 def server_id_key(root: str) -> str:
@@ -26,7 +29,7 @@ def channel_watch_root(root: str) -> str:
 
 
 def channel_watch_prefix(root: str, node: int | str) -> str:
-    """Prefix of one DataNode's watch keys; ``node`` is a server ID or :data:`REMAINING`."""
+    """Prefix of one DataNode's watch keys; ``node`` is a server ID or :data:`BUFFER_NODE`."""
     return f"{channel_watch_root(root)}{node}/"
 
 

@@ -20,8 +20,10 @@ from deltanode.etcd.watch import DELETE, PUT, WatchEvent
 
 log = logging.getLogger(__name__)
 
-#: Written as the session's ``Version``; Milvus parses it as semver and only reads it.
-SESSION_VERSION = "2.3.0-deltanode"
+#: Written as the session's ``Version`` (docs/milvus-facts.md §4): the protocol DeltaNode speaks is
+#: Milvus 2.3's etcd channel watch, and a 2.4 DataCoord drives nodes at or below 2.4.1 that way
+#: ("legacy" nodes). ``+deltanode`` is semver build metadata, ignored when versions are compared.
+SESSION_VERSION = "2.3.0+deltanode"
 
 
 class SessionError(RuntimeError):
