@@ -20,6 +20,7 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
+from .relay import Relay
 from .support import SCHEMA, wait_until
 
 pytestmark = pytest.mark.spark
@@ -178,3 +179,75 @@ def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(
     assert not dupes, f"{len(dupes)} duplicated rows"
     assert sorted(got) == sorted(produced)
     assert len(moved) == 2
+
+
+def test_a_node_cut_off_from_etcd_loses_its_channels_without_loss_or_duplicates(spark, conf):
+    """Node A reaches etcd through a relay the test cuts; the coordinator and node B do not. A keeps
+    committing (it cannot ask etcd) until B, given A's channel, commits it: then Delta refuses A's
+    next commit. When A reaches etcd again it learns its session is gone, releases, and re-registers."""
+    root = conf.get("etcd.root")
+    storage = StorageLayout(conf.get("storage.root"))
+    client = EtcdClient(conf.get("etcd.endpoints"))
+    relay = Relay(conf.get("etcd.endpoints")).start()
+    conf_a = conf.with_overrides({"etcd.endpoints": relay.endpoint, "session.ttl": "3s"})
+    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5).start()
+    node_a = DataNode(conf_a, spark).start()
+    schema = schema_from_json(SCHEMA, "cut")
+    record = create_collection(client, root, conf.get("mq.kafka.bootstrap.servers"), "cut", schema, 2,
+                               conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
+    producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(schema),
+                              record.collection_id, "cut")
+    stop = threading.Event()
+    ticker(producer, record.pchannels, stop)
+    produced: list[int] = []
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            k = i % 2
+            first = producer.insert(record.pchannels[k], record.vchannels[k], 900 + k, 1, 50)
+            produced.extend(range(first, first + 50))
+        producer.flush_producer()
+
+    def rows() -> list[int]:
+        table = open_table(storage.insert_log(record.collection_id))
+        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+
+    def holders() -> collections.Counter:
+        return collections.Counter(n for n, s in watch_states(client, root).values() if s == ChannelWatchState.WatchSuccess)
+
+    node_b = None
+    try:
+        node_b = DataNode(conf, spark).start()
+        wait_until(lambda: holders() == {str(node_a.node_id): 1, str(node_b.node_id): 1}, 60,
+                   "one channel on each node")
+        produce(10)
+        wait_until(lambda: len(rows()) >= 300, 90, "both nodes to commit some rows")
+        first_a = node_a.node_id
+        relay.cut()
+        for _ in range(16):            # traffic while A is cut off and its channel moves to B
+            produce(2)
+            time.sleep(0.5)
+        wait_until(lambda: holders() == {str(node_b.node_id): 2}, 60, "A's channel to move to B")
+        wait_until(lambda: len(set(rows())) >= len(produced), 120, "B to commit every row")
+        assert node_a.reachability.down_since is not None and node_a.sessions_lost == 0
+        relay.restore()
+        wait_until(lambda: node_a.sessions_lost == 1 and node_a.node_id != first_a, 60,
+                   "A to learn its session is gone and register again")
+        produce(10)
+        for k in range(2):
+            producer.tick(record.pchannels[k])
+        producer.flush_producer()
+        wait_until(lambda: len(set(rows())) >= len(produced), 120, "every row to be committed")
+    finally:
+        stop.set()
+        for node in (node_a, node_b):
+            if node is not None:
+                node.stop()
+        coord.stop()
+        relay.cut()
+        client.close()
+    got = rows()
+    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    print(f"cut-off node: produced {len(produced)}, {len(got)} in Delta, {len(dupes)} duplicated")
+    assert not dupes, f"{len(dupes)} duplicated rows"
+    assert sorted(got) == sorted(produced)

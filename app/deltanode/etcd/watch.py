@@ -118,8 +118,9 @@ class PrefixWatch:
                          self.prefix, revision + 1)
                 relist = True
             except Exception as exc:
-                log.warning("watch on %r broke (%s); re-creating it in %.1f s",
-                            self.prefix, describe(exc), backoff)
+                # Warned once per outage (the first retry); the retries after it go to DEBUG.
+                log.log(logging.WARNING if backoff == _MIN_BACKOFF else logging.DEBUG,
+                        "watch on %r broke (%s); re-creating it in %.1f s", self.prefix, describe(exc), backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
             finally:

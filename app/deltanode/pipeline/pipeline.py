@@ -408,12 +408,21 @@ class Pipeline:
                     fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
                     report.vchannels_committed += 1
                 elif fg.vchannel in result.refused:
-                    self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report)
+                    # etcd confirmed just now that this node owns the vchannel: the other writer is
+                    # a node cut off from etcd, which stops at its next refused commit; restart at once.
+                    owner = self.fence is not None and self.fence.reachable
+                    self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner)
 
-    def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None) -> None:
+    def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
+              at_once: bool = False) -> None:
         discard(self.storage, fg.collection_id, fg.fail(why, now))
-        log.error("%s: flowgraph failed (%d in a row), restarting from Delta in %.0f s: %s", fg.vchannel,
-                  fg.failures, fg.retry_at - now, why)
+        if at_once:
+            fg.retry_at = now
+        if why.startswith(COMMIT_REFUSED) and self.fence is not None and not self.fence.reachable:
+            then = "not restarted until etcd can say which node owns it"
+        else:
+            then = f"restarting from Delta in {fg.retry_at - now:.0f} s"
+        log.error("%s: flowgraph failed (%d in a row), %s: %s", fg.vchannel, fg.failures, then, why)
         if report is not None:
             report.failed.append(fg.vchannel)
 
