@@ -74,3 +74,27 @@ def test_nothing_embedded(tmp_path):
         assert group.etcd is None and group.broker is None
         group.request_stop("test")
         assert group.stopping
+
+
+def test_an_embedded_service_that_dies_is_started_again_on_its_data(tmp_path):
+    """Standalone never stops itself: a killed etcd comes back on the same port and data directory."""
+    from deltanode.etcd.client import EtcdClient
+
+    etcd_port, broker_port = free_port(), free_port()
+    with ServiceGroup(_conf(tmp_path, etcd_port, broker_port), handle_signals=False) as group:
+        with EtcdClient(f"127.0.0.1:{etcd_port}") as client:
+            client.put("kept", "before the kill")
+        killed = group.etcd.proc
+        killed.kill()
+        killed.wait(10)
+        assert group.check() == ["etcd"] and group.etcd.proc is not killed
+        assert group.check() == []   # running again: nothing to do
+        with EtcdClient(f"127.0.0.1:{etcd_port}") as client:
+            assert client.get("kept")[0] == b"before the kill"
+        group.etcd.proc.kill()      # again: restarted again, after a backoff of at most 2 s
+        group.etcd.proc.wait(10)
+        deadline = time.monotonic() + 5
+        while group.check() != ["etcd"]:
+            assert time.monotonic() < deadline, "etcd was not started a second time"
+            time.sleep(0.2)
+        assert _listening(etcd_port)

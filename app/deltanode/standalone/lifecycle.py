@@ -3,7 +3,7 @@
     with ServiceGroup(conf) as group:          # embedded etcd / broker as configured
         group.add("datanode", datanode.stop)   # anything else, stopped before the services
         while not group.wait(interval):
-            group.check()                      # raises ServiceError if a service died
+            group.check()                      # restarts a service that died
             log.info("progress ...")
 
 ``start()`` installs SIGINT/SIGTERM handlers (main thread only); ``wait()`` turns a signal into
@@ -12,6 +12,12 @@ logged or set an Event could deadlock on a lock the interrupted main thread held
 ``stop()`` stops everything in reverse order of start, restores the handlers and is safe to
 call twice. A port that is already taken raises PortInUseError at once, naming the port and
 the conf key that chose it.
+
+A standalone run never stops itself: an embedded process that exits is started again by
+``check()`` on the same ports and data directory, with a backoff (the DataNode rides out the
+gap: it keeps committing while etcd is away). The embedded broker keeps its topics in
+memory, so a restarted broker has lost them: ``check()`` returns what it restarted, and the
+caller re-creates the topics; vchannels whose positions the broker lost fail alone.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ log = logging.getLogger("deltanode.standalone")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SIGNAL_POLL = 0.5   # seconds: how soon wait() notices a signal
+RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)   # seconds before restarting a service again
 
 
 class ServiceGroup:
@@ -53,6 +60,8 @@ class ServiceGroup:
         self._lock = threading.Lock()
         self._started = False
         self._stopped = False
+        self._restarts: dict[str, int] = {}            # service name -> restarts so far
+        self._restart_at: dict[str, float] = {}        # service name -> earliest next restart
 
     @property
     def data_dir(self) -> Path:
@@ -125,13 +134,27 @@ class ServiceGroup:
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 
-    def check(self) -> None:
-        """Raise ServiceError if an embedded process has exited on its own."""
+    def check(self) -> list[str]:
+        """Start again an embedded process that exited on its own; returns the names restarted."""
+        restarted = []
         for proc in (self.etcd, self.broker):
-            if proc is not None and proc.proc is not None and proc.proc.poll() is not None \
-                    and not self._stopped:
-                raise ServiceError(f"{proc.name} exited unexpectedly with code "
-                                   f"{proc.proc.returncode}")
+            if proc is None or proc.proc is None or proc.proc.poll() is None or self._stopped:
+                continue
+            now = time.monotonic()
+            if now < self._restart_at.get(proc.name, 0.0):
+                continue
+            count = self._restarts[proc.name] = self._restarts.get(proc.name, 0) + 1
+            self._restart_at[proc.name] = now + RESTART_BACKOFF[min(count, len(RESTART_BACKOFF)) - 1]
+            log.error("embedded %s exited unexpectedly with code %s; starting it again (restart %d)",
+                      proc.name, proc.proc.returncode, count)
+            try:
+                proc.start()
+            except ServiceError as e:
+                log.error("restarting %s failed: %s; trying again in %.0f s", proc.name, e,
+                          self._restart_at[proc.name] - now)
+                continue
+            restarted.append(proc.name)
+        return restarted
 
     def stop(self) -> None:
         """Stop everything in reverse order; errors are logged, not raised. Idempotent."""

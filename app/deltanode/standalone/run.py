@@ -48,7 +48,10 @@ def run(conf: Conf) -> int:
                  conf.get("etcd.endpoints"), bootstrap, conf.get("storage.root"))
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
         while not group.wait(1.0):
-            group.check()
+            if group.broker is not None and group.broker.name in group.check():
+                created = create_topics(bootstrap, pchannels)
+                log.warning("the embedded broker keeps its topics in memory: re-created %d pchannel topics; "
+                            "vchannels whose positions it lost fail alone", len(created))
             node.poll()
             reporter.maybe_report(node.progress, node.alerts)
         log.info("stopping (%s)", group.stop_reason or "requested")
