@@ -7,8 +7,10 @@ Real processes (``spark-submit.sh datacoord`` and ``datanode``), a real etcd of 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -21,7 +23,7 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
-from .processes import start, stop
+from .processes import ROOT, start, stop
 from .support import SCHEMA, high_watermark, wait_until
 
 pytestmark = pytest.mark.spark
@@ -57,6 +59,13 @@ class Traffic:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def admin_health(conf) -> dict:
+    """``admin health`` as a user runs it; etcd being down makes it answer after its connect timeout."""
+    out = subprocess.run([str(ROOT / "spark-submit.sh"), "admin", "health", "--conf", str(conf)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)
 
 
 @pytest.mark.parametrize("outage", ["frozen", "restarted"])
@@ -115,6 +124,10 @@ spark.log.level = ERROR
         produced_early = {pk for t, pk in traffic.produced if t <= time.time()}
         wait_until(lambda: produced_early <= set(pks()), OUTAGE, "rows produced during the outage to be committed")
         committed_during = len(pks()) - at_outage
+        health = admin_health(conf)
+        node_report = [d for d in health["datanodes"] if d.get("process")]
+        assert health["etcd"] == "down" and health["healthy"] is True, health
+        assert len(node_report) == 1 and "etcd unreachable since" in node_report[0]["etcd_unreachable_since"], health
         time.sleep(max(0.0, down_at + OUTAGE - time.time()))
         if outage == "frozen":
             os.kill(etcd.proc.pid, signal.SIGCONT)

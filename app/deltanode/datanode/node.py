@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from pyspark.sql import SparkSession
 
@@ -31,6 +32,7 @@ from ..pipeline.plan import Limits
 from ..pipeline.sync_policy import SyncSettings
 from ..storage.layout import StorageLayout
 from .flowgraphs import FlowgraphManager
+from .status import FAILING_SHOWN, NodeStatus, process_name, remove_status, write_status
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class DataNode:
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
         self._register()
+        self.publish([])
         self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
         self._rejoiner.start()
         return self
@@ -147,6 +150,18 @@ class DataNode:
         outage = self.reachability.describe()
         return [f"{outage}; committing on Delta's txn check alone"] if outage else []
 
+    def publish(self, rows: list[dict]) -> None:
+        """Write this node's status document for ``admin health`` (``rows``: ``progress()``)."""
+        failing = {r["vchannel"]: r["last_error"] for r in rows if r["status"] == "failed"}
+        status = NodeStatus(process_name(), self.node_id, time.time(), self.conf.get("standalone.progress.interval"),
+                            len(rows), sum(r["status"] != "failed" for r in rows),
+                            dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
+                            self.reachability.describe(), self.sessions_lost)
+        try:
+            write_status(self.pipeline.storage, status)
+        except OSError as exc:
+            log.warning("could not write the status document for admin health: %s", exc)
+
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
@@ -156,6 +171,10 @@ class DataNode:
             self.watcher.stop(timeout=10)
         if self.pipeline is not None:
             self.pipeline.stop()
+            try:
+                remove_status(self.pipeline.storage, process_name())
+            except OSError as exc:
+                log.warning("could not remove the status document: %s", exc)
         if self.session is not None:
             self.session.close()
         if self.client is not None:

@@ -37,14 +37,18 @@ class ProgressReporter:
         self.interval = interval
         self._next = time.monotonic() + interval
 
-    def maybe_report(self, progress: Callable[[], list[dict]], alerts: Callable[[], list[str]] = list) -> None:
-        """Log ``progress()`` and ``alerts()`` (node-level conditions, at WARNING) if the interval has
-        passed (they are only computed then: at 1,000 vchannels progress costs a few milliseconds)."""
+    def maybe_report(self, progress: Callable[[], list[dict]], alerts: Callable[[], list[str]] = list,
+                     publish: Callable[[list[dict]], None] | None = None) -> None:
+        """Log ``progress()`` and ``alerts()`` (node-level conditions, at WARNING) and hand the rows to
+        ``publish`` if the interval has passed (they are only computed then: at 1,000 vchannels
+        progress costs a few milliseconds)."""
         now = time.monotonic()
         if now < self._next:
             return
         self._next = now + self.interval
         rows = progress()
+        if publish is not None:
+            publish(rows)
         log.info("%s", summary(rows))
         for alert in alerts():
             log.warning("%s", alert)

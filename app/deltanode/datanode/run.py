@@ -35,7 +35,7 @@ def run(conf: Conf) -> int:
         node.start()
         while not signals:
             node.poll()
-            reporter.maybe_report(node.progress, node.alerts)
+            reporter.maybe_report(node.progress, node.alerts, node.publish)
             time.sleep(1.0)
         log.info("stopping")
         return 0

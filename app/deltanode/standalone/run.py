@@ -53,6 +53,6 @@ def run(conf: Conf) -> int:
                 log.warning("the embedded broker keeps its topics in memory: re-created %d pchannel topics; "
                             "vchannels whose positions it lost fail alone", len(created))
             node.poll()
-            reporter.maybe_report(node.progress, node.alerts)
+            reporter.maybe_report(node.progress, node.alerts, node.publish)
         log.info("stopping (%s)", group.stop_reason or "requested")
     return 0

@@ -47,6 +47,10 @@ class StorageLayout:
     def quarantine(self) -> str:
         return self._join("quarantine")
 
+    def node_status(self) -> str:
+        """Directory of the DataNodes' status documents (``datanode.status``), beside the tables."""
+        return self._join("_deltanode", "status")
+
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and path for a table URI or local path."""
