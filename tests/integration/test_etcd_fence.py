@@ -13,6 +13,8 @@ from deltanode.standalone.services import free_port
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
 from pymilvus.grpc_gen import schema_pb2
 
+from .support import wait_until
+
 VCHANNEL = "by-dev-rootcoord-dml_3_448712345678901234v0"
 S = ChannelWatchState
 
@@ -73,16 +75,19 @@ def test_passes_while_etcd_is_unreachable_and_records_since_when(client, etcd_se
     """Fail-open: the commit's txn check is the single-writer guarantee; the fence only refuses on etcd's word."""
     write_watch(client, etcd_root, session.server_id, S.ToRelease)
     dead = f"127.0.0.1:{free_port()}"
-    fence = OwnershipFence(dead, etcd_root, session.server_id, timeout=1.0, probe_interval=0.0)
+    fence = OwnershipFence(dead, etcd_root, session.server_id, timeout=1.0, probe_interval=0.2)
     started = time.monotonic()
     assert fence.check([VCHANNEL, "other_1v0"]) == {}
     assert time.monotonic() - started < 2
     assert not fence.reachable and f"unreachable at '{dead}'" in fence.reachability.describe()
     since = fence.reachability.down_since
-    assert fence.check([VCHANNEL]) == {} and fence.reachability.down_since == since   # one outage, one start
-    fence.endpoints = etcd_server.endpoint    # etcd answers again: its word counts at once
+    started = time.monotonic()
+    assert fence.check([VCHANNEL]) == {} and time.monotonic() - started < 0.1   # no waiting on a dead etcd
+    assert fence.reachability.down_since == since   # one outage, one start
+    fence.endpoints = etcd_server.endpoint    # etcd answers again: the probe notices, then etcd's word counts
+    wait_until(lambda: fence.reachable, 5, "the probe to reach etcd")
     assert "ToRelease" in fence.check([VCHANNEL])[VCHANNEL]
-    assert fence.reachable and fence.reachability.describe() is None
+    assert fence.reachability.describe() is None
 
 
 def test_falls_back_to_the_next_endpoint(client, etcd_server, etcd_root, session):

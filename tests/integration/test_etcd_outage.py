@@ -104,13 +104,28 @@ spark.log.level = ERROR
         table = open_table(storage.insert_log(record.collection_id))
         return table.to_pyarrow_table().column("pk").to_pylist() if table else []
 
+    seen: dict[int, float] = {}   # pk -> when it was first seen in Delta (sampled every 0.25 s)
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(0.25):
+            now = time.time()
+            for pk in pks():
+                seen.setdefault(pk, now)
+    threading.Thread(target=sample, daemon=True).start()
+
+    def p99(since: float, until: float) -> float:
+        """insert -> durable p99 of the rows produced in [since, until)."""
+        latencies = sorted(seen[pk] - t for t, pk in traffic.produced if since <= t < until and pk in seen)
+        return latencies[int(0.99 * (len(latencies) - 1))]
+
     coord = start("datacoord", conf, log)
     node = start("datanode", conf, log)
     try:
         traffic.burst(10)
         wait_until(lambda: len(pks()) >= 2000, 150, "the DataNode to commit the first rows")
         traffic.run()
-        time.sleep(2)
+        time.sleep(6)   # the "before" of the latency comparison
 
         down_at = time.time()
         if outage == "frozen":
@@ -135,6 +150,7 @@ spark.log.level = ERROR
             etcd = EmbeddedEtcd(tmp_path / "etcd", etcd.client_port, etcd.peer_port)
             etcd.start()
         back_at = time.time()
+        normal_p99, outage_p99 = p99(down_at - 6, down_at), p99(down_at, down_at + OUTAGE / 2)
         assert node.poll() is None and coord.poll() is None, "a process exited because etcd was away"
 
         time.sleep(3)
@@ -153,6 +169,7 @@ spark.log.level = ERROR
                    "the checkpoints to reach the end of the pchannels")
         assert node.poll() is None and coord.poll() is None
     finally:
+        sampling.set()
         ticks_stop.set()
         traffic.stop()
         for proc in (node, coord):
@@ -168,7 +185,9 @@ spark.log.level = ERROR
     rejoined = "registered again as DataNode" in text
     print(f"etcd {outage} for {OUTAGE} s: produced {len(produced)} rows, {committed_during} committed during the "
           f"outage, {len(got)} in Delta at the end, {len(dupes)} duplicated; every row committed "
-          f"{converged:.1f} s after etcd came back ({'new session' if rejoined else 'the session survived'})")
+          f"{converged:.1f} s after etcd came back ({'new session' if rejoined else 'the session survived'}); "
+          f"insert -> durable p99 {normal_p99:.2f} s before, {outage_p99:.2f} s during the outage")
     assert committed_during > 0
+    assert outage_p99 <= 2 * normal_p99 + 0.5, (normal_p99, outage_p99)   # 0.5 s: the sampling period, twice
     assert not dupes and sorted(got) == sorted(produced)
     assert "etcd unreachable" in text

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 import urllib.request
 
@@ -43,18 +44,20 @@ class OwnershipFence:
     check passes and ``reachability`` records the outage (see the module docstring).
     """
 
-    def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 2.0,
+    def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 0.5,
                  reachability: Reachability | None = None, probe_interval: float = 5.0) -> None:
         self.endpoints = endpoints
         self.root = root
         self.node_id = node_id
         self.timeout = timeout
         self.reachability = reachability or Reachability(endpoints)
-        # While etcd does not answer, ask it again only every ``probe_interval`` seconds: a
-        # frozen etcd accepts connections and answers nothing, so each check would hold the
-        # cycle for ``timeout``.
+        # While etcd does not answer, checks pass at once and a probe on a thread of its own asks
+        # etcd every ``probe_interval`` seconds: a frozen etcd accepts connections and answers
+        # nothing, so a check that asked would hold the cycle for ``timeout``.
+        # ``timeout`` is short: an etcd slower than that counts as unreachable, which only means
+        # the commit relies on Delta's check alone for a while.
         self.probe_interval = probe_interval
-        self._next_probe = 0.0
+        self._probe: threading.Thread | None = None
 
     @property
     def reachable(self) -> bool:
@@ -67,13 +70,15 @@ class OwnershipFence:
 
     def check(self, vchannels: list[str]) -> dict[str, str]:
         """The vchannels of ``vchannels`` this node may no longer write, each with the reason."""
-        if not self.reachable and time.monotonic() < self._next_probe:
+        if not self.reachable:
+            if self._probe is None or not self._probe.is_alive():
+                self._probe = threading.Thread(target=self._probe_until_answered, name="fence-probe", daemon=True)
+                self._probe.start()
             return {}
         try:
             session, watches = self._read()
         except EtcdNoAnswer as e:
             self.reachability.failed(str(e))
-            self._next_probe = time.monotonic() + self.probe_interval
             return {}
         self.reachability.answered()
         if session is None:
@@ -95,6 +100,17 @@ class OwnershipFence:
                 lost[v] = (f"{v} on DataNode {self.node_id} is in state {_STATE_NAMES.get(state, state)}, "
                            f"not ToWatch or WatchSuccess")
         return lost
+
+    def _probe_until_answered(self) -> None:
+        """Runs on its own thread while etcd is unreachable; the next check asks etcd itself."""
+        while not self.reachable:
+            time.sleep(self.probe_interval)
+            try:
+                self._read()
+            except EtcdNoAnswer as e:
+                self.reachability.failed(str(e))
+                continue
+            self.reachability.answered()
 
     def _read(self) -> tuple[bytes | None, dict[str, bytes]]:
         """The session value and every watch key of this node, read in one transaction."""
