@@ -230,6 +230,13 @@ def test_a_node_cut_off_from_etcd_loses_its_channels_without_loss_or_duplicates(
         wait_until(lambda: holders() == {str(node_b.node_id): 2}, 60, "A's channel to move to B")
         wait_until(lambda: len(set(rows())) >= len(produced), 120, "B to commit every row")
         assert node_a.reachability.down_since is not None and node_a.sessions_lost == 0
+
+        def refused_on_a() -> list[dict]:
+            return [r for r in node_a.progress() if r["status"] == "failed" and "CommitRefused" in r["last_error"]]
+        wait_until(lambda: len(refused_on_a()) == 1, 30, "Delta to refuse A's commit of the moved channel")
+        failures = refused_on_a()[0]["failures"]
+        time.sleep(3)    # past its restart backoff: A holds the vchannel while etcd cannot say whose it is
+        assert [r["failures"] for r in refused_on_a()] == [failures]
         relay.restore()
         wait_until(lambda: node_a.sessions_lost == 1 and node_a.node_id != first_a, 60,
                    "A to learn its session is gone and register again")

@@ -112,7 +112,8 @@ class DataNode:
             self._wake.clear()
             if self._stopping.is_set() or not self._lost:
                 continue
-            reason, self._lost[:] = self._lost[-1], []
+            reason = self._lost[-1]   # the latest; earlier ones are the same loss
+            self._lost.clear()
             self._rejoin(reason)
 
     def _rejoin(self, reason: str) -> None:
