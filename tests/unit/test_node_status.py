@@ -11,11 +11,11 @@ def status(name="host-1", written_at=1000.0, running=2, vchannels=2, **kw) -> No
 def test_written_documents_are_read_back_and_forgotten_after_an_hour(tmp_path):
     storage = StorageLayout(str(tmp_path))
     assert read_statuses(storage) == []      # no directory yet
-    write_status(storage, status("a", etcd_unreachable_since=990.0, etcd="etcd unreachable since ..."))
+    write_status(storage, status("a", etcd_unreachable_since=990.0, etcd_error="Deadline Exceeded"))
     write_status(storage, status("old", written_at=1000.0 - FORGET_AFTER - 1))
     (tmp_path / "_deltanode" / "status" / "torn.json").write_text('{"name": "to')   # being written
     assert read_statuses(storage, now=1001.0) == [status("a", etcd_unreachable_since=990.0,
-                                                         etcd="etcd unreachable since ...")]
+                                                         etcd_error="Deadline Exceeded")]
     remove_status(storage, "a")
     remove_status(storage, "a")   # idempotent
     assert read_statuses(storage, now=1001.0) == []

@@ -19,6 +19,7 @@ from ..datacoord.catalog import create_collection as catalog_create
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
+from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..mq.kafka import BrokerError, Watermarks
 from ..storage import meta
@@ -199,7 +200,9 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
             report["datanodes"].append(entry)
         entry.update({"process": st.name, "reported_s_ago": round(now - st.written_at, 1), "stale": st.stale(now),
                       "vchannels": st.vchannels, "failing": st.failing,
-                      "etcd_unreachable_since": st.etcd, "sessions_lost": st.sessions_lost})
+                      "etcd_unreachable_since": None if st.etcd_unreachable_since is None
+                      else describe_outage(st.etcd_unreachable_since, st.etcd_error or "", now),
+                      "sessions_lost": st.sessions_lost})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
     watermarks = None
     try:

@@ -157,7 +157,7 @@ class DataNode:
         status = NodeStatus(process_name(), self.node_id, time.time(), self.conf.get("standalone.progress.interval"),
                             len(rows), sum(r["status"] != "failed" for r in rows),
                             dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
-                            self.reachability.describe(), self.sessions_lost)
+                            self.reachability.error or None, self.sessions_lost)
         try:
             write_status(self.pipeline.storage, status)
         except OSError as exc:

@@ -39,7 +39,7 @@ class NodeStatus:
     running: int
     failing: dict[str, str] = field(default_factory=dict)   # vchannel -> last error (first FAILING_SHOWN)
     etcd_unreachable_since: float | None = None
-    etcd: str | None = None                 # the outage as the node describes it
+    etcd_error: str | None = None           # the last failure of that outage
     sessions_lost: int = 0
 
     def stale(self, now: float) -> bool:

@@ -46,11 +46,20 @@ class Reachability:
         with self._lock:
             return self._down_since
 
+    @property
+    def error(self) -> str:
+        """The last failure of the current outage ("" while etcd answers)."""
+        with self._lock:
+            return self._error if self._down_since is not None else ""
+
     def describe(self) -> str | None:
         """``etcd unreachable since HH:MM:SS (N s): error``, or None while etcd answers."""
         with self._lock:
             since, error = self._down_since, self._error
-        if since is None:
-            return None
-        return (f"etcd unreachable since {time.strftime('%H:%M:%S', time.localtime(since))} "
-                f"({time.time() - since:.0f} s): {error}")
+        return None if since is None else describe_outage(since, error)
+
+
+def describe_outage(since: float, error: str, now: float | None = None) -> str:
+    """``etcd unreachable since HH:MM:SS (N s): error`` for an outage that started at ``since`` (wall clock)."""
+    now = time.time() if now is None else now
+    return f"etcd unreachable since {time.strftime('%H:%M:%S', time.localtime(since))} ({now - since:.0f} s): {error}"
