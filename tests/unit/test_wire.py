@@ -7,7 +7,7 @@ from deltanode.flowgraph import decode
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
-from deltanode.wire.positions import compose_ts, kafka_msg_id, kafka_offset
+from deltanode.wire.positions import compose_ts, kafka_msg_id, kafka_offset, pulsar_ledger_entry, pulsar_msg_id
 from deltanode.wire.schema import CollectionLayout, SchemaError, schema_from_json
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
@@ -40,6 +40,18 @@ def test_positions_and_tso_match_milvus():
     assert compose_ts(1700000000000, 5) == 445644800000000005
     with pytest.raises(ValueError):
         kafka_offset(b"\x01\x02")
+
+
+def test_pulsar_positions_are_the_message_id_data_milvus_stores():
+    import pulsar
+    assert pulsar_msg_id(12, 3) == bytes.fromhex("080c100318002000")   # docs/pulsar.md: what Milvus 2.3/2.4 write
+    assert pulsar_ledger_entry(pulsar_msg_id(2 ** 40, 7, -1, -1)) == (2 ** 40, 7)
+    ours = pulsar.MessageId.deserialize(pulsar_msg_id(12, 3))
+    assert (ours.ledger_id(), ours.entry_id()) == (12, 3)
+    assert pulsar_ledger_entry(pulsar.MessageId(-1, 12, 3, -1).serialize()) == (12, 3)   # the client omits -1s
+    for bad in (b"", b"\x08\x0c", b"\x08", b"\x0d\x00\x00\x00\x00"):
+        with pytest.raises(ValueError, match="MessageIdData|varint"):
+            pulsar_ledger_entry(bad)
 
 
 def test_storage_paths_stay_under_the_root(tmp_path):

@@ -24,6 +24,7 @@ import urllib.request
 from deltanode.etcd import keys
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.reachability import Reachability
+from deltanode.wire.varint import read_varint
 
 # datapb.ChannelWatchState values and names, repeated here to keep this module light.
 _TO_WATCH, _WATCH_SUCCESS = 2, 3
@@ -149,31 +150,18 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
-
-
 def _watch_state(data: bytes) -> int:
     """The ``state`` field of serialized ChannelWatchInfo bytes (0 when absent, as in proto3)."""
     state, pos = 0, 0
     while pos < len(data):
-        tag, pos = _varint(data, pos)
+        tag, pos = read_varint(data, pos)
         field, wire_type = tag >> 3, tag & 7
         if wire_type == 0:
-            value, pos = _varint(data, pos)
+            value, pos = read_varint(data, pos)
             if field == _STATE_FIELD:
                 state = value
         elif wire_type == 2:
-            length, pos = _varint(data, pos)
+            length, pos = read_varint(data, pos)
             pos += length
         elif wire_type == 1:
             pos += 8

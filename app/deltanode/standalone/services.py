@@ -178,3 +178,38 @@ class EmbeddedBroker(_Process):
         self._spawn([tansu_binary(), "broker", "--listener-url", url,
                      "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
                     self.log_dir / "tansu.log", self.port, timeout=30)
+
+
+def pulsar_lite_binary() -> str:
+    try:
+        import pulsar_lite
+    except ImportError:
+        raise ServiceError("the pulsar-lite package (it ships an embedded Pulsar-protocol broker) is not "
+                           "installed: run build/bootstrap.sh") from None
+    path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
+    if not path.exists():
+        raise ServiceError(f"pulsar-lite has no broker binary at {path}")
+    return str(path)
+
+
+class EmbeddedPulsar(_Process):
+    """pulsar-lite, an Apache Pulsar-protocol broker, on loopback with file-backed topics under
+    ``data_dir`` (they survive a restart). It duplicates and drops deliveries to a reader whose
+    receiver queue holds more than one message (docs/pulsar.md): DeltaNode reads it with 1."""
+
+    name = "Pulsar-protocol broker (pulsar-lite)"
+
+    def __init__(self, data_dir: str | Path, port: int | None = None) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ensure_port_free(self.port, "pulsar broker port")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn([pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.data_dir / "db")],
+                    self.data_dir / "pulsar-lite.log", self.port, timeout=30)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 import time
 
+from .varint import encode_varint, read_varint
+
 LOGICAL_BITS = 18
 
 
@@ -18,6 +20,32 @@ def kafka_offset(msg_id: bytes) -> int:
     if len(msg_id) != 8:
         raise ValueError(f"a Kafka msgID is 8 bytes, got {len(msg_id)}: {msg_id.hex()}")
     return struct.unpack("<q", msg_id)[0]
+
+
+def pulsar_msg_id(ledger: int, entry: int, partition: int = 0, batch_index: int = 0) -> bytes:
+    """A Pulsar MsgPosition.msgID: the proto2 ``MessageIdData`` Milvus 2.3/2.4 store (fields 1-4,
+    all set; docs/pulsar.md). ``pulsar.MessageId.deserialize`` reads it."""
+    return (b"\x08" + encode_varint(ledger) + b"\x10" + encode_varint(entry) + b"\x18" + encode_varint(partition)
+            + b"\x20" + encode_varint(batch_index))
+
+
+def pulsar_ledger_entry(msg_id: bytes) -> tuple[int, int]:
+    """``(ledgerId, entryId)`` of a serialized ``MessageIdData``; other fields are skipped."""
+    fields: dict[int, int] = {}
+    pos = 0
+    while pos < len(msg_id):
+        tag, pos = read_varint(msg_id, pos)
+        field, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            fields[field], pos = read_varint(msg_id, pos)
+        elif wire_type == 2:
+            length, pos = read_varint(msg_id, pos)
+            pos += length
+        else:
+            raise ValueError(f"not a Pulsar MessageIdData (wire type {wire_type}): {msg_id.hex()}")
+    if 1 not in fields or 2 not in fields or pos != len(msg_id):
+        raise ValueError(f"not a Pulsar MessageIdData (needs ledgerId and entryId): {msg_id.hex()}")
+    return fields[1], fields[2]
 
 
 def compose_ts(physical_ms: int, logical: int = 0) -> int:
