@@ -268,9 +268,9 @@ def _check_embedded_ports(conf) -> None:
     again when it starts them)."""
     from deltanode.standalone.services import PortInUseError, ensure_port_free
     for flag, key, what in (("embedded.etcd", "etcd.endpoints", "etcd client port"),
-                            ("embedded.broker", "mq.kafka.bootstrap.servers", "broker port")):
+                            ("embedded.broker", conf.broker_key, "broker port")):
         if conf.get(flag):
-            port = conf.hostports(key)[0][1]
+            port = (conf.hostports(key) if key == "etcd.endpoints" else conf.broker_hostports())[0][1]
             try:
                 ensure_port_free(port, what)
             except PortInUseError as e:

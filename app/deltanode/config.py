@@ -39,6 +39,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -230,6 +231,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "Kafka bootstrap servers, comma-separated host:port"),
     _k("mq.pulsar.service.url", "url", "pulsar://127.0.0.1:6650", "Pulsar service URL",
        schemes=("pulsar", "pulsar+ssl")),
+    _k("mq.pulsar.tenant", "str", "public", "Pulsar tenant of the pchannel topics (Milvus pulsar.tenant)"),
+    _k("mq.pulsar.namespace", "str", "default", "Pulsar namespace of the pchannel topics (Milvus pulsar.namespace)"),
     _k("mq.pchannel.prefix", "str", "by-dev-rootcoord-dml",
        "name prefix of the physical DML channels (topics)"),
     _k("mq.pchannel.count", "int", "16", "number of physical DML channels", min=1),
@@ -239,7 +242,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("embedded.etcd", "bool", "false",
        "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
     _k("embedded.broker", "bool", "false",
-       "standalone only: start the Tansu Kafka-compatible broker on the mq.kafka port"),
+       "standalone only: start the broker of mq.type on its configured port (kafka: Tansu, memory only; "
+       "pulsar: pulsar-lite, file-backed under embedded.data.dir)"),
     _k("embedded.data.dir", "localpath", "var", "data and logs of the embedded services"),
     _k("datanode.batch.max.messages", "int", "1000",
        "most MQ messages one cycle reads from a pchannel (per lane)", min=1),
@@ -322,6 +326,18 @@ class Conf:
     def spark_conf(self) -> dict[str, str]:
         """Every spark.* key, untouched, in file order."""
         return dict(self._spark)
+
+    @property
+    def broker_key(self) -> str:
+        """The key that names the broker of ``mq.type``."""
+        return "mq.pulsar.service.url" if self.get("mq.type") == "pulsar" else "mq.kafka.bootstrap.servers"
+
+    def broker_hostports(self) -> list[tuple[str, int]]:
+        """The broker's ``[(host, port), ...]``, whatever ``mq.type``."""
+        if self.get("mq.type") == "pulsar":
+            url = urllib.parse.urlsplit(self.get("mq.pulsar.service.url"))
+            return [(url.hostname or "", url.port or 6650)]
+        return self.hostports("mq.kafka.bootstrap.servers")
 
     def hostports(self, key: str) -> list[tuple[str, int]]:
         """``etcd.endpoints`` / ``mq.kafka.bootstrap.servers`` as ``[(host, port), ...]``."""
@@ -500,14 +516,11 @@ def _check_cross(conf: Conf) -> None:
             fail("etcd.endpoints", f"{conf.get('etcd.endpoints')!r}: with embedded.etcd = true "
                                    "it must be one loopback endpoint, e.g. 127.0.0.1:2379")
     if conf.get("embedded.broker"):
-        if conf.get("mq.type") != "kafka":
-            fail("embedded.broker", "the embedded broker speaks the Kafka protocol only; "
-                                    "set mq.type = kafka or embedded.broker = false")
-        eps = conf.hostports("mq.kafka.bootstrap.servers")
+        eps = conf.broker_hostports()
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
-            fail("mq.kafka.bootstrap.servers",
-                 f"{conf.get('mq.kafka.bootstrap.servers')!r}: with embedded.broker = true it "
-                 "must be one loopback endpoint, e.g. 127.0.0.1:9092")
+            example = "pulsar://127.0.0.1:6650" if conf.get("mq.type") == "pulsar" else "127.0.0.1:9092"
+            fail(conf.broker_key, f"{conf.get(conf.broker_key)!r}: with embedded.broker = true it "
+                                  f"must be one loopback endpoint, e.g. {example}")
 
 
 def load_conf(path: str | os.PathLike, env: Mapping[str, str] | None = None, *,

@@ -1,4 +1,5 @@
-"""The README's main job, as a user runs it: spark-submit.sh standalone, admin commands, Ctrl-C."""
+"""The README's main job, as a user runs it: spark-submit.sh standalone, admin commands, Ctrl-C;
+on the embedded Kafka-protocol broker and on the embedded Pulsar-protocol one."""
 
 from __future__ import annotations
 
@@ -22,10 +23,13 @@ def admin(env, *args) -> tuple[int, object]:
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else out.stderr)
 
 
-def test_standalone_serves_a_collection_end_to_end(tmp_path):
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"])
+def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
     env = dict(os.environ,
                DELTANODE_ETCD_ENDPOINTS=f"127.0.0.1:{free_port()}",
+               DELTANODE_MQ_TYPE=mq,
                DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
+               DELTANODE_MQ_PULSAR_SERVICE_URL=f"pulsar://127.0.0.1:{free_port()}",
                DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"), DELTANODE_STORAGE_ROOT=str(tmp_path / "delta"),
                DELTANODE_MQ_PCHANNEL_COUNT="2",
                DELTANODE_STANDALONE_PROGRESS_INTERVAL="2s", DELTANODE_DATANODE_TRIGGER_INTERVAL="300ms")

@@ -148,8 +148,9 @@ def test_cross_key_checks(tmp_path):
     msg = error(tmp_path, "storage.root = x\nembedded.etcd = true\n"
                           "etcd.endpoints = 10.0.0.1:2379\n")
     assert msg.startswith("FILE:3: bad value for 'etcd.endpoints'") and "loopback" in msg
-    msg = error(tmp_path, "storage.root = x\nembedded.broker = true\nmq.type = pulsar\n")
-    assert msg.startswith("FILE:2: bad value for 'embedded.broker'")
+    msg = error(tmp_path, "storage.root = x\nembedded.broker = true\nmq.type = pulsar\n"
+                          "mq.pulsar.service.url = pulsar://broker.example:6650\n")
+    assert msg.startswith("FILE:4: bad value for 'mq.pulsar.service.url'") and "loopback" in msg
 
 
 def test_spark_keys_pass_through_untouched(tmp_path):

@@ -1,15 +1,21 @@
-"""Start-up refusals that must come before any service or JVM starts."""
+"""Start-up refusals that must come before any service or JVM starts: the broker of mq.type."""
 
 import pytest
-from deltanode.config import Conf
-from deltanode.datanode.run import require_kafka
+from deltanode.config import Conf, ConfError
+from deltanode.mq.broker import Broker
 
 
-def test_pulsar_is_refused_with_the_key_and_where_it_was_set(tmp_path):
-    conf = Conf.from_dict({"storage.root": str(tmp_path), "mq.type": "pulsar"})
-    with pytest.raises(SystemExit, match=r"mq.type = pulsar .*Kafka-protocol brokers only"):
-        require_kafka(conf)
+def test_an_embedded_pulsar_broker_needs_a_loopback_service_url(tmp_path):
+    with pytest.raises(ConfError, match=r"mq.pulsar.service.url.*loopback endpoint, e.g. pulsar://127.0.0.1:6650"):
+        Conf.from_dict({"storage.root": str(tmp_path), "mq.type": "pulsar", "embedded.broker": True,
+                        "mq.pulsar.service.url": "pulsar://10.1.2.3:6650"})
 
 
-def test_kafka_passes(tmp_path):
-    assert require_kafka(Conf.from_dict({"storage.root": str(tmp_path), "mq.type": "kafka"})) is None
+def test_the_broker_follows_mq_type(tmp_path):
+    pulsar = Conf.from_dict({"storage.root": str(tmp_path), "mq.type": "pulsar", "embedded.broker": True,
+                             "mq.pulsar.service.url": "pulsar://127.0.0.1:6651", "mq.pulsar.tenant": "t1"})
+    assert pulsar.broker_key == "mq.pulsar.service.url" and pulsar.broker_hostports() == [("127.0.0.1", 6651)]
+    assert Broker.from_conf(pulsar) == Broker("pulsar", "pulsar://127.0.0.1:6651", "t1", "default")
+    kafka = Conf.from_dict({"storage.root": str(tmp_path), "mq.kafka.bootstrap.servers": "127.0.0.1:9093"})
+    assert kafka.broker_key == "mq.kafka.bootstrap.servers" and kafka.broker_hostports() == [("127.0.0.1", 9093)]
+    assert Broker.from_conf(kafka) == Broker("kafka", "127.0.0.1:9093")

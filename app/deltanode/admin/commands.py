@@ -16,16 +16,17 @@ from ..datacoord.catalog import (
     list_collections,
 )
 from ..datacoord.catalog import create_collection as catalog_create
+from ..datanode.status import read_statuses
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
-from ..mq.kafka import BrokerError, Watermarks
+from ..mq.broker import Broker, BrokerError
 from ..storage import meta
 from ..storage.layout import StorageLayout
-from ..datanode.status import read_statuses
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
+from ..wire.names import pchannel_name
 from ..wire.schema import SchemaError, load_schema_file
 
 
@@ -47,7 +48,7 @@ def create_collection(conf: Conf, args: argparse.Namespace) -> int:
     try:
         schema = load_schema_file(args.schema, args.name)
         with _client(conf) as client:
-            record = catalog_create(client, conf.get("etcd.root"), conf.get("mq.kafka.bootstrap.servers"), args.name,
+            record = catalog_create(client, conf.get("etcd.root"), Broker.from_conf(conf), args.name,
                                     schema, args.shards, conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
     except (SchemaError, CatalogError, EtcdError, ValueError) as e:
         return _fail(str(e))
@@ -139,14 +140,15 @@ def show_segments(conf: Conf, args: argparse.Namespace) -> int:
 
 
 def produce(conf: Conf, args: argparse.Namespace) -> int:
-    from ..mq.milvus_producer import MilvusProducer, ticker
+    from ..mq.milvus_producer import MilvusProducer, Proxy, ticker
     from ..wire.schema import CollectionLayout
     try:
         record = _collection(conf, args.collection)
     except AdminError as e:
         return _fail(str(e))
-    producer = MilvusProducer(conf.get("mq.kafka.bootstrap.servers"), CollectionLayout.from_proto(record.schema),
-                              record.collection_id, record.name)
+    broker = Broker.from_conf(conf)
+    producer = MilvusProducer(broker.address, CollectionLayout.from_proto(record.schema), record.collection_id,
+                              record.name, proxy=Proxy(broker.address, broker.sender()))
     stop = threading.Event()
     ticks = ticker(producer, record.pchannels, stop)
     started = time.monotonic()
@@ -204,16 +206,11 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
                       else describe_outage(st.etcd_unreachable_since, st.etcd_error or "", now),
                       "sessions_lost": st.sessions_lost})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
-    watermarks = None
     try:
-        watermarks = Watermarks(conf.get("mq.kafka.bootstrap.servers"))
-        watermarks.list_topics(timeout=5.0)
+        Broker.from_conf(conf).ping(pchannel_name(conf.get("mq.pchannel.prefix"), 0), timeout=5.0)
         report["broker"] = "up"
     except BrokerError as e:
         report["broker_error"] = str(e)
-    finally:
-        if watermarks is not None:
-            watermarks.close()
     ok = report["broker"] == "up" and any(d["healthy"] for d in report["datanodes"])
     report["healthy"] = ok
     _print(report)

@@ -12,10 +12,9 @@ import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Producer
 
 from ..etcd.client import EtcdClient
-from ..mq.kafka import BrokerError, create_topics
+from ..mq.broker import Broker, BrokerError
 from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from ..wire.names import check_safe, pchannel_name, vchannel_name
 from ..wire.positions import now_ts
@@ -83,31 +82,22 @@ def _least_used_pchannels(existing: list[CollectionRecord], prefix: str, count: 
     return [p for p, _ in sorted(usage.items(), key=lambda kv: (kv[1], int(kv[0].rsplit("_", 1)[1])))[:shards]]
 
 
-def _broadcast_create(bootstrap: str, record: CollectionRecord) -> dict[str, int]:
-    """Send CreateCollectionRequest to each pchannel; return the offset each landed at."""
-    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 16 << 20})
-    offsets: dict[str, int] = {}
-    errors: list[str] = []
-
-    def delivered(err, msg) -> None:
-        if err is not None:
-            errors.append(f"{msg.topic()}: {err}")
-        else:
-            offsets[msg.topic()] = msg.offset()
-
+def _broadcast_create(broker: Broker, record: CollectionRecord) -> dict[str, int]:
+    """Send CreateCollectionRequest to each pchannel; return the position each landed at."""
+    payloads = {}
     for pchannel in sorted(set(record.pchannels)):
-        req = msg_pb2.CreateCollectionRequest(
+        payloads[pchannel] = msg_pb2.CreateCollectionRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.CreateCollection, timestamp=record.start_ts),
             collectionName=record.name, collectionID=record.collection_id,
             schema=base64.b64decode(record.schema_b64), virtualChannelNames=record.vchannels,
-            physicalChannelNames=record.pchannels)
-        producer.produce(pchannel, req.SerializeToString(), on_delivery=delivered)
-    if producer.flush(30) or errors or len(offsets) != len(set(record.pchannels)):
-        raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {errors or 'timeout'}")
-    return offsets
+            physicalChannelNames=record.pchannels).SerializeToString()
+    try:
+        return broker.send_each(payloads)
+    except BrokerError as e:
+        raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {e}") from None
 
 
-def create_collection(client: EtcdClient, root: str, bootstrap: str, name: str,
+def create_collection(client: EtcdClient, root: str, broker: Broker | str, name: str,
                       schema: schema_pb2.CollectionSchema, shards: int, pchannel_prefix: str,
                       pchannel_count: int) -> CollectionRecord:
     check_safe("collection", name)
@@ -121,9 +111,10 @@ def create_collection(client: EtcdClient, root: str, bootstrap: str, name: str,
     record = CollectionRecord(collection_id, name, base64.b64encode(schema.SerializeToString()).decode(), shards,
                               [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)], pchannels,
                               start_ts=now_ts())
+    broker = Broker("kafka", broker) if isinstance(broker, str) else broker   # a str: Kafka bootstrap servers
     try:
-        create_topics(bootstrap, pchannels)
-        record.start_offsets = _broadcast_create(bootstrap, record)
+        broker.create_topics(pchannels)
+        record.start_offsets = _broadcast_create(broker, record)
     except BrokerError as e:
         raise CatalogError(str(e)) from None
     if not client.put_if_absent(catalog_prefix(root) + str(collection_id), json.dumps(asdict(record))):

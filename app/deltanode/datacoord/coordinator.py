@@ -16,6 +16,7 @@ from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
+from ..wire.positions import CODECS, PositionCodec
 from .catalog import DROPPED, CollectionRecord, catalog_prefix, list_collections
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
@@ -25,8 +26,9 @@ log = logging.getLogger(__name__)
 
 class DataCoord:
     def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, watch_timeout: float = 300.0,
-                 refresh_interval: float = 5.0, balance: bool = True) -> None:
-        self.client, self.root, self.storage = client, root, storage
+                 refresh_interval: float = 5.0, balance: bool = True,
+                 positions: PositionCodec = CODECS["kafka"]) -> None:
+        self.client, self.root, self.storage, self.positions = client, root, storage, positions
         self.refresh_interval = refresh_interval
         self._records: dict[str, CollectionRecord] = {}     # vchannel -> record
         self._dropped: set[str] = set()                     # vchannels whose collection Delta says was dropped
@@ -67,7 +69,7 @@ class DataCoord:
 
     def recovery(self, vchannel: str) -> VchannelInfo:
         self._refresh()
-        return vchannel_info(self.storage, self._records[vchannel], vchannel)
+        return vchannel_info(self.storage, self._records[vchannel], vchannel, self.positions)
 
     def schema(self, vchannel: str) -> schema_pb2.CollectionSchema | None:
         record = self._records.get(vchannel)

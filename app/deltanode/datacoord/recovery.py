@@ -8,19 +8,21 @@ from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
 from ..wire.names import pchannel_of
-from ..wire.positions import kafka_msg_id
+from ..wire.positions import CODECS, PositionCodec
 from .catalog import CollectionRecord
 
 SegmentState = common_pb2.SegmentState
 
 
-def _position(pchannel: str, offset: int, ts: int) -> msg_pb2.MsgPosition:
-    return msg_pb2.MsgPosition(channel_name=pchannel, msgID=kafka_msg_id(offset), timestamp=ts)
-
-
-def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str) -> VchannelInfo:
-    """Seek position: the channel checkpoint, else the collection's start position."""
+def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str,
+                  positions: PositionCodec = CODECS["kafka"]) -> VchannelInfo:
+    """Seek position: the channel checkpoint, else the collection's start position (``positions``:
+    the broker's msgID encoding)."""
     pchannel = pchannel_of(vchannel)
+
+    def _position(pchannel: str, offset: int, ts: int) -> msg_pb2.MsgPosition:
+        return msg_pb2.MsgPosition(channel_name=pchannel, msgID=positions.to_msg_id(offset), timestamp=ts)
+
     info = VchannelInfo(collectionID=record.collection_id, channelName=vchannel)
     state: ChannelState | None = meta.channel_state(storage, record.collection_id, vchannel)
     if state is None:

@@ -9,6 +9,7 @@ import threading
 from ..config import Conf
 from ..etcd.client import EtcdClient
 from ..storage.layout import StorageLayout
+from ..wire.positions import CODECS
 from .coordinator import DataCoord
 
 log = logging.getLogger("deltanode.datacoord")
@@ -21,7 +22,7 @@ def run(conf: Conf) -> int:
     with EtcdClient(conf.get("etcd.endpoints")) as client:
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
                           watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance")).start()
+                          balance=conf.get("datacoord.channel.balance"), positions=CODECS[conf.get("mq.type")]).start()
         try:
             stop.wait()
             log.info("stopping")

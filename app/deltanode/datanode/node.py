@@ -47,10 +47,6 @@ def pipeline_settings(conf: Conf) -> PipelineSettings:
         trigger_interval=conf.get("datanode.trigger.interval"))
 
 
-def broker_of(conf: Conf) -> Broker:
-    return Broker(conf.get("mq.type"), conf.get("mq.kafka.bootstrap.servers"))
-
-
 REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register a new session
 
 
@@ -80,7 +76,7 @@ class DataNode:
         self.client = EtcdClient(conf.get("etcd.endpoints"))
         self.fence = OwnershipFence(conf.get("etcd.endpoints"), conf.get("etcd.root"), 0,
                                     reachability=self.reachability)
-        self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), broker_of(conf),
+        self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), Broker.from_conf(conf),
                                  pipeline_settings(conf), fence=self.fence)
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()

@@ -15,14 +15,7 @@ from .spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 log = logging.getLogger("deltanode.datanode")
 
 
-def require_kafka(conf: Conf) -> None:
-    if conf.get("mq.type") != "kafka":
-        raise SystemExit(f"mq.type = {conf.get('mq.type')} ({conf.source('mq.type')}): this DeltaNode version's "
-                         f"flowgraph reads Kafka-protocol brokers only; Pulsar is not supported yet")
-
-
 def run(conf: Conf) -> int:
-    require_kafka(conf)
     # The handler only appends: a second signal arriving inside threading.Event.set deadlocked
     # on the Event's own lock, and the DataNode never exited.
     signals: list[int] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
-from ..wire.positions import kafka_offset
+from ..wire.positions import CODECS, PositionCodec
 from .replay_filter import ReplayFilter
 
 
@@ -28,8 +28,10 @@ def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
     return segs
 
 
-def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: int = 0) -> ChannelState:
-    """Where a flowgraph starts, given the vchannel's committed state (None if it never committed).
+def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: int = 0,
+                  positions: PositionCodec = CODECS["kafka"]) -> ChannelState:
+    """Where a flowgraph starts, given the vchannel's committed state (None if it never committed);
+    ``positions`` reads the broker's msgID bytes of the VchannelInfo.
 
     The replay filter covers the segments whose data may lie beyond the start position: all of
     the VchannelInfo's when starting from its seek position, only those Delta does not know when
@@ -41,7 +43,7 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
         seek = info.seek_position
         state = ChannelState(vchannel=info.channelName, collection_id=info.collectionID,
                              pchannel=pchannel_of(info.channelName),
-                             checkpoint_offset=kafka_offset(seek.msgID) if seek.msgID else 0,
+                             checkpoint_offset=positions.from_msg_id(seek.msgID) if seek.msgID else 0,
                              checkpoint_ts=seek.timestamp, seek_ts=seek.timestamp,
                              segments=_segments_from_info(info))
         replayed = list(state.segments.values())

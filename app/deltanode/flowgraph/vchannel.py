@@ -17,6 +17,7 @@ from ..storage.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.names import check_safe, pchannel_of
+from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .context import RouteContext
 from .recovery import initial_state
@@ -44,11 +45,12 @@ class Snapshot:
 class VchannelFlowgraph:
     """Runs on the driver; the pipeline's loop thread calls everything but ``snapshot``."""
 
-    def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int) -> None:
+    def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int,
+                 positions: PositionCodec = CODECS["kafka"]) -> None:
         self.vchannel = check_safe("vchannel", info.channelName)
         self.pchannel = pchannel_of(self.vchannel)
         self.collection_id = info.collectionID
-        self.info, self.schema, self.node_id = info, schema, node_id
+        self.info, self.schema, self.node_id, self.positions = info, schema, node_id, positions
         self.layout = CollectionLayout.from_proto(schema)
         self.status = FAILED            # until ``load``
         self.failures = 0
@@ -66,7 +68,7 @@ class VchannelFlowgraph:
     def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float) -> None:
         """Start (again) from Delta's state of the vchannel."""
         self.committed, self.watermarks = committed, watermarks
-        self.working = initial_state(committed, self.info, self.node_id)
+        self.working = initial_state(committed, self.info, self.node_id, self.positions)
         self.pending, self.pending_since, self.committed_at = [], None, now
         self.status = DROPPED if self.working.collection_dropped else RUNNING
 

@@ -1,10 +1,12 @@
-"""The seam between the pipeline and a message queue.
+"""The seam between DeltaNode and a message queue (Kafka or Pulsar).
 
 The pipeline needs two things of a broker: on the driver, how far each pchannel goes (its
 high watermark) to plan a cycle's offset ranges; on the executors, the messages of those
 ranges, in order, with the failure of one range reported apart from the others. Positions
-are 64-bit integers that grow by one per message (Kafka offsets; a Pulsar implementation
-maps its message ids onto such a sequence). ``Broker`` is small and picklable: tasks carry it.
+are 64-bit integers that grow with every message (Kafka offsets; Pulsar message ids mapped
+as docs/pulsar.md says). The catalog, the admin commands and standalone also create topics,
+send a message and learn its position, and check that the broker answers. ``Broker`` is
+small and picklable: tasks carry it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import kafka
+from . import kafka, pulsar
 from .kafka import BrokerError, Chunk, OffsetRange
 
-__all__ = ["Broker", "BrokerError", "Chunk", "HighWatermarks", "OffsetRange"]
+__all__ = ["Broker", "BrokerError", "Chunk", "HighWatermarks", "OffsetRange", "Sender"]
 
 
 class HighWatermarks(Protocol):
@@ -29,15 +31,68 @@ class HighWatermarks(Protocol):
         ...
 
 
+class Sender(Protocol):
+    """A producer as the Milvus proxy stand-in uses it (confluent-kafka's Producer, or ``pulsar.Sender``)."""
+
+    def produce(self, topic: str, value: bytes) -> None:
+        ...
+
+    def poll(self, timeout: float = 0) -> int:
+        ...
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Block until sent; the number of messages not sent."""
+
+
 @dataclass(frozen=True)
 class Broker:
-    kind: str       # "kafka"
-    address: str    # bootstrap servers
+    kind: str                   # "kafka" or "pulsar"
+    address: str                # Kafka bootstrap servers, or a Pulsar service URL
+    tenant: str = "public"      # Pulsar topics: persistent://{tenant}/{namespace}/{pchannel}
+    namespace: str = "default"
+
+    @classmethod
+    def from_conf(cls, conf) -> Broker:
+        """The broker of a ``config.Conf``'s ``mq.*`` keys."""
+        if conf.get("mq.type") == "pulsar":
+            return cls("pulsar", conf.get("mq.pulsar.service.url"), conf.get("mq.pulsar.tenant"),
+                       conf.get("mq.pulsar.namespace"))
+        return cls("kafka", conf.get("mq.kafka.bootstrap.servers"))
 
     def watermarks(self) -> HighWatermarks:
         """Runs on the driver."""
+        if self.kind == "pulsar":
+            return pulsar.Watermarks(self.address, self.tenant, self.namespace)
         return kafka.Watermarks(self.address)
 
     def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | BrokerError]]:
         """Runs on executors: ``(i, chunk)`` of ``ranges[i]`` in offset order, or ``(i, BrokerError)`` once."""
+        if self.kind == "pulsar":
+            return pulsar.read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace)
         return kafka.read_ranges(self.address, ranges)
+
+    def create_topics(self, pchannels: list[str]) -> list[str]:
+        """Create the missing pchannel topics; those created (Pulsar creates topics on first use)."""
+        return kafka.create_topics(self.address, pchannels) if self.kind == "kafka" else []
+
+    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
+        """Send one message to each pchannel; the position each landed at."""
+        if self.kind == "pulsar":
+            return pulsar.send_each(self.address, payloads, self.tenant, self.namespace)
+        return kafka.send_each(self.address, payloads)
+
+    def sender(self) -> Sender:
+        if self.kind == "pulsar":
+            return pulsar.Sender(self.address, self.tenant, self.namespace)
+        return kafka.sender(self.address)
+
+    def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
+        """Raise BrokerError unless the broker answers (``probe_topic``: a pchannel, Pulsar needs one)."""
+        if self.kind == "pulsar":
+            pulsar.ping(self.address, pulsar.topic_name(probe_topic, self.tenant, self.namespace), timeout)
+            return
+        watermarks = kafka.Watermarks(self.address)
+        try:
+            watermarks.list_topics(timeout=timeout)
+        finally:
+            watermarks.close()

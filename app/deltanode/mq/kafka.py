@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -43,6 +43,31 @@ def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0) -> l
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"cannot create topic {topic}: {e}") from None
     return created
+
+
+def sender(bootstrap: str) -> Producer:
+    """The producer of the Milvus proxy stand-in (Milvus's own settings, without compression)."""
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "message.max.bytes": 16 << 20,
+                     "compression.codec": "none", "queue.buffering.max.kbytes": 1 << 20})
+
+
+def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0) -> dict[str, int]:
+    """Send one message to each topic; the offset each landed at."""
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 16 << 20})
+    offsets: dict[str, int] = {}
+    errors: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}: {err}")
+        else:
+            offsets[msg.topic()] = msg.offset()
+
+    for topic, payload in payloads.items():
+        producer.produce(topic, payload, on_delivery=delivered)
+    if producer.flush(timeout) or errors or len(offsets) != len(payloads):
+        raise BrokerError(f"could not send to {sorted(payloads)} on {bootstrap}: {errors or 'timeout'}")
+    return offsets
 
 
 class Watermarks:

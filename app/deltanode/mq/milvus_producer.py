@@ -12,9 +12,10 @@ import itertools
 import threading
 
 import numpy as np
-from confluent_kafka import Producer
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
+from . import kafka
+from .broker import Sender
 from ..wire.positions import now_ts
 from ..wire.schema import CollectionLayout, DataType
 
@@ -78,14 +79,13 @@ def _serial(method):
 
 
 class Proxy:
-    """What the collections behind one Milvus proxy share: its Kafka producer, its TSO and the lock
-    that keeps a TimeTick from overtaking a DML message with a smaller timestamp on a pchannel."""
+    """What the collections behind one Milvus proxy share: its producer (``sender``, Kafka's on
+    ``bootstrap`` when not given), its TSO and the lock that keeps a TimeTick from overtaking a
+    DML message with a smaller timestamp on a pchannel."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, sender: Sender | None = None) -> None:
         self.bootstrap = bootstrap
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
-                                  "message.max.bytes": 16 << 20, "compression.codec": "none",
-                                  "queue.buffering.max.kbytes": 1 << 20})
+        self.producer = sender or kafka.sender(bootstrap)
         self.clock = TsoClock()
         self.lock = threading.RLock()
 

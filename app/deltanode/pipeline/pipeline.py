@@ -40,6 +40,7 @@ from ..storage.commit import CollectionCommitter, QuarantineLog, discard
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
+from ..wire.positions import CODECS
 from .plan import MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 from .task import TaskOutput, TaskSpec, run_task
@@ -121,7 +122,7 @@ class Pipeline:
     def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
         """Start reading ``info.channelName`` from Delta's state (else the VchannelInfo's); returns
         once the vchannel takes part in the next cycle. Raises when its state cannot be loaded."""
-        fg = VchannelFlowgraph(info, schema, self.node_id)
+        fg = VchannelFlowgraph(info, schema, self.node_id, CODECS[self.broker.kind])
         self._load(fg)
         with self._lock:
             self._members[fg.vchannel] = fg

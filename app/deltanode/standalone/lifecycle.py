@@ -33,6 +33,7 @@ from deltanode.config import Conf
 from deltanode.standalone.services import (
     EmbeddedBroker,
     EmbeddedEtcd,
+    EmbeddedPulsar,
     PortInUseError,
     ServiceError,
 )
@@ -53,7 +54,7 @@ class ServiceGroup:
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
         self.etcd: EmbeddedEtcd | None = None
-        self.broker: EmbeddedBroker | None = None
+        self.broker: EmbeddedBroker | EmbeddedPulsar | None = None
         self._stack: list[tuple[str, Callable[[], None]]] = []
         self._old_handlers: dict[int, object] = {}
         self._signals: list[int] = []   # appended by the handler, read by wait()
@@ -81,9 +82,12 @@ class ServiceGroup:
                 self._start_process(etcd, "etcd.endpoints")
                 self.etcd = etcd
             if self.conf.get("embedded.broker"):
-                _, port = self.conf.hostports("mq.kafka.bootstrap.servers")[0]
-                broker = EmbeddedBroker(port, log_dir=self.data_dir / "broker")
-                self._start_process(broker, "mq.kafka.bootstrap.servers")
+                _, port = self.conf.broker_hostports()[0]
+                if self.conf.get("mq.type") == "pulsar":
+                    broker = EmbeddedPulsar(self.data_dir / "pulsar", port)
+                else:
+                    broker = EmbeddedBroker(port, log_dir=self.data_dir / "broker")
+                self._start_process(broker, self.conf.broker_key)
                 self.broker = broker
         except BaseException:
             self.stop()
@@ -100,9 +104,7 @@ class ServiceGroup:
             raise
         self._stack.append((proc.name, proc.stop))
         log.info("%s started on 127.0.0.1:%s (log: %s)", proc.name,
-                 getattr(proc, "client_port", None) or getattr(proc, "port", None),
-                 self.data_dir / ("etcd/etcd.log" if isinstance(proc, EmbeddedEtcd)
-                                  else "broker/tansu.log"))
+                 getattr(proc, "client_port", None) or getattr(proc, "port", None), proc.log_path)
 
     def add(self, name: str, stop: Callable[[], None]) -> None:
         """Register a started component; ``stop`` runs before those registered earlier."""

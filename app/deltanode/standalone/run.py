@@ -8,11 +8,11 @@ from ..config import Conf
 from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
-from ..datanode.run import require_kafka
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 from ..etcd.client import EtcdClient
-from ..mq.kafka import create_topics
+from ..mq.broker import Broker
 from ..storage.layout import StorageLayout
+from ..wire.positions import CODECS
 from ..wire.names import pchannel_name
 from .lifecycle import ServiceGroup
 
@@ -25,18 +25,17 @@ def _stop_spark(spark) -> None:
 
 
 def run(conf: Conf) -> int:
-    require_kafka(conf)
     with ServiceGroup(conf) as group:
-        bootstrap = conf.get("mq.kafka.bootstrap.servers")
+        broker = Broker.from_conf(conf)
         pchannels = [pchannel_name(conf.get("mq.pchannel.prefix"), i) for i in range(conf.get("mq.pchannel.count"))]
-        created = create_topics(bootstrap, pchannels)
+        created = broker.create_topics(pchannels)
         if created:
-            log.info("created %d pchannel topics on %s", len(created), bootstrap)
+            log.info("created %d pchannel topics on %s", len(created), broker.address)
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
                           watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance")).start()
+                          balance=conf.get("datacoord.channel.balance"), positions=CODECS[conf.get("mq.type")]).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
         spark = spark_session(conf, "deltanode-standalone")
@@ -44,12 +43,12 @@ def run(conf: Conf) -> int:
         node = DataNode(conf, spark)
         group.add("datanode", node.stop)
         node.start()
-        log.info("standalone up: etcd %s, broker %s, Delta tables under %s; Ctrl-C to stop",
-                 conf.get("etcd.endpoints"), bootstrap, conf.get("storage.root"))
+        log.info("standalone up: etcd %s, %s broker %s, Delta tables under %s; Ctrl-C to stop",
+                 conf.get("etcd.endpoints"), broker.kind, broker.address, conf.get("storage.root"))
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
         while not group.wait(1.0):
-            if group.broker is not None and group.broker.name in group.check():
-                created = create_topics(bootstrap, pchannels)
+            if group.broker is not None and group.broker.name in group.check() and broker.kind == "kafka":
+                created = broker.create_topics(pchannels)
                 log.warning("the embedded broker keeps its topics in memory: re-created %d pchannel topics; "
                             "vchannels whose positions it lost fail alone", len(created))
             node.poll()

@@ -131,6 +131,10 @@ class EmbeddedEtcd(_Process):
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "etcd.log"
+
     def start(self) -> None:
         ensure_port_free(self.client_port, "etcd client port")
         ensure_port_free(self.peer_port, "etcd peer port")
@@ -142,7 +146,7 @@ class EmbeddedEtcd(_Process):
                      "--listen-client-urls", client, "--advertise-client-urls", client,
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", f"deltanode={peer}"],
-                    self.data_dir / "etcd.log", self.client_port, timeout=30)
+                    self.log_path, self.client_port, timeout=30)
 
 
 def tansu_binary() -> str:
@@ -172,12 +176,16 @@ class EmbeddedBroker(_Process):
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "tansu.log"
+
     def start(self) -> None:
         ensure_port_free(self.port, "broker port")
         url = f"tcp://127.0.0.1:{self.port}"
         self._spawn([tansu_binary(), "broker", "--listener-url", url,
                      "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                    self.log_dir / "tansu.log", self.port, timeout=30)
+                    self.log_path, self.port, timeout=30)
 
 
 def pulsar_lite_binary() -> str:
@@ -208,8 +216,12 @@ class EmbeddedPulsar(_Process):
     def service_url(self) -> str:
         return f"pulsar://127.0.0.1:{self.port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "pulsar-lite.log"
+
     def start(self) -> None:
         ensure_port_free(self.port, "pulsar broker port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._spawn([pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.data_dir / "db")],
-                    self.data_dir / "pulsar-lite.log", self.port, timeout=30)
+                    self.log_path, self.port, timeout=30)

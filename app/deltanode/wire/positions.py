@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .varint import encode_varint, read_varint
 
@@ -46,6 +48,37 @@ def pulsar_ledger_entry(msg_id: bytes) -> tuple[int, int]:
     if 1 not in fields or 2 not in fields or pos != len(msg_id):
         raise ValueError(f"not a Pulsar MessageIdData (needs ledgerId and entryId): {msg_id.hex()}")
     return fields[1], fields[2]
+
+
+PULSAR_ENTRY_BITS = 24
+PULSAR_MAX_LEDGER = (1 << (63 - PULSAR_ENTRY_BITS)) - 1
+
+
+def pulsar_position(ledger: int, entry: int) -> int:
+    """DeltaNode's int64 position of a Pulsar message id: ``ledger << 24 | entry`` (docs/pulsar.md)."""
+    if not (0 <= entry < 1 << PULSAR_ENTRY_BITS and 0 <= ledger <= PULSAR_MAX_LEDGER):
+        raise ValueError(f"Pulsar message id ({ledger}, {entry}) is outside what DeltaNode positions hold "
+                         f"(entry < 2^{PULSAR_ENTRY_BITS}, ledger < 2^{63 - PULSAR_ENTRY_BITS})")
+    return ledger << PULSAR_ENTRY_BITS | entry
+
+
+def pulsar_ledger_entry_at(position: int) -> tuple[int, int]:
+    return position >> PULSAR_ENTRY_BITS, position & ((1 << PULSAR_ENTRY_BITS) - 1)
+
+
+@dataclass(frozen=True)
+class PositionCodec:
+    """How a broker's ``MsgPosition.msgID`` bytes map to DeltaNode's int64 positions and back."""
+
+    to_msg_id: Callable[[int], bytes]
+    from_msg_id: Callable[[bytes], int]
+
+
+CODECS = {
+    "kafka": PositionCodec(kafka_msg_id, kafka_offset),
+    "pulsar": PositionCodec(lambda pos: pulsar_msg_id(*pulsar_ledger_entry_at(pos)),
+                            lambda msg_id: pulsar_position(*pulsar_ledger_entry(msg_id))),
+}
 
 
 def compose_ts(physical_ms: int, logical: int = 0) -> int:

@@ -1,0 +1,215 @@
+"""Pulsar-protocol access: high watermarks and bounded position-range reads (docs/pulsar.md).
+
+Topics are named as Milvus names them, ``persistent://{tenant}/{namespace}/{pchannel}``,
+non-partitioned. A position is ``ledgerId << 24 | entryId``: it orders as the message ids do,
+and on a topic that never changes ledger (pulsar-lite) it is the entry id, one per message.
+A read that would cross to a later ledger fails clearly: planning across a ledger boundary
+is not built yet (docs/pulsar.md).
+
+The source defends against an imperfect broker: every reader has a one-message receiver queue
+(pulsar-lite duplicates and skips deliveries with a larger one) and starts inclusive (its
+exclusive start never delivers); a message at or below the last one kept is a repeat and is
+dropped; an entry that jumps ahead inside a ledger is re-read from the missing one, never
+skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pulsar
+
+from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
+from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
+from .kafka import BrokerError, Chunk, OffsetRange
+
+REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
+_quiet = logging.getLogger("deltanode.mq.pulsar.client")
+_quiet.setLevel(logging.WARNING)
+_clients: dict[str, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
+
+
+def topic_name(pchannel: str, tenant: str = "public", namespace: str = "default") -> str:
+    return f"persistent://{tenant}/{namespace}/{pchannel}"
+
+
+def position(ledger: int, entry: int) -> int:
+    """The int64 position of a message id (docs/pulsar.md)."""
+    try:
+        return pulsar_position(ledger, entry)
+    except ValueError as e:
+        raise BrokerError(str(e)) from None
+
+
+def message_id(pos: int) -> pulsar.MessageId:
+    """The message id at ``pos``, as the topic numbers it (partition and batch index -1)."""
+    return pulsar.MessageId(-1, *pulsar_ledger_entry_at(pos), -1)
+
+
+def client(service_url: str) -> pulsar.Client:
+    found = _clients.get(service_url)
+    if found is None:
+        found = _clients[service_url] = pulsar.Client(service_url, operation_timeout_seconds=10, logger=_quiet)
+    return found
+
+
+class Watermarks:
+    """Driver side: the position after each topic's last message.
+
+    The Python client asks for a topic's last message id only through a consumer, so there is
+    one per topic, on a subscription named ``subscription`` that is removed at close.
+    """
+
+    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
+                 subscription: str = "deltanode-watermarks") -> None:
+        self.service_url, self.tenant, self.namespace = service_url, tenant, namespace
+        self.subscription = subscription
+        self._client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=_quiet)
+        self._consumers: dict[str, pulsar.Consumer] = {}
+
+    def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        try:
+            consumer = self._consumers.get(topic)
+            if consumer is None:
+                consumer = self._consumers[topic] = self._client.subscribe(
+                    topic_name(topic, self.tenant, self.namespace), self.subscription, receiver_queue_size=1,
+                    initial_position=pulsar.InitialPosition.Latest)
+            last = consumer.get_last_message_id()
+        except pulsar.PulsarException as e:
+            raise BrokerError(f"cannot read the last message id of {topic} from {self.service_url}: {e}") from None
+        if last.entry_id() < 0 or last.ledger_id() < 0:
+            return 0   # no message yet
+        return position(last.ledger_id(), last.entry_id()) + 1
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            try:
+                consumer.unsubscribe()
+            except pulsar.PulsarException:
+                consumer.close()
+        self._client.close()
+
+
+def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
+                chunk_messages: int = 64, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | BrokerError]]:
+    """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
+    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once."""
+    c = client(service_url)
+    for i, r in enumerate(ranges):
+        if r.end > r.start:
+            yield from _read_range(c, i, r, topic_name(r.topic, tenant, namespace), chunk_messages, stall_timeout)
+
+
+def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int,
+                stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
+    expected, rereads, chunk = r.start, 0, []
+    try:
+        reader = c.create_reader(topic, message_id(expected), receiver_queue_size=1, start_message_id_inclusive=True)
+    except pulsar.PulsarException as e:
+        yield i, BrokerError(f"cannot read {topic} at {expected}: {e}")
+        return
+    last_progress = time.monotonic()
+    try:
+        while expected < r.end:
+            try:
+                msg = reader.read_next(500)
+            except pulsar.Timeout:
+                if time.monotonic() - last_progress > stall_timeout:
+                    yield i, BrokerError(f"no message from {topic} at position {expected} for {stall_timeout:.0f} s "
+                                         f"(range ends at {r.end})")
+                    return
+                continue
+            mid = msg.message_id()
+            pos = position(mid.ledger_id(), mid.entry_id())
+            if pos < expected:
+                continue   # delivered twice
+            if pos > expected:
+                if pos >> ENTRY_BITS != expected >> ENTRY_BITS:
+                    yield i, BrokerError(f"{topic} moved from ledger {expected >> ENTRY_BITS} to {mid.ledger_id()} "
+                                         f"inside a range: reading across a ledger boundary is not supported yet")
+                    return
+                rereads += 1
+                if rereads > REREADS:
+                    ledger, entry = pulsar_ledger_entry_at(expected)
+                    yield i, BrokerError(f"{topic}: entry {entry} of ledger {ledger} never delivered "
+                                         f"({REREADS} re-reads from it)")
+                    return
+                reader.seek(message_id(expected))   # a skipped delivery: read again from the hole
+                continue
+            chunk.append((pos, msg.data()))
+            expected, rereads, last_progress = pos + 1, 0, time.monotonic()
+            if len(chunk) >= chunk_messages:
+                yield i, chunk
+                chunk = []
+        if chunk:
+            yield i, chunk
+    except pulsar.PulsarException as e:
+        yield i, BrokerError(f"reading {topic} at {expected}: {e}")
+    finally:
+        reader.close()
+
+
+def send_each(service_url: str, payloads: dict[str, bytes], tenant: str = "public",
+              namespace: str = "default") -> dict[str, int]:
+    """Send one message to each pchannel; the position each landed at."""
+    c = pulsar.Client(service_url, operation_timeout_seconds=10, logger=_quiet)
+    try:
+        out = {}
+        for pchannel, payload in payloads.items():
+            producer = c.create_producer(topic_name(pchannel, tenant, namespace), batching_enabled=False)
+            mid = producer.send(payload)
+            producer.close()
+            out[pchannel] = position(mid.ledger_id(), mid.entry_id())
+        return out
+    except pulsar.PulsarException as e:
+        raise BrokerError(f"could not send to {sorted(payloads)} on {service_url}: {e}") from None
+    finally:
+        c.close()
+
+
+def ping(service_url: str, topic: str, timeout: float = 5.0) -> None:
+    """Raise BrokerError unless the broker answers a lookup of ``topic`` within ``timeout``."""
+    c = pulsar.Client(service_url, operation_timeout_seconds=max(1, int(timeout)), logger=_quiet)
+    try:
+        c.get_topic_partitions(topic)
+    except pulsar.PulsarException as e:
+        raise BrokerError(f"Pulsar broker {service_url} unreachable: {e}") from None
+    finally:
+        c.close()
+
+
+class Sender:
+    """What a Milvus proxy stand-in needs of a producer (``mq.milvus_producer.Proxy``), over Pulsar:
+    one producer per topic, batching off and no compression, sends asynchronous until ``flush``."""
+
+    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default") -> None:
+        self.tenant, self.namespace = tenant, namespace
+        self._client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=_quiet)
+        self._producers: dict[str, pulsar.Producer] = {}
+        self._errors: list[str] = []
+
+    def produce(self, pchannel: str, payload: bytes) -> None:
+        producer = self._producers.get(pchannel)
+        if producer is None:
+            producer = self._producers[pchannel] = self._client.create_producer(
+                topic_name(pchannel, self.tenant, self.namespace), batching_enabled=False, block_if_queue_full=True)
+        producer.send_async(payload, self._sent)
+
+    def _sent(self, result, _msg_id) -> None:
+        if result != pulsar.Result.Ok:
+            self._errors.append(str(result))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, _timeout: float = 30.0) -> int:
+        """Returns how many messages failed (as Kafka's flush returns how many are still queued)."""
+        for producer in self._producers.values():
+            producer.flush()
+        failed, self._errors = len(self._errors), []
+        return failed
+
+    def close(self) -> None:
+        self._client.close()
