@@ -9,8 +9,9 @@ import threading
 import time
 
 import pytest
-from deltanode.mq.kafka import create_topics
-from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.mq.broker import Broker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
+from deltanode.standalone.services import EmbeddedPulsar
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -42,17 +43,15 @@ def spark():
 
 
 @pytest.fixture
-def pipelines(spark, broker, tmp_path):
+def pipelines(spark, mq, tmp_path):
     """Factory: a started shared pipeline (no etcd fence) on the test broker; stopped at the end."""
-    from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
     started = []
 
     def make(trigger_interval: float = 0.2, fence=None, **limits) -> Pipeline:
         settings = PipelineSettings(Limits(**limits), trigger_interval=trigger_interval)
-        pipe = Pipeline(spark, StorageLayout(str(tmp_path / "delta")), Broker("kafka", broker.bootstrap_servers),
-                        settings, fence=fence).start()
+        pipe = Pipeline(spark, StorageLayout(str(tmp_path / "delta")), mq, settings, fence=fence).start()
         started.append(pipe)
         return pipe
 
@@ -61,10 +60,27 @@ def pipelines(spark, broker, tmp_path):
         pipe.stop()
 
 
+@pytest.fixture(scope="session")
+def pulsar_server(tmp_path_factory):
+    """pulsar-lite, the embedded Pulsar-protocol broker (file-backed)."""
+    with EmbeddedPulsar(tmp_path_factory.mktemp("pulsar")) as server:
+        yield server
+
+
 @pytest.fixture
-def make_collection(broker, tmp_path):
-    """Factory: a fresh collection with ``shards`` vchannels on fresh pchannel topics, ticking."""
+def mq(request, broker) -> Broker:
+    """The broker the collections of a test live on: Kafka (Tansu) unless the test asks for
+    ``pulsar`` with ``@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)``."""
+    if getattr(request, "param", "kafka") == "pulsar":
+        return Broker("pulsar", request.getfixturevalue("pulsar_server").service_url)
+    return Broker("kafka", broker.bootstrap_servers)
+
+
+@pytest.fixture
+def make_collection(mq, tmp_path):
+    """Factory: a fresh collection with ``shards`` vchannels on fresh pchannel topics of ``mq``, ticking."""
     stops = []
+    senders = []
 
     def make(shards: int = 1, schema: dict = SCHEMA, shared_pchannel: bool = False, ticking: bool = True,
              pchannels: list[str] | None = None) -> Collection:
@@ -73,16 +89,21 @@ def make_collection(broker, tmp_path):
         prefix = f"t{cid}-rootcoord-dml"
         pchannels = pchannels or [pchannel_name(prefix, 0 if shared_pchannel else i) for i in range(shards)]
         vchannels = [vchannel_name(p, cid, i) for i, p in enumerate(pchannels)]
-        create_topics(broker.bootstrap_servers, sorted(set(pchannels)))
+        mq.create_topics(sorted(set(pchannels)))
         name = f"coll{cid}"
         layout = CollectionLayout.from_proto(schema_from_json(schema, name))
-        producer = MilvusProducer(broker.bootstrap_servers, layout, cid, name)
+        sender = mq.sender()
+        senders.append(sender)
+        producer = MilvusProducer(mq.address, layout, cid, name, proxy=Proxy(mq.address, sender))
         if ticking:  # off where a test needs to know each message's offset
             stop = threading.Event()
             ticker(producer, sorted(set(pchannels)), stop)
             stops.append(stop)
-        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")), schema)
+        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")), schema,
+                          mq)
 
     yield make
     for s in stops:
         s.set()
+    for sender in senders:
+        getattr(sender, "close", lambda: None)()

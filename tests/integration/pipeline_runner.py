@@ -38,7 +38,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     setup_logging("INFO")
     storage = StorageLayout(args["storage_root"])
-    pipe = Pipeline(spark, storage, Broker("kafka", args["bootstrap"]),
+    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]),
                     PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1)).start()
     for coll in args["collections"]:
         schema = schema_from_json(coll["schema"], coll["name"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from deltanode.mq.broker import Broker
 from deltanode.mq.kafka import Watermarks
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage import meta
@@ -32,6 +33,7 @@ class Collection:
     producer: MilvusProducer
     storage: StorageLayout
     schema_doc: dict = field(default_factory=lambda: SCHEMA)
+    mq: Broker | None = None       # the broker its pchannels live on (Kafka when None)
 
     def committed_offset(self, vchannel: str) -> int:
         table = open_table(self.storage.insert_log(self.collection_id))
@@ -57,8 +59,9 @@ class Collection:
             pipeline.add(info, self.schema)
 
 
-def high_watermark(bootstrap: str, topic: str) -> int:
-    wm = Watermarks(bootstrap)
+def high_watermark(bootstrap: str | Broker, topic: str) -> int:
+    """``topic``'s high watermark on a Broker, or on the Kafka broker at ``bootstrap``."""
+    wm = bootstrap.watermarks() if isinstance(bootstrap, Broker) else Watermarks(bootstrap)
     try:
         return wm.high(topic)
     finally:
@@ -74,7 +77,7 @@ def settled_watermark(coll: Collection, pchannel: str) -> int:
     for _ in range(2):
         coll.producer.tick(pchannel)
         coll.producer.flush_producer()
-    return high_watermark(coll.producer.bootstrap, pchannel)
+    return high_watermark(coll.mq or coll.producer.bootstrap, pchannel)
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):

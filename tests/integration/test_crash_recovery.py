@@ -21,19 +21,20 @@ RUNNER = os.path.join(os.path.dirname(__file__), "pipeline_runner.py")
 pytestmark = pytest.mark.spark
 
 
-def runner_args(colls, broker, tmp_path, targets: dict[str, int], max_messages: int) -> list[str]:
-    args = {"bootstrap": broker.bootstrap_servers, "storage_root": colls[0].storage.root,
+def runner_args(colls, tmp_path, targets: dict[str, int], max_messages: int) -> list[str]:
+    mq = colls[0].mq
+    args = {"mq": mq.kind, "address": mq.address, "storage_root": colls[0].storage.root,
             "collections": [{"collection_id": c.collection_id, "name": c.name, "schema": c.schema_doc,
                              "vchannels": c.vchannels} for c in colls],
             "targets": targets, "max_messages": max_messages, "timeout": 200}
     return [sys.executable, RUNNER, json.dumps(args)]
 
 
-def run_node(colls, broker, tmp_path, targets, crash: str | None, max_messages: int = 6) -> subprocess.CompletedProcess:
+def run_node(colls, tmp_path, targets, crash: str | None, max_messages: int = 6) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT, CRASH_DIR)}
     if crash:
         env[CRASH_AT], env[CRASH_DIR] = crash, str(tmp_path)
-    return subprocess.run(runner_args(colls, broker, tmp_path, targets, max_messages), env=env, capture_output=True,
+    return subprocess.run(runner_args(colls, tmp_path, targets, max_messages), env=env, capture_output=True,
                           text=True, timeout=240)
 
 
@@ -45,8 +46,9 @@ def exactly_once(coll, produced: list[int]) -> tuple[int, int]:
     return len(pks), len(dupes)
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 @pytest.mark.parametrize("point", POINTS)
-def test_sigkill_then_restart_keeps_every_row_exactly_once(point, broker, make_collection, tmp_path):
+def test_sigkill_then_restart_keeps_every_row_exactly_once(point, mq, make_collection, tmp_path):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]
     produced, deleted = [], []
@@ -61,16 +63,16 @@ def test_sigkill_then_restart_keeps_every_row_exactly_once(point, broker, make_c
         coll.producer.flush_producer()
 
     produce(40)
-    crashed = run_node([coll], broker, tmp_path, {v: settled_watermark(coll, p)}, crash=f"{point}:3")
+    crashed = run_node([coll], tmp_path, {v: settled_watermark(coll, p)}, crash=f"{point}:3")
     assert crashed.returncode < 0, f"the node was not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}"
     rows_at_crash = len(coll.insert_rows())
     produce(10)  # more traffic while the node is down
     target = settled_watermark(coll, p)
     assert coll.committed_offset(v) < target
-    restarted = run_node([coll], broker, tmp_path, {v: target}, crash=None)
+    restarted = run_node([coll], tmp_path, {v: target}, crash=None)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     rows, _ = exactly_once(coll, produced)
-    print(f"{point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, {rows} after restart, "
+    print(f"{mq.kind} {point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, {rows} after restart, "
           f"0 duplicated")
     deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().column("pk").to_pylist()
     assert sorted(deletes) == sorted(deleted)
@@ -78,7 +80,7 @@ def test_sigkill_then_restart_keeps_every_row_exactly_once(point, broker, make_c
     assert sum(s.num_rows for s in state.segments.values()) == len(produced)
 
 
-def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(broker, make_collection, tmp_path):
+def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(make_collection, tmp_path):
     """20 collections x 2 shards over 4 shared pchannels; the node is killed from outside while it
     commits; traffic goes on; a new node resumes every vchannel from Delta."""
     pchannels = [f"t{time.time_ns() % 10**9}-rootcoord-dml_{i}" for i in range(4)]
@@ -97,7 +99,7 @@ def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(broker, 
 
     produce(15)
     never = {v: 1 << 40 for c in colls for v in c.vchannels}
-    node = subprocess.Popen(runner_args(colls, broker, tmp_path, never, 50), stdout=subprocess.DEVNULL,
+    node = subprocess.Popen(runner_args(colls, tmp_path, never, 50), stdout=subprocess.DEVNULL,
                             stderr=open(tmp_path / "node.log", "w"))
     try:
         wait_until(lambda: sum(len(c.insert_rows()) for c in colls) >= 2000, 120, "part of the backlog to commit")
@@ -111,7 +113,7 @@ def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(broker, 
     produce(5)   # traffic while no node runs
     targets = {v: settled_watermark(colls[0], p) for p in pchannels for c in colls
                for v, pv in zip(c.vchannels, c.pchannels) if pv == p}
-    restarted = run_node(colls, broker, tmp_path, targets, crash=None, max_messages=200)
+    restarted = run_node(colls, tmp_path, targets, crash=None, max_messages=200)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     total = 0
     for c in colls:

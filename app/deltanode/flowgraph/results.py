@@ -59,3 +59,4 @@ class ReadStats:
     dml_messages: int = 0
     dml_bytes: int = 0
     error: str | None = None       # the broker could not serve the range; its vchannels fail
+    next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)

@@ -113,6 +113,13 @@ class VchannelFlowgraph:
         if self.failures and now - self.retry_at > MAX_BACKOFF:
             self.failures = 0       # a minute of running since the last failure: start the backoff over
 
+    def skip_gap(self, position: int) -> None:
+        """Move past positions the broker has no message at (a Pulsar ledger boundary): the next
+        read starts at ``position``, and the next commit's checkpoint covers the gap."""
+        state = self.working.copy()
+        state.checkpoint_offset = position
+        self.working = state
+
     def message_size(self) -> float | None:
         """Bytes per message to plan its ranges with: its own Insert/Delete average, else what its
         last ranges held; None until it was read once."""

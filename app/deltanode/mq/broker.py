@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from . import kafka, pulsar
-from .kafka import BrokerError, Chunk, OffsetRange
+from .kafka import BrokerError, Chunk, Gap, OffsetRange
 
-__all__ = ["Broker", "BrokerError", "Chunk", "HighWatermarks", "OffsetRange", "Sender"]
+__all__ = ["Broker", "BrokerError", "Chunk", "Gap", "HighWatermarks", "OffsetRange", "Sender"]
 
 
 class HighWatermarks(Protocol):
@@ -65,8 +65,9 @@ class Broker:
             return pulsar.Watermarks(self.address, self.tenant, self.namespace)
         return kafka.Watermarks(self.address)
 
-    def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | BrokerError]]:
-        """Runs on executors: ``(i, chunk)`` of ``ranges[i]`` in offset order, or ``(i, BrokerError)`` once."""
+    def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
+        """Runs on executors: ``(i, chunk)`` of ``ranges[i]`` in offset order, or ``(i, BrokerError)`` once;
+        ``(i, Gap)`` last when the range ended in a gap of positions."""
         if self.kind == "pulsar":
             return pulsar.read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace)
         return kafka.read_ranges(self.address, ranges)

@@ -106,6 +106,14 @@ class OffsetRange:
 Chunk = list[tuple[int, "bytes | None"]]
 
 
+@dataclass(frozen=True)
+class Gap:
+    """Yielded by a range read that found the topic's next message past the range's end: no
+    message lies between the range's last one and ``position`` (a Pulsar ledger boundary)."""
+
+    position: int
+
+
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
                 fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(offset, value)`` of ``ranges[i]``, each range in offset order.

@@ -2,9 +2,10 @@
 
 Topics are named as Milvus names them, ``persistent://{tenant}/{namespace}/{pchannel}``,
 non-partitioned. A position is ``ledgerId << 24 | entryId``: it orders as the message ids do,
-and on a topic that never changes ledger (pulsar-lite) it is the entry id, one per message.
-A read that would cross to a later ledger fails clearly: planning across a ledger boundary
-is not built yet (docs/pulsar.md).
+and grows by one per message inside a ledger. Between ledgers (a rollover, or a topic's
+first ledger, whose id the broker allocates) positions jump: a read that meets entry 0 of a
+later ledger knows no message lies in between, and when that is past its range's end it
+reports the next position (``Gap``) so the vchannel moves over the gap at once.
 
 The source defends against an imperfect broker: every reader has a one-message receiver queue
 (pulsar-lite duplicates and skips deliveries with a larger one) and starts inclusive (its
@@ -23,7 +24,7 @@ import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
-from .kafka import BrokerError, Chunk, OffsetRange
+from .kafka import BrokerError, Chunk, Gap, OffsetRange
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 _quiet = logging.getLogger("deltanode.mq.pulsar.client")
@@ -93,9 +94,10 @@ class Watermarks:
 
 
 def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
-                chunk_messages: int = 64, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | BrokerError]]:
+                chunk_messages: int = 64, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
-    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once."""
+    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once, a range that
+    ends in a gap ``(i, Gap)`` last."""
     c = client(service_url)
     for i, r in enumerate(ranges):
         if r.end > r.start:
@@ -103,7 +105,7 @@ def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "p
 
 
 def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int,
-                stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
+                stall_timeout: float) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
     expected, rereads, chunk = r.start, 0, []
     try:
         reader = c.create_reader(topic, message_id(expected), receiver_queue_size=1, start_message_id_inclusive=True)
@@ -125,11 +127,18 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
             pos = position(mid.ledger_id(), mid.entry_id())
             if pos < expected:
                 continue   # delivered twice
-            if pos > expected:
-                if pos >> ENTRY_BITS != expected >> ENTRY_BITS:
-                    yield i, BrokerError(f"{topic} moved from ledger {expected >> ENTRY_BITS} to {mid.ledger_id()} "
-                                         f"inside a range: reading across a ledger boundary is not supported yet")
+            if pos > expected and pos >> ENTRY_BITS > expected >> ENTRY_BITS:
+                if mid.entry_id() != 0:
+                    yield i, BrokerError(f"{topic}: after position {expected} came entry {mid.entry_id()} of a "
+                                         f"later ledger {mid.ledger_id()}, not its first: refusing to skip data")
                     return
+                if pos >= r.end:
+                    if chunk:
+                        yield i, chunk
+                    yield i, Gap(pos)   # nothing before the next ledger: the range is done
+                    return
+                expected = pos          # a new ledger inside the range: nothing was in between
+            if pos > expected:
                 rereads += 1
                 if rereads > REREADS:
                     ledger, entry = pulsar_ledger_entry_at(expected)

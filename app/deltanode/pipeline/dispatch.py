@@ -30,6 +30,7 @@ class PchannelDispatcher:
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
         self.error: str | None = None
+        self.next_position: int | None = None   # the broker's next message, past a gap after the range
 
     def on_message(self, offset: int, value: bytes | None) -> None:
         self.messages += 1
@@ -90,4 +91,4 @@ class PchannelDispatcher:
                     portions.append(r.fail(f"{type(e).__name__}: {e}"))
         p = self.piece
         return portions, ReadStats(p.pchannel, p.first, p.end, self.messages, self.bytes, self.dml_messages,
-                                   self.dml_bytes, self.error)
+                                   self.dml_bytes, self.error, self.next_position)

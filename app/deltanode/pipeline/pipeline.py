@@ -239,7 +239,10 @@ class Pipeline:
                           highs, averages, self.settings.limits)
         for vchannel, why in plan.lost.items():
             self._fail(members[vchannel], f"BrokerError: {why}", now, report)
-        tasks = split_tasks(plan.ranges, averages, self.settings.limits.splits)
+        # A range split in two must be readable from its middle: not so on Pulsar, where a position
+        # between two ledgers is no message id a reader can start at (docs/pulsar.md).
+        splits = self.settings.limits.splits if self.broker.kind == "kafka" else 1
+        tasks = split_tasks(plan.ranges, averages, splits)
         report.plan_s = time.monotonic() - now
         if tasks:
             report.ranges, report.tasks = len(plan.ranges), len(tasks)
@@ -357,6 +360,10 @@ class Pipeline:
             report.rows += outcome.inserted_rows
             report.deletes += outcome.deleted_rows
             report.quarantined += outcome.quarantined
+        for read in (r for out in outputs for r in out.reads if r.next_position is not None and r.error is None):
+            for fg in members.values():
+                if fg.pchannel == read.pchannel and fg.status == RUNNING and fg.next_offset == read.end:
+                    fg.skip_gap(read.next_position)
 
     def _learn(self, read: ReadStats, report: CycleReport) -> None:
         """Per pchannel: bytes per DML message as reads see them, at once up, a tenth per read down."""

@@ -18,7 +18,7 @@ from ..faults import crash_point
 from ..flowgraph.context import RouteContext
 from ..flowgraph.results import Portion, ReadStats
 from ..flowgraph.route import VchannelRouter
-from ..mq.broker import Broker, BrokerError, OffsetRange
+from ..mq.broker import Broker, BrokerError, Gap, OffsetRange
 from ..storage.layout import StorageLayout
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout
@@ -60,6 +60,9 @@ def run_task(spec: TaskSpec) -> TaskOutput:
     for i, item in spec.broker.read_ranges(ranges):
         if isinstance(item, BrokerError):
             dispatchers[i].broker_failed(str(item))
+            continue
+        if isinstance(item, Gap):
+            dispatchers[i].next_position = item.position
             continue
         on_message = dispatchers[i].on_message
         for offset, value in item:
