@@ -13,7 +13,7 @@ TARGET=(tests)
 for arg in "$@"; do
     case "$arg" in -*) ;; *) [ -e "${arg%%::*}" ] && TARGET=() ;; esac
 done
-.venv/bin/python -m pytest "${TARGET[@]}" -q "$@"
+.venv/bin/python -m pytest "${TARGET[@]}" -q -rs "$@"   # -rs: every skip prints its reason
 rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "build/test.sh: pytest collected no tests (exit 5): treating that as a failure" >&2

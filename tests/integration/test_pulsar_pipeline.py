@@ -1,4 +1,5 @@
-"""The shared pipeline reading a real Pulsar-protocol broker (pulsar-lite): exactly once, across a restart."""
+"""The shared pipeline reading a real Pulsar-protocol broker (pulsar-lite; Apache Pulsar in a container
+where Docker runs): exactly once, across a restart."""
 
 from __future__ import annotations
 
@@ -25,17 +26,40 @@ CID = 448700000000000001
 PCHANNEL = "by-dev-rootcoord-dml_0"
 
 
-@pytest.fixture
-def pulsar_broker(tmp_path):
-    with EmbeddedPulsar(tmp_path / "pulsar") as b:
-        yield b
+def docker_unavailable() -> str | None:
+    """Why no Docker engine can run a container here, or None when one answers."""
+    try:
+        import docker
+        docker.from_env(timeout=5).ping()
+    except Exception as e:  # noqa: BLE001 - any failure means: no engine to run Apache Pulsar in
+        return f"no Docker engine reachable ({type(e).__name__}: {e})"
+    return None
 
 
-def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(spark, pulsar_broker, tmp_path):
+@pytest.fixture(params=["pulsar-lite", "apache-pulsar"])
+def pulsar_url(request, tmp_path):
+    """A Pulsar-protocol broker: pulsar-lite (always), and Apache Pulsar 3.3 in a container where a
+    Docker engine is reachable (skipped with the reason otherwise)."""
+    if request.param == "pulsar-lite":
+        with EmbeddedPulsar(tmp_path / "pulsar") as b:
+            yield b.service_url
+        return
+    why = docker_unavailable()
+    if why:
+        pytest.skip(f"Apache Pulsar runs in a container: {why}")
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+    with DockerContainer("apachepulsar/pulsar:3.3.0").with_command("bin/pulsar standalone") \
+            .with_exposed_ports(6650) as container:
+        wait_for_logs(container, "messaging service is ready", timeout=180)
+        yield f"pulsar://{container.get_container_host_ip()}:{container.get_exposed_port(6650)}"
+
+
+def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(spark, pulsar_url, tmp_path):
     storage = StorageLayout(str(tmp_path / "delta"))
-    broker = Broker("pulsar", pulsar_broker.service_url)
+    broker = Broker("pulsar", pulsar_url)
     schema = schema_from_json(SCHEMA, "plite")
-    sender = mq_pulsar.Sender(pulsar_broker.service_url)
+    sender = mq_pulsar.Sender(pulsar_url)
     producer = MilvusProducer("", CollectionLayout.from_proto(schema), CID, "plite", proxy=Proxy("", sender))
     vchannels = [vchannel_name(PCHANNEL, CID, k) for k in range(2)]
     stop_ticks = threading.Event()
