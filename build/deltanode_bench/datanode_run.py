@@ -63,7 +63,7 @@ def child(args: dict) -> int:
     storage = StorageLayout(args["storage_root"])
     settings = PipelineSettings(Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
                                        splits=args["splits"]), trigger_interval=args["trigger_s"])
-    pipe = Pipeline(spark, storage, Broker("kafka", args["bootstrap"]), settings).start()
+    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]), settings).start()
     for coll in args["collections"]:
         schema = schema_pb2.CollectionSchema.FromString(base64.b64decode(coll["schema_b64"]))
         for v in coll["vchannels"]:

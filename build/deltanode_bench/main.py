@@ -1,7 +1,7 @@
 """DeltaNode benchmark: ``build/bench.sh [options]``.
 
 For each vector dim (``--dims``), on a fresh collection with ``--vchannels`` vchannels (one
-pchannel topic each) on an embedded Tansu broker:
+pchannel topic each) on an embedded broker (Tansu, or pulsar-lite with ``--mq pulsar``):
 
 1. backlog: ``--messages`` InsertRequests of 1,000 rows per vchannel are produced first;
 2. reference: one plain Python process consumes, decodes and writes the same messages to
@@ -34,6 +34,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from deltanode.mq.broker import Broker
+
 from . import latency as lat
 from . import reference, scale
 from .datanode_run import DataNode
@@ -43,6 +45,8 @@ from .tasks import busy_while_full, running, task_spans
 from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
 
 SLOTS = 2   # Spark local[2]: the machine's 2 cores
+
+BROKERS = {"kafka": "Tansu (embedded, memory storage)", "pulsar": "pulsar-lite (embedded, file storage)"}
 
 QUICK = {"messages": 6, "dims": "768", "backlog_factors": "3", "steady_seconds": 6.0}
 
@@ -55,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dims", default="128,768",
                    help="comma-separated FloatVector dims, one collection each (default 128,768); steady "
                         "load, restart and 10x backlog run on the largest")
+    p.add_argument("--mq", choices=sorted(BROKERS), default="kafka",
+                   help="the embedded broker to run on: kafka (Tansu) or pulsar (pulsar-lite) (default kafka); "
+                        "the reference consumes from the same broker")
     p.add_argument("--vchannels", type=int, default=1, help="vchannels (shards) per collection (default 1)")
     p.add_argument("--steady-mb-s", type=float, default=10.0,
                    help="steady load, wire MB/s per vchannel (default 10)")
@@ -203,8 +210,8 @@ class SteadyRun:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, work: str, bootstrap: str, broker_pid: int | None = None) -> None:
-        self.args, self.work, self.bootstrap, self.broker_pid = args, work, bootstrap, broker_pid
+    def __init__(self, args: argparse.Namespace, work: str, broker: Broker, broker_pid: int | None = None) -> None:
+        self.args, self.work, self.broker, self.broker_pid = args, work, broker, broker_pid
         self.storage_root = os.path.join(work, "delta")
         self._ids = iter(range(int(time.time()) % 100000 * 10, 10 ** 9))
         self.runs: list[NodeRun] = []
@@ -230,7 +237,7 @@ class Bench:
         self._nodes += 1
         n = self._nodes
         a = self.args
-        spec = {"bootstrap": self.bootstrap, "storage_root": self.storage_root, "status_file": "",
+        spec = {"mq": self.broker.kind, "address": self.broker.address, "storage_root": self.storage_root, "status_file": "",
                 "collections": [{"collection_id": coll.collection_id, "vchannels": coll.vchannels,
                                  "schema_b64": coll.schema_b64}],
                 "trigger_s": a.trigger_ms / 1000, "max_messages": a.max_messages_per_batch,
@@ -287,7 +294,7 @@ class Bench:
     # -- phases ----------------------------------------------------------------------
     def run_dim(self, dim: int, full: bool) -> None:
         a = self.args
-        coll = make_collection(self.bootstrap, next(self._ids), dim, a.vchannels)
+        coll = make_collection(self.broker, next(self._ids), dim, a.vchannels)
         try:
             say(f"dim {dim}: producing {a.messages} messages x {a.vchannels} vchannel(s)")
             coll.produce_backlog(a.messages)
@@ -318,7 +325,7 @@ class Bench:
                 self.runs.append(run)
                 self.nodes.append((dim, f"{factor}x restart", node))
         finally:
-            coll.stop_ticker()
+            coll.close()
 
     def reference(self, coll: BenchCollection, starts: dict[str, int], targets: dict[str, int], label: str) -> dict:
         """The plain-process reference over the same offsets; adds ``mb_s`` (its slowest vchannel)."""
@@ -326,7 +333,7 @@ class Bench:
         chans = [{"topic": p, "vchannel": v, "start": starts[v], "end": targets[v], "schema_b64": coll.schema_b64}
                  for p, v in zip(coll.pchannels, coll.vchannels)]
         out_dir = os.path.join(self.work, f"reference-{coll.dim}-{label}")
-        ref = reference.run(self.bootstrap, chans, out_dir)
+        ref = reference.run(self.broker.kind, self.broker.address, chans, out_dir)
         shutil.rmtree(out_dir, ignore_errors=True)
         ref["mb_s"] = min(c["bytes"] / c["seconds"] for c in ref["channels"]) / 1e6
         return ref
@@ -383,7 +390,7 @@ class Bench:
             f"command : build/bench.sh {shlex.join(argv)}".rstrip(),
             f"machine : nproc {m['nproc']}, {m['cpu']}, {m['memory']} RAM, load average at start {self.load0}",
             (f"software: python {m['python']}, pyspark {_version('pyspark')}, deltalake {_version('deltalake')}, "
-             f"broker Tansu (embedded, memory storage)"),
+             f"broker {BROKERS[a.mq]}"),
             (f"settings: Spark local[{SLOTS}], {a.vchannels} vchannel(s) per collection, {ROWS_PER_MESSAGE} rows per "
              f"message, cycle cap {a.max_messages_per_batch} records a pchannel and {a.max_bytes_per_batch} bytes, "
              f"{a.splits} tasks a cycle, trigger {a.trigger_ms} ms"),
@@ -594,17 +601,23 @@ def _version(pkg: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from deltanode.standalone.services import EmbeddedBroker
+    from deltanode.standalone.services import EmbeddedBroker, EmbeddedPulsar
 
     work = args.work_dir or tempfile.mkdtemp(prefix="deltanode-bench-")
     os.makedirs(work, exist_ok=True)
     load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     t0 = time.monotonic()
-    broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
-    broker.start()
-    bench = Bench(args, work, broker.bootstrap_servers, broker.proc.pid if broker.proc else None)
+    if args.mq == "pulsar":
+        broker = EmbeddedPulsar(os.path.join(work, "pulsar"))
+        broker.start()
+        address = broker.service_url
+    else:
+        broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
+        broker.start()
+        address = broker.bootstrap_servers
+    bench = Bench(args, work, Broker(args.mq, address), broker.proc.pid if broker.proc else None)
     bench.load0 = load0
-    say(f"broker {broker.bootstrap_servers}, work dir {work}")
+    say(f"broker {address}, work dir {work}")
     ok = False
     try:
         big = max(args.dim_list)
@@ -615,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report, flush=True)
         if args.scale_points:
             t1 = time.monotonic()
-            print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv)
+            print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq)
                   + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         ok = True
     finally:

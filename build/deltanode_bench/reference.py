@@ -1,15 +1,16 @@
 """The reference point: one plain Python process, no Spark.
 
-``python -m deltanode_bench.reference SPEC_JSON`` consumes each channel's offset range with
-confluent-kafka (the DataNode's consumer settings), decodes with the DataNode's own
-decoder (``flowgraph.decode.parse`` / ``insert_columns``) and writes the insert_log
-columns to one parquet file per vchannel with the binlog writer's settings (snappy,
-statistics and dictionary on the system columns only). It prints one JSON line: bytes,
-rows, messages and seconds per stage, per channel.
+``python -m deltanode_bench.reference SPEC_JSON`` consumes each channel's position range with
+the broker's own client (Kafka: confluent-kafka with the DataNode's consumer settings; Pulsar:
+a pulsar-client reader with a receiver queue of 1, which pulsar-lite needs to deliver exactly,
+docs/pulsar.md), decodes with the DataNode's own decoder (``flowgraph.decode.parse`` /
+``insert_columns``) and writes the insert_log columns to one parquet file per vchannel with the
+binlog writer's settings (snappy, statistics and dictionary on the system columns only). It
+prints one JSON line: bytes, rows, messages and seconds per stage, per channel.
 
-It does not use ``mq.kafka.read_range``: that asks ``consume()`` for 64 messages with a
-0.5 s timeout, so the tail of every range waits 0.5 s for messages past its end; the
-reference asks for at most the messages left in the range.
+It does not use the DataNode's range readers (``mq.kafka.read_ranges`` asks ``consume()`` for
+64 messages with a 0.5 s timeout, so the tail of every range waits for messages past its end);
+the reference asks for at most the messages left in the range.
 """
 
 from __future__ import annotations
@@ -21,16 +22,71 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 from .datanode_run import PYTHONPATH
 SYSTEM_STATS = ["_ts", "_row_id", "_segment_id", "_partition_id"]
+STALL_S = 60
 
 
-def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
+def kafka_chunks(bootstrap: str, topic: str, start: int, end: int) -> Iterator[list[bytes]]:
+    """The values of offsets [start, end) of ``topic``, in chunks of at most 64."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "deltanode-bench-reference",
+                         "enable.auto.commit": False, "auto.offset.reset": "error",
+                         "fetch.max.bytes": 32 << 20, "max.partition.fetch.bytes": 16 << 20,
+                         "queued.max.messages.kbytes": 32 << 10, "fetch.wait.max.ms": 20})
+    consumer.assign([TopicPartition(topic, 0, start)])
+    next_offset, last_progress = start, time.monotonic()
+    try:
+        while next_offset < end:
+            if time.monotonic() - last_progress > STALL_S:
+                raise RuntimeError(f"no data from {topic} at offset {next_offset} for {STALL_S} s (range ends at {end})")
+            chunk = []
+            for m in consumer.consume(num_messages=min(64, end - next_offset), timeout=0.5):
+                if m.error() is not None:
+                    if m.error().retriable():
+                        continue
+                    raise RuntimeError(f"reading {topic}: {m.error()}")
+                if m.offset() < end:
+                    chunk.append(m.value())
+                next_offset = m.offset() + 1
+                last_progress = time.monotonic()
+            yield chunk
+    finally:
+        consumer.close()
+
+
+def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterator[list[bytes]]:
+    """The values of positions [start, end) of ``topic``, one message at a time (a repeat the
+    broker delivers is dropped, as the DataNode drops it)."""
+    import pulsar
+
+    from deltanode.mq.pulsar import message_id, position, topic_name
+    client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    first = message_id(start) if start > 0 else pulsar.MessageId.earliest
+    reader = client.create_reader(topic_name(topic), first, receiver_queue_size=1, start_message_id_inclusive=True)
+    last = start - 1
+    try:
+        while last < end - 1:
+            try:
+                msg = reader.read_next(STALL_S * 1000)
+            except pulsar.Timeout:
+                raise RuntimeError(f"no data from {topic} after position {last} for {STALL_S} s (range ends at {end})")
+            pos = position(msg.message_id().ledger_id(), msg.message_id().entry_id())
+            if pos <= last:
+                continue
+            last = pos
+            yield [msg.data()] if pos < end else []
+    finally:
+        reader.close()
+        client.close()
+
+
+def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from confluent_kafka import Consumer, TopicPartition
     from pymilvus.grpc_gen import schema_pb2
 
     from deltanode.flowgraph import decode
@@ -44,28 +100,13 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
     t0 = time.perf_counter()
     writer = pq.ParquetWriter(path, schema, compression="snappy", write_statistics=SYSTEM_STATS,
                               use_dictionary=SYSTEM_STATS)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "deltanode-bench-reference",
-                         "enable.auto.commit": False, "auto.offset.reset": "error",
-                         "fetch.max.bytes": 32 << 20, "max.partition.fetch.bytes": 16 << 20,
-                         "queued.max.messages.kbytes": 32 << 10, "fetch.wait.max.ms": 20})
-    consumer.assign([TopicPartition(ch["topic"], 0, ch["start"])])
-    next_offset, end = ch["start"], ch["end"]
-    last_progress = time.monotonic()
-    while next_offset < end:
-        if time.monotonic() - last_progress > 60:
-            raise RuntimeError(f"no data from {ch['topic']} at offset {next_offset} for 60 s (range ends at {end})")
+    chunks = (pulsar_chunks if mq == "pulsar" else kafka_chunks)(address, ch["topic"], ch["start"], ch["end"])
+    while True:
         a = time.perf_counter()
-        chunk = []
-        for m in consumer.consume(num_messages=min(64, end - next_offset), timeout=0.5):
-            if m.error() is not None:
-                if m.error().retriable():
-                    continue
-                raise RuntimeError(f"reading {ch['topic']}: {m.error()}")
-            if m.offset() < end:
-                chunk.append(m.value())
-            next_offset = m.offset() + 1
-            last_progress = time.monotonic()
+        chunk = next(chunks, None)
         t_consume += time.perf_counter() - a
+        if chunk is None:
+            break
         for value in chunk:
             messages += 1
             nbytes += len(value or b"")
@@ -84,7 +125,6 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
             t_decode += b - a
             t_write += c - b
             rows += n
-    consumer.close()
     a = time.perf_counter()
     writer.close()
     t_write += time.perf_counter() - a
@@ -96,15 +136,15 @@ def run_channel(bootstrap: str, ch: dict, out_dir: str) -> dict:
 def child(args: dict) -> dict:
     os.makedirs(args["out_dir"], exist_ok=True)
     t0 = time.perf_counter()
-    channels = [run_channel(args["bootstrap"], ch, args["out_dir"]) for ch in args["channels"]]
+    channels = [run_channel(args["mq"], args["address"], ch, args["out_dir"]) for ch in args["channels"]]
     return {"channels": channels, "seconds": time.perf_counter() - t0,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def run(bootstrap: str, channels: list[dict], out_dir: str, timeout: float = 600) -> dict:
+def run(mq: str, address: str, channels: list[dict], out_dir: str, timeout: float = 600) -> dict:
     """Run the reference in a process of its own; returns its JSON result."""
     env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    spec = {"bootstrap": bootstrap, "channels": channels, "out_dir": out_dir}
+    spec = {"mq": mq, "address": address, "channels": channels, "out_dir": out_dir}
     os.makedirs(out_dir, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "deltanode_bench.reference", json.dumps(spec)], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False)

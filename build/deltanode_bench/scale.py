@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from deltanode.datacoord.catalog import CollectionRecord, create_collection
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
+from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import Proxy, ticker
 from deltanode.standalone.services import free_port
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
@@ -46,7 +47,7 @@ from .workload import BenchProducer, Sent, bench_schema
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PCHANNELS = 16
 ROWS, DIM = 50, 128
-SERVICES = ("etcd", "tansu")   # process names of the embedded services, left out of the DataNode's figures
+SERVICES = ("etcd", "tansu", "pulsar-lite")   # process names of the embedded services, left out of the DataNode's figures
 
 
 @dataclass
@@ -76,16 +77,21 @@ def say(msg: str) -> None:
 class Standalone:
     """``./spark-submit.sh standalone`` on a generated conf, in a process group of its own."""
 
-    def __init__(self, work: str) -> None:
+    def __init__(self, work: str, mq: str = "kafka") -> None:
         self.work = work
         self.etcd = f"127.0.0.1:{free_port()}"
-        self.bootstrap = f"127.0.0.1:{free_port()}"
+        if mq == "pulsar":
+            self.broker = Broker("pulsar", f"pulsar://127.0.0.1:{free_port()}")
+            broker_conf = f"mq.type = pulsar\nmq.pulsar.service.url = {self.broker.address}\n"
+        else:
+            self.broker = Broker("kafka", f"127.0.0.1:{free_port()}")
+            broker_conf = f"mq.kafka.bootstrap.servers = {self.broker.address}\n"
         self.storage = os.path.join(work, "delta")
         self.conf = os.path.join(work, "standalone.conf")
         self.log = os.path.join(work, "standalone.log")
         with open(self.conf, "w") as f:
             f.write(f"embedded.etcd = true\nembedded.broker = true\nembedded.data.dir = {work}/var\n"
-                    f"etcd.endpoints = {self.etcd}\nmq.kafka.bootstrap.servers = {self.bootstrap}\n"
+                    f"etcd.endpoints = {self.etcd}\n{broker_conf}"
                     f"mq.pchannel.count = {PCHANNELS}\nstorage.root = {self.storage}\n"
                     f"standalone.progress.interval = 10s\nlog.level = INFO\nspark.master = local[2]\n"
                     f"spark.log.level = WARN\nspark.ui.enabled = false\n")
@@ -235,21 +241,21 @@ def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
     return lat.percentile(out, 50) if out else None
 
 
-def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
+def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka") -> ScaleResult:
     os.makedirs(work, exist_ok=True)
     setup_started = time.monotonic()
-    node = Standalone(work)
+    node = Standalone(work, mq)
     say(f"{n} vchannel(s): starting standalone")
     node.start()
     client = EtcdClient(node.etcd)
     stop = threading.Event()
-    sampler = None
+    sampler = proxy = None
     try:
         schema_doc = bench_schema(DIM)
         del schema_doc["fields"][1]   # pk and the vector: the issue's 50 x 128-dim inserts
         shards = _collections(n)
         say(f"{n} vchannel(s): creating {len(shards)} collection(s)")
-        records = [create_collection(client, "by-dev/meta", node.bootstrap, f"scale{i}",
+        records = [create_collection(client, "by-dev/meta", node.broker, f"scale{i}",
                                      schema_from_json(schema_doc, f"scale{i}"), k, "by-dev-rootcoord-dml", PCHANNELS)
                    for i, k in enumerate(shards)]
         vchannels = {v for r in records for v in r.vchannels}
@@ -259,9 +265,9 @@ def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
                 raise RuntimeError(f"only {_watched(client, vchannels)} of {n} vchannels watched; see {node.log}")
             time.sleep(1)
         setup_s = time.monotonic() - setup_started
-        proxy = Proxy(node.bootstrap)
-        producers = {r.collection_id: BenchProducer(node.bootstrap, CollectionLayout.from_proto(
-            schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS, proxy=proxy) for r in records}
+        proxy = Proxy(node.broker)
+        producers = {r.collection_id: BenchProducer(proxy, CollectionLayout.from_proto(
+            schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS) for r in records}
         pchannels = [pchannel_name("by-dev-rootcoord-dml", i) for i in range(PCHANNELS)]
         ticker(producers[records[0].collection_id], pchannels, stop)
         sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
@@ -269,7 +275,7 @@ def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
         t0 = time.time()
         _pace([(producers[r.collection_id], r) for r in records], seconds)
         t1 = time.time()
-        proxy.producer.flush(60)
+        proxy.sender.flush(60)
         say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")
         last = {(r.collection_id, v): max((s.offset for s in producers[r.collection_id].sent if s.rows and s.topic == p),
                                           default=-1) for r in records for p, v in zip(r.pchannels, r.vchannels)}
@@ -282,6 +288,8 @@ def run_point(n: int, work: str, seconds: float, drain: float) -> ScaleResult:
         stop.set()
         if sampler is not None:
             sampler.stop()
+        if proxy is not None:
+            proxy.close()
         client.close()
         node.stop()
     lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
@@ -326,9 +334,9 @@ def render(results: list[ScaleResult], argv: list[str]) -> str:
     return "\n".join(out)
 
 
-def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str]) -> str:
+def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mq: str = "kafka") -> str:
     results = []
     for n in points:
-        results.append(run_point(n, os.path.join(work, f"scale-{n}"), seconds, drain))
+        results.append(run_point(n, os.path.join(work, f"scale-{n}"), seconds, drain, mq))
         say(f"{n} vchannel(s): p99 {lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
     return render(results, argv)

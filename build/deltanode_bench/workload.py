@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deltanode.mq.kafka import Watermarks, create_topics
+from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, field_data, ticker
 from deltanode.wire.milvus_proto import msg_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name
@@ -47,21 +47,21 @@ class Sent:
     size: int
     rows: int          # 0 for a TimeTick
     t: float           # time.time() when produce() was called
-    offset: int = -1   # set by the delivery report
+    offset: int = -1   # position, set by the delivery report (Kafka offset or Pulsar position)
     error: str = ""
 
 
 class BenchProducer(MilvusProducer):
     """MilvusProducer that records every record it sends and reuses vector blocks."""
 
-    def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int, collection_name: str,
-                 pool: int = 4, rows: int = ROWS_PER_MESSAGE, seed: int = 7, proxy: Proxy | None = None) -> None:
+    def __init__(self, proxy: Proxy, layout: CollectionLayout, collection_id: int, collection_name: str,
+                 pool: int = 4, rows: int = ROWS_PER_MESSAGE, seed: int = 7) -> None:
         vectors = [f for f in layout.fields if f.data_type == DataType.FloatVector]
         scalars = CollectionLayout(tuple(f for f in layout.fields if f.data_type != DataType.FloatVector))
         if [f.name for f in layout.fields] != [f.name for f in scalars.fields] + [f.name for f in vectors]:
             raise ValueError("vector fields must come last in the benchmark schema")
         # insert_request() builds the scalar part; the vector blocks are appended to it.
-        super().__init__(bootstrap, scalars, collection_id, collection_name, seed=seed, proxy=proxy)
+        super().__init__(proxy, scalars, collection_id, collection_name, seed=seed)
         self.full_layout = layout
         self.rows = rows
         rng = np.random.default_rng(seed + 1)
@@ -73,21 +73,12 @@ class BenchProducer(MilvusProducer):
     def _send(self, pchannel: str, payload: bytes, rows: int = 0) -> None:
         rec = Sent(pchannel, len(payload), rows, time.time())
 
-        def delivered(err, msg) -> None:
-            if err is not None:
-                rec.error = str(err)
-            else:
-                rec.offset = msg.offset()
+        def delivered(position: int, error: str) -> None:
+            rec.offset, rec.error = position, error
 
         self.bytes += len(payload)
-        while True:
-            try:
-                self.producer.produce(pchannel, payload, on_delivery=delivered)
-                break
-            except BufferError:
-                self.producer.poll(0.05)
         self.sent.append(rec)
-        self.producer.poll(0)
+        self.producer.produce(pchannel, payload, on_delivery=delivered)
 
     def insert_message(self, pchannel: str, vchannel: str, segment_id: int, partition_id: int = 1) -> int:
         """Produce one InsertRequest of ``self.rows`` rows; returns its size in bytes."""
@@ -127,27 +118,29 @@ class BenchCollection:
             for p in self.pchannels:
                 self.producer.tick(p)
             self.producer.flush_producer()
-        wm = Watermarks(self.producer.bootstrap)
+        wm = self.producer.broker.watermarks()
         try:
             return {v: wm.high(p) for p, v in zip(self.pchannels, self.vchannels)}
         finally:
             wm.close()
 
-    def stop_ticker(self) -> None:
+    def close(self) -> None:
+        """Stop the ticker and the producer."""
         self._stop.set()
+        self.producer.proxy.close()
 
 
-def make_collection(bootstrap: str, collection_id: int, dim: int, shards: int,
+def make_collection(broker: Broker, collection_id: int, dim: int, shards: int,
                     tick_interval: float = 0.2) -> BenchCollection:
     """A collection with ``shards`` vchannels, each on its own pchannel topic, ticking."""
     name = f"bench{collection_id}"
     prefix = f"{name}-rootcoord-dml"
     pchannels = [pchannel_name(prefix, i) for i in range(shards)]
     vchannels = [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)]
-    create_topics(bootstrap, pchannels)
+    broker.create_topics(pchannels)
     schema = schema_from_json(bench_schema(dim), name)
     layout = CollectionLayout.from_proto(schema)
-    producer = BenchProducer(bootstrap, layout, collection_id, name)
+    producer = BenchProducer(Proxy(broker), layout, collection_id, name)
     coll = BenchCollection(collection_id, name, dim, pchannels, vchannels, base64.b64encode(schema.SerializeToString()).decode(), producer,
                            {v: 1000 + i for i, v in enumerate(vchannels)})
     ticker(producer, pchannels, coll._stop, tick_interval)

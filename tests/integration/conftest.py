@@ -80,7 +80,7 @@ def mq(request, broker) -> Broker:
 def make_collection(mq, tmp_path):
     """Factory: a fresh collection with ``shards`` vchannels on fresh pchannel topics of ``mq``, ticking."""
     stops = []
-    senders = []
+    proxies = []
 
     def make(shards: int = 1, schema: dict = SCHEMA, shared_pchannel: bool = False, ticking: bool = True,
              pchannels: list[str] | None = None) -> Collection:
@@ -92,18 +92,17 @@ def make_collection(mq, tmp_path):
         mq.create_topics(sorted(set(pchannels)))
         name = f"coll{cid}"
         layout = CollectionLayout.from_proto(schema_from_json(schema, name))
-        sender = mq.sender()
-        senders.append(sender)
-        producer = MilvusProducer(mq.address, layout, cid, name, proxy=Proxy(mq.address, sender))
+        proxy = Proxy(mq)
+        proxies.append(proxy)
+        producer = MilvusProducer(proxy, layout, cid, name)
         if ticking:  # off where a test needs to know each message's offset
             stop = threading.Event()
             ticker(producer, sorted(set(pchannels)), stop)
             stops.append(stop)
-        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")), schema,
-                          mq)
+        return Collection(cid, name, pchannels, vchannels, producer, StorageLayout(str(tmp_path / "delta")), schema)
 
     yield make
     for s in stops:
         s.set()
-    for sender in senders:
-        getattr(sender, "close", lambda: None)()
+    for proxy in proxies:
+        proxy.close()

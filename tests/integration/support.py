@@ -6,13 +6,12 @@ import time
 from dataclasses import dataclass, field
 
 from deltanode.mq.broker import Broker
-from deltanode.mq.kafka import Watermarks
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
-from deltanode.wire.positions import kafka_msg_id
+from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import schema_from_json
 
 SCHEMA = {"fields": [
@@ -33,7 +32,6 @@ class Collection:
     producer: MilvusProducer
     storage: StorageLayout
     schema_doc: dict = field(default_factory=lambda: SCHEMA)
-    mq: Broker | None = None       # the broker its pchannels live on (Kafka when None)
 
     def committed_offset(self, vchannel: str) -> int:
         table = open_table(self.storage.insert_log(self.collection_id))
@@ -55,13 +53,20 @@ class Collection:
         for v in vchannels or self.vchannels:
             info = VchannelInfo(collectionID=self.collection_id, channelName=v)
             if seek_offset is not None:
-                info.seek_position.msgID = kafka_msg_id(seek_offset)
+                info.seek_position.msgID = CODECS[self.producer.broker.kind].to_msg_id(seek_offset)
             pipeline.add(info, self.schema)
 
 
-def high_watermark(bootstrap: str | Broker, topic: str) -> int:
-    """``topic``'s high watermark on a Broker, or on the Kafka broker at ``bootstrap``."""
-    wm = bootstrap.watermarks() if isinstance(bootstrap, Broker) else Watermarks(bootstrap)
+def broker_conf(broker: Broker) -> str:
+    """The ``mq.*`` lines of a conf file for ``broker``."""
+    if broker.kind == "pulsar":
+        return f"mq.type = pulsar\nmq.pulsar.service.url = {broker.address}\n"
+    return f"mq.kafka.bootstrap.servers = {broker.address}\n"
+
+
+def high_watermark(broker: Broker, topic: str) -> int:
+    """The position after ``topic``'s last message."""
+    wm = broker.watermarks()
     try:
         return wm.high(topic)
     finally:
@@ -77,7 +82,7 @@ def settled_watermark(coll: Collection, pchannel: str) -> int:
     for _ in range(2):
         coll.producer.tick(pchannel)
         coll.producer.flush_producer()
-    return high_watermark(coll.mq or coll.producer.bootstrap, pchannel)
+    return high_watermark(coll.producer.broker, pchannel)
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 
 
 def runner_args(colls, tmp_path, targets: dict[str, int], max_messages: int) -> list[str]:
-    mq = colls[0].mq
+    mq = colls[0].producer.broker
     args = {"mq": mq.kind, "address": mq.address, "storage_root": colls[0].storage.root,
             "collections": [{"collection_id": c.collection_id, "name": c.name, "schema": c.schema_doc,
                              "vchannels": c.vchannels} for c in colls],

@@ -12,25 +12,25 @@ from pathlib import Path
 import pytest
 from deltanode.datacoord.catalog import create_collection
 from deltanode.etcd.client import EtcdClient
-from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import descendants, start, stop, zombie
-from .support import SCHEMA, high_watermark, wait_until
+from .support import SCHEMA, broker_conf, high_watermark, wait_until
 
 pytestmark = pytest.mark.spark
 
 
-def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, broker, etcd_root, tmp_path):
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, mq, etcd_root, tmp_path):
     conf = tmp_path / "datanode.conf"
     prefix = f"proc{int(time.time() * 1000) % 10**9}-rootcoord-dml"
     conf.write_text(f"""
 etcd.endpoints = {etcd_server.endpoint}
 etcd.root = {etcd_root}
-mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
-mq.pchannel.prefix = {prefix}
+{broker_conf(mq)}mq.pchannel.prefix = {prefix}
 mq.pchannel.count = 2
 storage.root = {tmp_path / "delta"}
 datanode.trigger.interval = 300ms
@@ -44,9 +44,9 @@ spark.log.level = ERROR
     storage = StorageLayout(str(tmp_path / "delta"))
     client = EtcdClient(etcd_server.endpoint)
     schema = schema_from_json(SCHEMA, "killed")
-    record = create_collection(client, etcd_root, broker.bootstrap_servers, "killed", schema, 2, prefix, 2)
-    producer = MilvusProducer(broker.bootstrap_servers, CollectionLayout.from_proto(schema), record.collection_id,
-                              "killed")
+    record = create_collection(client, etcd_root, mq, "killed", schema, 2, prefix, 2)
+    proxy = Proxy(mq)
+    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "killed")
     ticks_stop = threading.Event()
     ticker(producer, record.pchannels, ticks_stop)
     produced: list[int] = []
@@ -76,7 +76,7 @@ spark.log.level = ERROR
         for p in record.pchannels:
             producer.tick(p)
             producer.flush_producer()
-            targets[p] = high_watermark(broker.bootstrap_servers, p)
+            targets[p] = high_watermark(mq, p)
         table = lambda: open_table(storage.insert_log(record.collection_id))  # noqa: E731
         wait_until(lambda: all((table().transaction_version(v) or 0) >= targets[p]
                                for v, p in zip(record.vchannels, record.pchannels)), 180,
@@ -87,9 +87,10 @@ spark.log.level = ERROR
             if proc.poll() is None:
                 stop(proc, signal.SIGTERM)
         client.close()
+        proxy.close()
     got = rows()
     dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
-    print(f"datanode SIGKILL: produced {len(produced)}, {at_kill} in Delta at the kill, {len(got)} after restart, "
+    print(f"datanode SIGKILL ({mq.kind}): produced {len(produced)}, {at_kill} in Delta at the kill, {len(got)} after restart, "
           f"{len(dupes)} duplicated")
     assert at_kill < len(produced)
     assert not dupes and sorted(got) == sorted(produced)

@@ -13,11 +13,13 @@ from deltanode.datacoord.coordinator import DataCoord
 from deltanode.datanode.node import DataNode
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
-from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.mq.broker import Broker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
+from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .relay import Relay
@@ -27,14 +29,22 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
-def conf(etcd_server, broker, etcd_root, tmp_path):
+def conf(etcd_server, mq, etcd_root, tmp_path):
+    """A DataNode's conf on the test broker (``mq``: Kafka unless a test parametrizes it)."""
+    broker = {"mq.type": "pulsar", "mq.pulsar.service.url": mq.address} if mq.kind == "pulsar" else \
+        {"mq.kafka.bootstrap.servers": mq.address}
     return Conf.from_dict({
-        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root,
-        "mq.kafka.bootstrap.servers": broker.bootstrap_servers, "storage.root": str(tmp_path / "delta"),
+        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root, **broker, "storage.root": str(tmp_path / "delta"),
         "mq.pchannel.prefix": f"sys{int(time.time() * 1000) % 10**9}-rootcoord-dml", "mq.pchannel.count": 4,
         "datanode.trigger.interval": "200ms",
         "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
     })
+
+
+def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
+    """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
+    return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
+                     watch_timeout=30, refresh_interval=0.5, balance=balance).start()
 
 
 def watch_states(client: EtcdClient, root: str) -> dict[str, tuple[str, int]]:
@@ -49,12 +59,13 @@ class TwoShards:
     and its rows in Delta as (collection, pk) pairs."""
 
     def __init__(self, client: EtcdClient, conf: Conf, name: str, stop: threading.Event) -> None:
-        bootstrap = conf.get("mq.kafka.bootstrap.servers")
+        broker = Broker.from_conf(conf)
         schema = schema_from_json(SCHEMA, name)
         self.storage = StorageLayout(conf.get("storage.root"))
-        self.record = create_collection(client, conf.get("etcd.root"), bootstrap, name, schema, 2,
+        self.record = create_collection(client, conf.get("etcd.root"), broker, name, schema, 2,
                                         conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
-        self.producer = MilvusProducer(bootstrap, CollectionLayout.from_proto(schema), self.record.collection_id, name)
+        self.proxy = Proxy(broker)
+        self.producer = MilvusProducer(self.proxy, CollectionLayout.from_proto(schema), self.record.collection_id, name)
         ticker(self.producer, self.record.pchannels, stop)
         self.produced: list[tuple[int, int]] = []
 
@@ -83,12 +94,13 @@ def exactly_once(got: list, produced: list) -> None:
     assert sorted(got) == sorted(produced)
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf, tmp_path):
     root = conf.get("etcd.root")
     storage = StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
     # No balance: node A comes back under a new session, and the test follows the channels to B only.
-    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5, balance=False).start()
+    coord = coordinator(client, conf, balance=False)
     node_a = DataNode(conf, spark).start()
     stop = threading.Event()
     coll = TwoShards(client, conf, "sys", stop)
@@ -128,6 +140,7 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
                 node.stop()
         coord.stop()
         client.close()
+        coll.proxy.close()
     exactly_once(rows(), produced)
     for v in record.vchannels:
         state = meta.channel_state(storage, record.collection_id, v)
@@ -138,7 +151,7 @@ def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(
     root = conf.get("etcd.root")
     storage = StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
-    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5).start()
+    coord = coordinator(client, conf)
     node_a = DataNode(conf, spark).start()
     stop = threading.Event()
     colls = [TwoShards(client, conf, name, stop) for name in ("join_a", "join_b")]
@@ -188,7 +201,7 @@ def test_a_node_cut_off_from_etcd_loses_its_channels_without_loss_or_duplicates(
     client = EtcdClient(conf.get("etcd.endpoints"))
     relay = Relay(conf.get("etcd.endpoints")).start()
     conf_a = conf.with_overrides({"etcd.endpoints": relay.endpoint, "session.ttl": "3s"})
-    coord = DataCoord(client, root, storage, watch_timeout=30, refresh_interval=0.5).start()
+    coord = coordinator(client, conf)
     node_a = DataNode(conf_a, spark).start()
     stop = threading.Event()
     coll = TwoShards(client, conf, "cut", stop)

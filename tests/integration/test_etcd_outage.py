@@ -17,7 +17,8 @@ import time
 import pytest
 from deltanode.datacoord.catalog import create_collection
 from deltanode.etcd.client import EtcdClient
-from deltanode.mq.milvus_producer import MilvusProducer, ticker
+from deltanode.mq.broker import Broker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
@@ -93,9 +94,10 @@ spark.log.level = ERROR
     storage = StorageLayout(str(tmp_path / "delta"))
     with EtcdClient(etcd.endpoint) as client:
         schema = schema_from_json(SCHEMA, "outage")
-        record = create_collection(client, root, broker.bootstrap_servers, "outage", schema, 2, prefix, 2)
-    producer = MilvusProducer(broker.bootstrap_servers, CollectionLayout.from_proto(schema), record.collection_id,
-                              "outage")
+        record = create_collection(client, root, Broker("kafka", broker.bootstrap_servers), "outage", schema, 2,
+                                   prefix, 2)
+    proxy = Proxy(Broker("kafka", broker.bootstrap_servers))
+    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "outage")
     ticks_stop = threading.Event()
     ticker(producer, record.pchannels, ticks_stop)
     traffic = Traffic(producer, record.pchannels, record.vchannels)
@@ -162,7 +164,7 @@ spark.log.level = ERROR
         for p in record.pchannels:
             producer.tick(p)
             producer.flush_producer()
-            targets[p] = high_watermark(broker.bootstrap_servers, p)
+            targets[p] = high_watermark(proxy.broker, p)
         table = lambda: open_table(storage.insert_log(record.collection_id))  # noqa: E731
         wait_until(lambda: all((table().transaction_version(v) or 0) >= targets[p]
                                for v, p in zip(record.vchannels, record.pchannels)), 120,

@@ -1,4 +1,4 @@
-"""Vchannels end to end: Milvus wire messages on Tansu -> the shared Spark pipeline -> Delta."""
+"""Vchannels end to end: Milvus wire messages on Tansu or pulsar-lite -> the shared Spark pipeline -> Delta."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def caught_up(coll, vchannel, pchannel):
     return lambda: coll.committed_offset(vchannel) >= target
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 def test_two_shards_on_one_pchannel_share_its_reads_and_commits(pipelines, make_collection):
     coll = make_collection(shards=2, shared_pchannel=True)
     p = coll.pchannels[0]
@@ -51,6 +52,7 @@ def test_two_shards_on_one_pchannel_share_its_reads_and_commits(pipelines, make_
     assert sorted(txns) == sorted(coll.vchannels)
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]
@@ -83,6 +85,7 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines
     assert all(r["payload"] and r["offset"] >= 0 for r in mine)
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 def test_flush_drop_partition_and_drop_collection(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]

@@ -36,6 +36,7 @@ def all_committed(coll, vchannels=None):
     return lambda: all(coll.committed_offset(v) >= targets[v] for v in (vchannels or coll.vchannels))
 
 
+@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
 def test_a_released_vchannel_leaves_alone_and_resumes_from_delta(pipelines, make_collection):
     a = make_collection(shards=2)
     b = make_collection(shards=2, ticking=False, pchannels=a.pchannels)

@@ -7,7 +7,6 @@ import collections
 import threading
 
 import pytest
-from deltanode.mq import pulsar as mq_pulsar
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
@@ -59,8 +58,8 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
     storage = StorageLayout(str(tmp_path / "delta"))
     broker = Broker("pulsar", pulsar_url)
     schema = schema_from_json(SCHEMA, "plite")
-    sender = mq_pulsar.Sender(pulsar_url)
-    producer = MilvusProducer("", CollectionLayout.from_proto(schema), CID, "plite", proxy=Proxy("", sender))
+    proxy = Proxy(broker)
+    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), CID, "plite")
     vchannels = [vchannel_name(PCHANNEL, CID, k) for k in range(2)]
     stop_ticks = threading.Event()
     ticker(producer, [PCHANNEL], stop_ticks)
@@ -93,7 +92,7 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
         run_until_all_committed()
     finally:
         stop_ticks.set()
-        sender.close()
+        proxy.close()
     got = pks()
     dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
     table = open_table(storage.quarantine())

@@ -4,7 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltanode.flowgraph import decode
-from deltanode.mq.milvus_producer import MilvusProducer
+from deltanode.mq.broker import Broker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
 from deltanode.wire.positions import compose_ts, kafka_msg_id, kafka_offset, pulsar_ledger_entry, pulsar_msg_id
@@ -77,7 +78,7 @@ def test_bad_schemas_say_why(doc, message):
 
 def test_every_supported_type_decodes_to_its_arrow_column():
     layout = CollectionLayout.from_proto(schema_from_json(ALL_TYPES, "c"))
-    producer = MilvusProducer("127.0.0.1:1", layout, 1, "c")  # builds messages only; never sends
+    producer = MilvusProducer(Proxy(Broker("kafka", "127.0.0.1:1")), layout, 1, "c")  # builds messages only; never sends
     req = producer.insert_request("v", 1, 1, 3)
     msg_type, msg = decode.parse(req.SerializeToString())
     assert msg_type == common_pb2.MsgType.Insert
@@ -94,7 +95,7 @@ def test_every_supported_type_decodes_to_its_arrow_column():
 
 def test_off_schema_inserts_are_rejected_with_a_reason():
     layout = CollectionLayout.from_proto(schema_from_json(ALL_TYPES, "c"))
-    producer = MilvusProducer("127.0.0.1:1", layout, 1, "c")
+    producer = MilvusProducer(Proxy(Broker("kafka", "127.0.0.1:1")), layout, 1, "c")
     req = producer.insert_request("v", 1, 1, 2)
     req.fields_data[9].scalars.long_data.data.append(7)                  # 3 values for 2 rows
     with pytest.raises(decode.Reject, match="3 values for 2 rows"):

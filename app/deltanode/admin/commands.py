@@ -147,8 +147,8 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
     except AdminError as e:
         return _fail(str(e))
     broker = Broker.from_conf(conf)
-    producer = MilvusProducer(broker.address, CollectionLayout.from_proto(record.schema), record.collection_id,
-                              record.name, proxy=Proxy(broker.address, broker.sender()))
+    producer = MilvusProducer(Proxy(broker), CollectionLayout.from_proto(record.schema), record.collection_id,
+                              record.name)
     stop = threading.Event()
     ticks = ticker(producer, record.pchannels, stop)
     started = time.monotonic()
@@ -169,6 +169,7 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         stop.set()
         ticks.join()
         producer.flush_producer()
+        producer.proxy.close()
     seconds = time.monotonic() - started
     _print({"collection": record.name, "insert_requests": args.messages, "rows": args.messages * args.rows,
             "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})

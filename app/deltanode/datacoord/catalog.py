@@ -97,7 +97,7 @@ def _broadcast_create(broker: Broker, record: CollectionRecord) -> dict[str, int
         raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {e}") from None
 
 
-def create_collection(client: EtcdClient, root: str, broker: Broker | str, name: str,
+def create_collection(client: EtcdClient, root: str, broker: Broker, name: str,
                       schema: schema_pb2.CollectionSchema, shards: int, pchannel_prefix: str,
                       pchannel_count: int) -> CollectionRecord:
     check_safe("collection", name)
@@ -111,7 +111,6 @@ def create_collection(client: EtcdClient, root: str, broker: Broker | str, name:
     record = CollectionRecord(collection_id, name, base64.b64encode(schema.SerializeToString()).decode(), shards,
                               [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)], pchannels,
                               start_ts=now_ts())
-    broker = Broker("kafka", broker) if isinstance(broker, str) else broker   # a str: Kafka bootstrap servers
     try:
         broker.create_topics(pchannels)
         record.start_offsets = _broadcast_create(broker, record)

@@ -16,7 +16,7 @@ from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
-from ..wire.positions import CODECS, PositionCodec
+from ..wire.positions import PositionCodec
 from .catalog import DROPPED, CollectionRecord, catalog_prefix, list_collections
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 
 
 class DataCoord:
-    def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, watch_timeout: float = 300.0,
-                 refresh_interval: float = 5.0, balance: bool = True,
-                 positions: PositionCodec = CODECS["kafka"]) -> None:
+    def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, positions: PositionCodec,
+                 watch_timeout: float = 300.0, refresh_interval: float = 5.0, balance: bool = True) -> None:
+        """``positions``: the broker's (``wire.positions.CODECS[mq.type]``), for the seek positions it hands out."""
         self.client, self.root, self.storage, self.positions = client, root, storage, positions
         self.refresh_interval = refresh_interval
         self._records: dict[str, CollectionRecord] = {}     # vchannel -> record

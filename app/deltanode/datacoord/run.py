@@ -21,8 +21,8 @@ def run(conf: Conf) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with EtcdClient(conf.get("etcd.endpoints")) as client:
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
-                          watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance"), positions=CODECS[conf.get("mq.type")]).start()
+                          CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
+                          balance=conf.get("datacoord.channel.balance")).start()
         try:
             stop.wait()
             log.info("stopping")

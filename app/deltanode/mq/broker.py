@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from . import kafka, pulsar
-from .kafka import BrokerError, Chunk, Gap, OffsetRange
+from .kafka import BrokerError, Chunk, Delivered, Gap, OffsetRange
 
-__all__ = ["Broker", "BrokerError", "Chunk", "Gap", "HighWatermarks", "OffsetRange", "Sender"]
+__all__ = ["Broker", "BrokerError", "Chunk", "Delivered", "Gap", "HighWatermarks", "OffsetRange", "Sender"]
 
 
 class HighWatermarks(Protocol):
@@ -32,16 +32,16 @@ class HighWatermarks(Protocol):
 
 
 class Sender(Protocol):
-    """A producer as the Milvus proxy stand-in uses it (confluent-kafka's Producer, or ``pulsar.Sender``)."""
+    """A producer as the Milvus proxy stand-in uses it (``kafka.Sender``, ``pulsar.Sender``)."""
 
-    def produce(self, topic: str, value: bytes) -> None:
-        ...
-
-    def poll(self, timeout: float = 0) -> int:
-        ...
+    def produce(self, topic: str, value: bytes, on_delivery: Delivered | None = None) -> None:
+        """Queue ``value`` for ``topic``; ``on_delivery(position, error)`` once it landed or failed."""
 
     def flush(self, timeout: float = 30.0) -> int:
         """Block until sent; the number of messages not sent."""
+
+    def close(self) -> None:
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Broker:
     def sender(self) -> Sender:
         if self.kind == "pulsar":
             return pulsar.Sender(self.address, self.tenant, self.namespace)
-        return kafka.sender(self.address)
+        return kafka.Sender(self.address)
 
     def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
         """Raise BrokerError unless the broker answers (``probe_topic``: a pchannel, Pulsar needs one)."""

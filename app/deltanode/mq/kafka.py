@@ -7,11 +7,14 @@ executor side: bounded reads of offset ranges (``read_ranges``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
 
 
 class BrokerError(RuntimeError):
@@ -45,10 +48,34 @@ def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0) -> l
     return created
 
 
-def sender(bootstrap: str) -> Producer:
-    """The producer of the Milvus proxy stand-in (Milvus's own settings, without compression)."""
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "message.max.bytes": 16 << 20,
-                     "compression.codec": "none", "queue.buffering.max.kbytes": 1 << 20})
+class Sender:
+    """The Milvus proxy stand-in's producer over Kafka (Milvus's settings, without compression).
+
+    ``produce`` waits for room when librdkafka's queue is full; ``on_delivery(position, error)``
+    runs from ``poll``/``flush`` once the message landed or failed.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "message.max.bytes": 16 << 20,
+                                   "compression.codec": "none", "queue.buffering.max.kbytes": 1 << 20})
+
+    def produce(self, topic: str, value: bytes, on_delivery: Delivered | None = None) -> None:
+        callback = None if on_delivery is None else (
+            lambda err, msg: on_delivery(-1, str(err)) if err is not None else on_delivery(msg.offset(), ""))
+        while True:
+            try:
+                self._producer.produce(topic, value, on_delivery=callback)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Block until sent or ``timeout``; the number of messages still queued."""
+        return self._producer.flush(timeout)
+
+    def close(self) -> None:
+        self._producer.flush(5)
 
 
 def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0) -> dict[str, int]:

@@ -14,10 +14,9 @@ import threading
 import numpy as np
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
-from . import kafka
-from .broker import Sender
 from ..wire.positions import now_ts
 from ..wire.schema import CollectionLayout, DataType
+from .broker import Broker
 
 MsgType = common_pb2.MsgType
 
@@ -79,40 +78,40 @@ def _serial(method):
 
 
 class Proxy:
-    """What the collections behind one Milvus proxy share: its producer (``sender``, Kafka's on
-    ``bootstrap`` when not given), its TSO and the lock that keeps a TimeTick from overtaking a
-    DML message with a smaller timestamp on a pchannel."""
+    """What the collections behind one Milvus proxy share: its producer on ``broker``, its TSO and
+    the lock that keeps a TimeTick from overtaking a DML message with a smaller timestamp on a
+    pchannel."""
 
-    def __init__(self, bootstrap: str, sender: Sender | None = None) -> None:
-        self.bootstrap = bootstrap
-        self.producer = sender or kafka.sender(bootstrap)
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.sender = broker.sender()
         self.clock = TsoClock()
         self.lock = threading.RLock()
 
+    def close(self) -> None:
+        self.sender.close()
+
 
 class MilvusProducer:
-    """A proxy + rootcoord stand-in for one collection (``proxy``: shared with other collections)."""
+    """A proxy + rootcoord stand-in for one collection, behind ``proxy`` (shared by collections)."""
 
-    def __init__(self, bootstrap: str, layout: CollectionLayout, collection_id: int,
-                 collection_name: str = "", seed: int = 7, proxy: Proxy | None = None) -> None:
+    def __init__(self, proxy: Proxy, layout: CollectionLayout, collection_id: int, collection_name: str = "",
+                 seed: int = 7) -> None:
         self.layout, self.collection_id, self.collection_name = layout, collection_id, collection_name
-        self.bootstrap = bootstrap
-        proxy = proxy or Proxy(bootstrap)
-        self.producer, self.clock, self._lock = proxy.producer, proxy.clock, proxy.lock
+        self.proxy = proxy
+        self.producer, self.clock, self._lock = proxy.sender, proxy.clock, proxy.lock
         self.rng = np.random.default_rng(seed)
         self._pk = itertools.count(1)
         self._msg_id = itertools.count(1)
         self.bytes = 0
 
+    @property
+    def broker(self) -> Broker:
+        return self.proxy.broker
+
     def _send(self, pchannel: str, payload: bytes) -> None:
         self.bytes += len(payload)
-        while True:
-            try:
-                self.producer.produce(pchannel, payload)
-                break
-            except BufferError:
-                self.producer.poll(0.05)
-        self.producer.poll(0)
+        self.producer.produce(pchannel, payload)
 
     def _base(self, msg_type: int, ts: int) -> common_pb2.MsgBase:
         return common_pb2.MsgBase(msg_type=msg_type, msgID=next(self._msg_id), timestamp=ts, sourceID=1)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterator
 
 import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
-from .kafka import BrokerError, Chunk, Gap, OffsetRange
+from .kafka import BrokerError, Chunk, Delivered, Gap, OffsetRange
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 _quiet = logging.getLogger("deltanode.mq.pulsar.client")
@@ -60,13 +61,15 @@ class Watermarks:
     """Driver side: the position after each topic's last message.
 
     The Python client asks for a topic's last message id only through a consumer, so there is
-    one per topic, on a subscription named ``subscription`` that is removed at close.
+    one per topic, on a subscription of this instance's own (two DataNodes read one pchannel,
+    and a subscription takes one consumer: pulsar-lite refuses a second of any type). Each
+    answer acknowledges up to the last message, so the subscription never holds back the
+    topic's retention while it lives; it is removed at close (docs/pulsar.md: after a SIGKILL).
     """
 
-    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
-                 subscription: str = "deltanode-watermarks") -> None:
+    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default") -> None:
         self.service_url, self.tenant, self.namespace = service_url, tenant, namespace
-        self.subscription = subscription
+        self.subscription = f"deltanode-watermarks-{uuid.uuid4().hex[:12]}"
         self._client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=_quiet)
         self._consumers: dict[str, pulsar.Consumer] = {}
 
@@ -78,10 +81,11 @@ class Watermarks:
                     topic_name(topic, self.tenant, self.namespace), self.subscription, receiver_queue_size=1,
                     initial_position=pulsar.InitialPosition.Latest)
             last = consumer.get_last_message_id()
+            if last.entry_id() < 0 or last.ledger_id() < 0:
+                return 0   # no message yet
+            consumer.acknowledge_cumulative(last)
         except pulsar.PulsarException as e:
             raise BrokerError(f"cannot read the last message id of {topic} from {self.service_url}: {e}") from None
-        if last.entry_id() < 0 or last.ledger_id() < 0:
-            return 0   # no message yet
         return position(last.ledger_id(), last.entry_id()) + 1
 
     def close(self) -> None:
@@ -190,8 +194,9 @@ def ping(service_url: str, topic: str, timeout: float = 5.0) -> None:
 
 
 class Sender:
-    """What a Milvus proxy stand-in needs of a producer (``mq.milvus_producer.Proxy``), over Pulsar:
-    one producer per topic, batching off and no compression, sends asynchronous until ``flush``."""
+    """The Milvus proxy stand-in's producer over Pulsar: one producer per topic, batching off and
+    no compression, sends asynchronous until ``flush``; ``on_delivery(position, error)`` runs on
+    the client's thread once a message landed or failed."""
 
     def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default") -> None:
         self.tenant, self.namespace = tenant, namespace
@@ -199,19 +204,21 @@ class Sender:
         self._producers: dict[str, pulsar.Producer] = {}
         self._errors: list[str] = []
 
-    def produce(self, pchannel: str, payload: bytes) -> None:
+    def produce(self, pchannel: str, payload: bytes, on_delivery: Delivered | None = None) -> None:
         producer = self._producers.get(pchannel)
         if producer is None:
             producer = self._producers[pchannel] = self._client.create_producer(
                 topic_name(pchannel, self.tenant, self.namespace), batching_enabled=False, block_if_queue_full=True)
-        producer.send_async(payload, self._sent)
 
-    def _sent(self, result, _msg_id) -> None:
-        if result != pulsar.Result.Ok:
-            self._errors.append(str(result))
+        def sent(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+            if result != pulsar.Result.Ok:
+                self._errors.append(str(result))
+                if on_delivery is not None:
+                    on_delivery(-1, str(result))
+            elif on_delivery is not None:
+                on_delivery(position(msg_id.ledger_id(), msg_id.entry_id()), "")
 
-    def poll(self, _timeout: float = 0) -> int:
-        return 0
+        producer.send_async(payload, sent)
 
     def flush(self, _timeout: float = 30.0) -> int:
         """Returns how many messages failed (as Kafka's flush returns how many are still queued)."""

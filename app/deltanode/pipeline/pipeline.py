@@ -195,6 +195,7 @@ class Pipeline:
             discard(self.storage, fg.collection_id, fg.uncommitted_files())
         if self._watermarks is not None:
             self._watermarks.close()
+            self._watermarks = None
 
     def _run(self) -> None:
         failures = 0

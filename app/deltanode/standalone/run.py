@@ -34,8 +34,8 @@ def run(conf: Conf) -> int:
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
-                          watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance"), positions=CODECS[conf.get("mq.type")]).start()
+                          CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
+                          balance=conf.get("datacoord.channel.balance")).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
         spark = spark_session(conf, "deltanode-standalone")
