@@ -1,8 +1,11 @@
 """A cycle's ranges: one read per pchannel for its vchannels near the head, a catch-up lane, fair byte caps."""
 
+from deltanode.mq.broker import Broker
 from deltanode.pipeline.plan import CATCH_UP, MAIN, MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
+from deltanode.wire.positions import pulsar_position
 
 P0, P1 = ("p0", 0), ("p1", 0)
+KAFKA, PULSAR = Broker("kafka", "127.0.0.1:9092"), Broker("pulsar", "pulsar://127.0.0.1:6650")
 
 
 def pos(v, p, offset, replaying=False):
@@ -54,17 +57,32 @@ def test_an_unknown_message_size_counts_as_the_largest_and_a_range_always_moves(
 
 def test_a_busy_range_is_split_for_every_core_unless_its_replay_filter_runs():
     plan = plan_cycle([pos("a", "p0", 0), pos("b", "p1", 0)], {P0: 100, P1: 2}, {"p0": 1e6, "p1": 1e6}, Limits())
-    tasks = split_tasks(plan.ranges, {"p0": 1e6, "p1": 1e6}, 2)
+    tasks = split_tasks(plan.ranges, {"p0": 1e6, "p1": 1e6}, 2, KAFKA.cut_points)
     assert len(tasks) == 2
     pieces = sorted((r.pchannel, r.first, r.end) for t in tasks for r in t)
     assert pieces == [("p0", 0, 50), ("p0", 50, 100), ("p1", 0, 2)]
     replaying = plan_cycle([pos("a", "p0", 0, replaying=True)], {P0: 100}, {"p0": 1e6}, Limits())
-    assert [[(r.first, r.end) for r in t] for t in split_tasks(replaying.ranges, {"p0": 1e6}, 2)] == [[(0, 100)]]
+    assert [[(r.first, r.end) for r in t] for t in split_tasks(replaying.ranges, {"p0": 1e6}, 2, KAFKA.cut_points)] == [[(0, 100)]]
 
 
 def test_many_small_ranges_are_packed_into_at_most_splits_tasks():
     positions = [pos(f"v{i}", f"p{i}", 0) for i in range(16)]
     plan = plan_cycle(positions, {(f"p{i}", 0): 3 for i in range(16)}, {f"p{i}": 100.0 for i in range(16)}, Limits())
-    tasks = split_tasks(plan.ranges, {f"p{i}": 100.0 for i in range(16)}, 2)
+    tasks = split_tasks(plan.ranges, {f"p{i}": 100.0 for i in range(16)}, 2, KAFKA.cut_points)
     assert len(tasks) == 2 and sorted(len(t) for t in tasks) == [8, 8]
     assert sorted(r.pchannel for t in tasks for r in t) == sorted(f"p{i}" for i in range(16))
+
+
+def test_a_pulsar_range_is_cut_only_inside_the_ledger_of_the_last_message():
+    """Entries of a ledger run from 0 without holes; what lies between ledgers is unknown."""
+    high = pulsar_position(7, 111)                    # the last message: entry 110 of ledger 7
+    first, end = pulsar_position(7, 10), pulsar_position(7, 110)
+    assert PULSAR.cut_points(first, end, 2, high) == [pulsar_position(7, 60)]
+    assert PULSAR.cut_points(pulsar_position(5, 900), end, 2, high) == []    # starts in an earlier ledger
+    assert PULSAR.cut_points(0, 25, 2, high) == []    # 0 is "the earliest", no message of the topic
+    sizes = {"p0": 1.0, "p1": 1.0}
+    plan = plan_cycle([pos("a", "p0", first), pos("b", "p1", 0)], {P0: high, P1: 2}, sizes, Limits())
+    tasks = split_tasks(plan.ranges, sizes, 2, PULSAR.cut_points)
+    assert sorted((r.pchannel, r.first, r.end) for t in tasks for r in t) == [
+        ("p0", first, pulsar_position(7, 60)), ("p0", pulsar_position(7, 60), high), ("p1", 0, 2)]
+    assert len(tasks) == 2   # ranges are spread over the tasks on Pulsar too

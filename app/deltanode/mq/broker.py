@@ -72,6 +72,12 @@ class Broker:
             return pulsar.read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace)
         return kafka.read_ranges(self.address, ranges)
 
+    def cut_points(self, first: int, end: int, parts: int, high: int) -> list[int]:
+        """Runs on the driver: up to ``parts - 1`` positions inside [first, end) where a read can start,
+        to share one range among tasks; ``high``: the topic's high watermark (Kafka: evenly; Pulsar:
+        only inside the ledger of its last message)."""
+        return (pulsar if self.kind == "pulsar" else kafka).cut_points(first, end, parts, high)
+
     def create_topics(self, pchannels: list[str]) -> list[str]:
         """Create the missing pchannel topics; those created (Pulsar creates topics on first use)."""
         return kafka.create_topics(self.address, pchannels) if self.kind == "kafka" else []

@@ -97,6 +97,12 @@ def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0)
     return offsets
 
 
+def cut_points(first: int, end: int, parts: int, _high: int = 0) -> list[int]:
+    """``parts - 1`` offsets cutting [first, end) into pieces of about equal messages: a read can
+    start at any offset."""
+    return [first + (end - first) * i // parts for i in range(1, parts)]
+
+
 class Watermarks:
     """A long-lived metadata client for high watermarks (used by the driver to plan batches)."""
 

@@ -26,6 +26,7 @@ import pulsar
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
 from .kafka import BrokerError, Chunk, Delivered, Gap, OffsetRange
+from .kafka import cut_points as even_cut_points
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 _quiet = logging.getLogger("deltanode.mq.pulsar.client")
@@ -43,6 +44,22 @@ def position(ledger: int, entry: int) -> int:
         return pulsar_position(ledger, entry)
     except ValueError as e:
         raise BrokerError(str(e)) from None
+
+
+def cut_points(first: int, end: int, parts: int, high: int) -> list[int]:
+    """Up to ``parts - 1`` positions inside [first, end) a reader can start at; ``high``: the
+    topic's high watermark (a message lies at ``high - 1``).
+
+    A ledger's entries run from 0 without holes, so every position from entry 0 of the ledger
+    holding ``high - 1`` up to it is a message. Nothing else is known: a range's end may lie in
+    the gap between ledgers (the planner counts positions as messages), position 0 stands for
+    "the earliest" and is no message of the topic, and pulsar-lite delivers nothing to a reader
+    started at an entry of a ledger the topic does not have (measured). So a range is cut only
+    when it lies in the ledger of ``high - 1`` (docs/pulsar.md).
+    """
+    if first <= 0 or first >> ENTRY_BITS != (high - 1) >> ENTRY_BITS or end > high:
+        return []
+    return even_cut_points(first, end, parts)
 
 
 def message_id(pos: int) -> pulsar.MessageId:

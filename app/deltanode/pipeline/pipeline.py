@@ -240,10 +240,7 @@ class Pipeline:
                           highs, averages, self.settings.limits)
         for vchannel, why in plan.lost.items():
             self._fail(members[vchannel], f"BrokerError: {why}", now, report)
-        # A range split in two must be readable from its middle: not so on Pulsar, where a position
-        # between two ledgers is no message id a reader can start at (docs/pulsar.md).
-        splits = self.settings.limits.splits if self.broker.kind == "kafka" else 1
-        tasks = split_tasks(plan.ranges, averages, splits)
+        tasks = split_tasks(plan.ranges, averages, self.settings.limits.splits, self.broker.cut_points)
         report.plan_s = time.monotonic() - now
         if tasks:
             report.ranges, report.tasks = len(plan.ranges), len(tasks)

@@ -16,6 +16,7 @@ range does not need goes to the others, so a live pchannel is never starved by a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 MAIN, CATCH_UP = "main", "catch-up"
@@ -50,6 +51,7 @@ class ReadRange:
     members: tuple[str, ...]          # the vchannels whose next offset is in [first, end)
     lane: str = MAIN
     splittable: bool = True
+    high: int = 0                     # the pchannel's high watermark when planned (a message lies before it)
 
     @property
     def messages(self) -> int:
@@ -71,6 +73,7 @@ class _Want:
     limit: int                        # the range may not go past this offset
     members: tuple[Position, ...]
     lane: str
+    high: int
 
 
 def merge_window(limits: Limits, average: float) -> int:
@@ -100,9 +103,10 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
         main = tuple(p for p in members if p.next_offset >= head - window)
         behind = tuple(p for p in members if p.next_offset < head - window)
         main_first = min(p.next_offset for p in main)
-        wants.append(_Want(pchannel, partition, main_first, high, main, MAIN))
+        wants.append(_Want(pchannel, partition, main_first, high, main, MAIN, high))
         if behind:
-            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, CATCH_UP))
+            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, CATCH_UP,
+                               high))
     ranges: list[ReadRange] = []
     capped = False
     for lane, budget in ((MAIN, limits.max_bytes), (CATCH_UP, limits.catchup_bytes)):
@@ -113,7 +117,8 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
             capped = capped or end < w.limit
             members = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
             ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, members, lane,
-                                    splittable=not any(p.replaying for p in w.members if p.next_offset < end)))
+                                    splittable=not any(p.replaying for p in w.members if p.next_offset < end),
+                                    high=w.high))
     return Plan(tuple(ranges), lost, capped)
 
 
@@ -132,11 +137,13 @@ def _water_fill(wants: list[_Want], averages: dict[str, float], max_messages: in
     return grants
 
 
-def split_tasks(ranges: tuple[ReadRange, ...], averages: dict[str, float], splits: int) -> list[list[ReadRange]]:
+def split_tasks(ranges: tuple[ReadRange, ...], averages: dict[str, float], splits: int,
+                cuts: Callable[[int, int, int, int], list[int]]) -> list[list[ReadRange]]:
     """The cycle's ranges as at most ``splits`` tasks of about equal bytes.
 
     A range larger than a task's share is cut into contiguous pieces (unless a member's replay
-    filter is active), so one busy vchannel still keeps every core busy.
+    filter is active), so one busy vchannel still keeps every core busy. ``cuts(first, end, parts,
+    high)``: where the broker lets a read start inside a range (``Broker.cut_points``).
     """
     if not ranges:
         return []
@@ -148,7 +155,7 @@ def split_tasks(ranges: tuple[ReadRange, ...], averages: dict[str, float], split
     pieces: list[ReadRange] = []
     for r in ranges:
         parts = min(splits, r.messages, math.ceil(size(r) / target)) if r.splittable and target > 0 else 1
-        bounds = [r.first + (r.messages * i) // max(1, parts) for i in range(max(1, parts) + 1)]
+        bounds = [r.first, *cuts(r.first, r.end, parts, r.high), r.end] if parts > 1 else [r.first, r.end]
         for a, b in zip(bounds, bounds[1:]):
             if b > a:
                 pieces.append(replace(r, first=a, end=b, members=r.members))
