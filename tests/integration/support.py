@@ -60,8 +60,8 @@ class Collection:
 def broker_conf(broker: Broker) -> str:
     """The ``mq.*`` lines of a conf file for ``broker``."""
     if broker.kind == "pulsar":
-        return f"mq.type = pulsar\nmq.pulsar.service.url = {broker.address}\n"
-    return f"mq.kafka.bootstrap.servers = {broker.address}\n"
+        return f"mq.type = pulsar\nmq.pulsar.service.url = {broker.address}"
+    return f"mq.kafka.bootstrap.servers = {broker.address}"
 
 
 def high_watermark(broker: Broker, topic: str) -> int:
@@ -83,6 +83,23 @@ def settled_watermark(coll: Collection, pchannel: str) -> int:
         coll.producer.tick(pchannel)
         coll.producer.flush_producer()
     return high_watermark(coll.producer.broker, pchannel)
+
+
+def wait_for_checkpoints(producer: MilvusProducer, storage: StorageLayout, collection_id: int,
+                         pchannels: list[str], vchannels: list[str], timeout: float, what: str) -> None:
+    """Tick every pchannel, then wait until each vchannel's checkpoint (its insert_log ``txn``)
+    reaches the end of its pchannel: everything produced before is committed."""
+    targets = {}
+    for p in pchannels:
+        producer.tick(p)
+        producer.flush_producer()
+        targets[p] = high_watermark(producer.broker, p)
+
+    def reached() -> bool:
+        table = open_table(storage.insert_log(collection_id))
+        return table is not None and all((table.transaction_version(v) or 0) >= targets[p]
+                                         for v, p in zip(vchannels, pchannels))
+    wait_until(reached, timeout, what)
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):

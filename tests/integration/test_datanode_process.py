@@ -18,7 +18,7 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import descendants, start, stop, zombie
-from .support import SCHEMA, broker_conf, high_watermark, wait_until
+from .support import SCHEMA, broker_conf, wait_for_checkpoints, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +30,8 @@ def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, 
     conf.write_text(f"""
 etcd.endpoints = {etcd_server.endpoint}
 etcd.root = {etcd_root}
-{broker_conf(mq)}mq.pchannel.prefix = {prefix}
+{broker_conf(mq)}
+mq.pchannel.prefix = {prefix}
 mq.pchannel.count = 2
 storage.root = {tmp_path / "delta"}
 datanode.trigger.interval = 300ms
@@ -72,15 +73,8 @@ spark.log.level = ERROR
         produce(20)  # traffic while no DataNode runs; its lease runs out, the channels park
         node = start("datanode", conf, log)
         time.sleep(1)
-        targets = {}
-        for p in record.pchannels:
-            producer.tick(p)
-            producer.flush_producer()
-            targets[p] = high_watermark(mq, p)
-        table = lambda: open_table(storage.insert_log(record.collection_id))  # noqa: E731
-        wait_until(lambda: all((table().transaction_version(v) or 0) >= targets[p]
-                               for v, p in zip(record.vchannels, record.pchannels)), 180,
-                   "the new DataNode to commit everything")
+        wait_for_checkpoints(producer, storage, record.collection_id, record.pchannels, record.vchannels, 180,
+                             "the new DataNode to commit everything")
     finally:
         ticks_stop.set()
         for proc in (node, coord):

@@ -17,7 +17,6 @@ import time
 import pytest
 from deltanode.datacoord.catalog import create_collection
 from deltanode.etcd.client import EtcdClient
-from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.storage.layout import StorageLayout
@@ -25,7 +24,7 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import ROOT, start, stop
-from .support import SCHEMA, high_watermark, wait_until
+from .support import SCHEMA, broker_conf, wait_for_checkpoints, wait_until
 
 pytestmark = pytest.mark.spark
 TTL = 3          # session.ttl of the DataNode, seconds
@@ -70,7 +69,7 @@ def admin_health(conf) -> dict:
 
 
 @pytest.mark.parametrize("outage", ["frozen", "restarted"])
-def test_the_datanode_keeps_committing_while_etcd_is_away(broker, tmp_path, outage):
+def test_the_datanode_keeps_committing_while_etcd_is_away(mq, tmp_path, outage):
     etcd = EmbeddedEtcd(tmp_path / "etcd")
     etcd.start()
     root = "outage/meta"
@@ -79,7 +78,7 @@ def test_the_datanode_keeps_committing_while_etcd_is_away(broker, tmp_path, outa
     conf.write_text(f"""
 etcd.endpoints = {etcd.endpoint}
 etcd.root = {root}
-mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
+{broker_conf(mq)}
 mq.pchannel.prefix = {prefix}
 mq.pchannel.count = 2
 storage.root = {tmp_path / "delta"}
@@ -94,9 +93,8 @@ spark.log.level = ERROR
     storage = StorageLayout(str(tmp_path / "delta"))
     with EtcdClient(etcd.endpoint) as client:
         schema = schema_from_json(SCHEMA, "outage")
-        record = create_collection(client, root, Broker("kafka", broker.bootstrap_servers), "outage", schema, 2,
-                                   prefix, 2)
-    proxy = Proxy(Broker("kafka", broker.bootstrap_servers))
+        record = create_collection(client, root, mq, "outage", schema, 2, prefix, 2)
+    proxy = Proxy(mq)
     producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "outage")
     ticks_stop = threading.Event()
     ticker(producer, record.pchannels, ticks_stop)
@@ -160,15 +158,8 @@ spark.log.level = ERROR
         every_pk = {pk for _, pk in traffic.produced}
         wait_until(lambda: every_pk <= set(pks()), 120, "every row to be committed after etcd came back")
         converged = time.time() - back_at
-        targets = {}
-        for p in record.pchannels:
-            producer.tick(p)
-            producer.flush_producer()
-            targets[p] = high_watermark(proxy.broker, p)
-        table = lambda: open_table(storage.insert_log(record.collection_id))  # noqa: E731
-        wait_until(lambda: all((table().transaction_version(v) or 0) >= targets[p]
-                               for v, p in zip(record.vchannels, record.pchannels)), 120,
-                   "the checkpoints to reach the end of the pchannels")
+        wait_for_checkpoints(producer, storage, record.collection_id, record.pchannels, record.vchannels, 120,
+                             "the checkpoints to reach the end of the pchannels")
         assert node.poll() is None and coord.poll() is None
     finally:
         sampling.set()
