@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import pytest
+
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer
 from deltanode.storage import meta
@@ -13,6 +15,10 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import schema_from_json
+
+# Run a test on every broker: Kafka (Tansu), Pulsar (pulsar-lite), and Apache Pulsar in a
+# container where a Docker engine answers (skipped with the reason otherwise).
+ALL_BROKERS = pytest.mark.parametrize("mq", ["kafka", "pulsar", "apache-pulsar"], indirect=True)
 
 SCHEMA = {"fields": [
     {"name": "pk", "data_type": "Int64", "is_primary_key": True},

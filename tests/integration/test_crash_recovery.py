@@ -15,7 +15,7 @@ import pytest
 from deltanode.faults import CRASH_AT, CRASH_DIR, POINTS
 from deltanode.storage.tables import open_table
 
-from .support import settled_watermark, wait_until
+from .support import ALL_BROKERS, settled_watermark, wait_until
 
 RUNNER = os.path.join(os.path.dirname(__file__), "pipeline_runner.py")
 pytestmark = pytest.mark.spark
@@ -46,7 +46,7 @@ def exactly_once(coll, produced: list[int]) -> tuple[int, int]:
     return len(pks), len(dupes)
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_then_restart_keeps_every_row_exactly_once(point, mq, make_collection, tmp_path):
     coll = make_collection()

@@ -18,12 +18,12 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import descendants, start, stop, zombie
-from .support import SCHEMA, broker_conf, wait_for_checkpoints, wait_until
+from .support import ALL_BROKERS, SCHEMA, broker_conf, wait_for_checkpoints, wait_until
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, mq, etcd_root, tmp_path):
     conf = tmp_path / "datanode.conf"
     prefix = f"proc{int(time.time() * 1000) % 10**9}-rootcoord-dml"

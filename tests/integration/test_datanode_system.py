@@ -23,7 +23,7 @@ from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .relay import Relay
-from .support import SCHEMA, wait_until
+from .support import ALL_BROKERS, SCHEMA, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -94,7 +94,7 @@ def exactly_once(got: list, produced: list) -> None:
     assert sorted(got) == sorted(produced)
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf, tmp_path):
     root = conf.get("etcd.root")
     storage = StorageLayout(conf.get("storage.root"))

@@ -9,7 +9,7 @@ import pytest
 from deltanode.storage.tables import open_table
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
-from .support import settled_watermark, wait_until
+from .support import ALL_BROKERS, settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -19,7 +19,7 @@ def caught_up(coll, vchannel, pchannel):
     return lambda: coll.committed_offset(vchannel) >= target
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_two_shards_on_one_pchannel_share_its_reads_and_commits(pipelines, make_collection):
     coll = make_collection(shards=2, shared_pchannel=True)
     p = coll.pchannels[0]
@@ -52,7 +52,7 @@ def test_two_shards_on_one_pchannel_share_its_reads_and_commits(pipelines, make_
     assert sorted(txns) == sorted(coll.vchannels)
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]
@@ -85,7 +85,7 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines
     assert all(r["payload"] and r["offset"] >= 0 for r in mine)
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_flush_drop_partition_and_drop_collection(pipelines, make_collection):
     coll = make_collection()
     p, v = coll.pchannels[0], coll.vchannels[0]

@@ -10,7 +10,7 @@ from deltanode.etcd.fence import OwnershipFence
 from deltanode.etcd.session import Session
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
 
-from .support import settled_watermark, wait_until
+from .support import ALL_BROKERS, settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def all_committed(coll, vchannels=None):
     return lambda: all(coll.committed_offset(v) >= targets[v] for v in (vchannels or coll.vchannels))
 
 
-@pytest.mark.parametrize("mq", ["kafka", "pulsar"], indirect=True)
+@ALL_BROKERS
 def test_a_released_vchannel_leaves_alone_and_resumes_from_delta(pipelines, make_collection):
     a = make_collection(shards=2)
     b = make_collection(shards=2, ticking=False, pchannels=a.pchannels)

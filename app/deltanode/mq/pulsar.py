@@ -30,6 +30,7 @@ from .kafka import cut_points as even_cut_points
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 _quiet = logging.getLogger("deltanode.mq.pulsar.client")
+log = logging.getLogger(__name__)
 _quiet.setLevel(logging.WARNING)
 _clients: dict[str, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
 
@@ -98,11 +99,14 @@ class Watermarks:
                     topic_name(topic, self.tenant, self.namespace), self.subscription, receiver_queue_size=1,
                     initial_position=pulsar.InitialPosition.Latest)
             last = consumer.get_last_message_id()
-            if last.entry_id() < 0 or last.ledger_id() < 0:
-                return 0   # no message yet
-            consumer.acknowledge_cumulative(last)
         except pulsar.PulsarException as e:
             raise BrokerError(f"cannot read the last message id of {topic} from {self.service_url}: {e}") from None
+        if last.entry_id() < 0 or last.ledger_id() < 0:
+            return 0   # no message yet
+        try:
+            consumer.acknowledge_cumulative(last)
+        except pulsar.PulsarException as e:   # the next answer acknowledges further; the position stands
+            log.debug("acknowledging %s on %s: %s", last, topic, e)
         return position(last.ledger_id(), last.entry_id()) + 1
 
     def close(self) -> None:
