@@ -240,15 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout goes to /dev/null so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    rc = 0 if rc is None else int(rc)
-    if args.command == "admin" and conf.get("mq.type") == "pulsar":
-        # pulsar-client's C++ threads can abort the interpreter's exit (SIGABRT, "terminate called
-        # without an active exception", once in a CI run of admin health); an admin command has
-        # printed its answer and holds nothing else, so it leaves without the interpreter's teardown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
-    return rc
+    return 0 if rc is None else int(rc)
 
 
 # ----------------------------------------------------------------------------- spark-submit glue
