@@ -18,6 +18,15 @@ Environment
   (``spark.driver.extraJavaOptions``) is matched when it is in the file or is one of
   ``COMMON_SPARK_KEYS``, otherwise the name is lower-cased with ``_`` read as ``.``.
   An empty variable counts as unset. An unknown ``DELTANODE_*`` variable is an error.
+
+Broker client settings
+  ``mq.kafka.<property>`` (besides ``mq.kafka.bootstrap.servers``) is a librdkafka property
+  given to every Kafka client DeltaNode makes (``mq.kafka.security.protocol = SASL_SSL``,
+  ``mq.kafka.sasl.mechanism``, ``mq.kafka.ssl.ca.location``, ...), like ``spark.*`` to Spark.
+  Properties DeltaNode must own to stay exactly-once (``KAFKA_RESERVED``) are refused. Secrets
+  belong in the environment: ``DELTANODE_MQ_KAFKA_SASL_PASSWORD`` sets ``mq.kafka.sasl.password``
+  (lower-cased, ``_`` read as ``.``). Pulsar's authentication and TLS are keys of their own
+  (``mq.pulsar.auth.*``, ``mq.pulsar.tls.*``). ``describe`` masks secret values.
   Precedence: environment, then file, then default.
 
 Relative paths (``storage.root``, ``embedded.data.dir``) resolve
@@ -53,6 +62,18 @@ ENV_PREFIX = "DELTANODE_"
 #: Set by spark-submit.sh for the driver (``deltanode.lifeline``), not conf overrides.
 INTERNAL_VARIABLES = frozenset({"DELTANODE_LAUNCHER_PID"})
 SPARK_PREFIX = "spark."
+KAFKA_CLIENT_PREFIX = "mq.kafka."
+#: Keys passed through untouched: Spark's, and librdkafka's (see module doc).
+PASSTHROUGH_PREFIXES = (SPARK_PREFIX, KAFKA_CLIENT_PREFIX)
+#: librdkafka properties DeltaNode sets itself, with the reason a conf file may not.
+KAFKA_RESERVED = {
+    "bootstrap.servers": "set mq.kafka.bootstrap.servers",
+    "group.id": "DeltaNode reads by offset ranges, with consumer groups of its own",
+    "enable.auto.commit": "positions are committed to Delta with the data, never to the broker",
+    "auto.offset.reset": "a lost offset must fail the vchannel, never skip data",
+    "enable.partition.eof": "range reads depend on it",
+}
+_SECRET_RE = re.compile(r"(password|secret|token|params|credentials|key)$", re.IGNORECASE)
 
 #: Spark keys with capitals that environment variables can name (see module doc).
 COMMON_SPARK_KEYS = (
@@ -233,6 +254,17 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        schemes=("pulsar", "pulsar+ssl")),
     _k("mq.pulsar.tenant", "str", "public", "Pulsar tenant of the pchannel topics (Milvus pulsar.tenant)"),
     _k("mq.pulsar.namespace", "str", "default", "Pulsar namespace of the pchannel topics (Milvus pulsar.namespace)"),
+    _k("mq.pulsar.auth.plugin", "str", None,
+       "Pulsar authentication plugin (Milvus pulsar.authPlugin): token, tls, basic, oauth2, or its Java "
+       "class name; unset: none"),
+    _k("mq.pulsar.auth.params", "str", None,
+       "the plugin's parameters (Milvus pulsar.authParams), 'key:value,...' or JSON, e.g. token:<jwt>; "
+       "a secret: set it with DELTANODE_MQ_PULSAR_AUTH_PARAMS"),
+    _k("mq.pulsar.tls.trust.certs.file", "localpath", None,
+       "CA certificates (PEM) that pulsar+ssl:// connections trust"),
+    _k("mq.pulsar.tls.allow.insecure", "bool", "false", "accept any certificate from the Pulsar broker"),
+    _k("mq.pulsar.tls.validate.hostname", "bool", "false",
+       "check that the Pulsar broker's certificate names its host"),
     _k("mq.pchannel.prefix", "str", "by-dev-rootcoord-dml",
        "name prefix of the physical DML channels (topics)"),
     _k("mq.pchannel.count", "int", "16", "number of physical DML channels", min=1),
@@ -288,33 +320,33 @@ class Conf:
     """Typed, validated configuration. Build it with ``load_conf`` or ``Conf.from_dict``."""
 
     def __init__(self, values: Mapping[str, Any], raw: Mapping[str, str],
-                 sources: Mapping[str, str], spark: Mapping[str, str],
+                 sources: Mapping[str, str], passthrough: Mapping[str, str],
                  path: str | None, base_dir: Path) -> None:
         self._values = dict(values)
         self._raw = dict(raw)
         self._sources = dict(sources)
-        self._spark = dict(spark)
+        self._passthrough = dict(passthrough)   # spark.* and mq.kafka.* keys, as written
         self.path = path
         self.base_dir = base_dir
 
     # -- lookup
     def get(self, key: str) -> Any:
-        """The typed value of a known key (None if it has none), or a spark.* value (None if unset)."""
+        """The typed value of a known key (None if it has none), or a passed-through value (None if unset)."""
         if key in KEYS:
             return self._values.get(key)
-        if key.startswith(SPARK_PREFIX):
-            return self._spark.get(key)
+        if key.startswith(PASSTHROUGH_PREFIXES):
+            return self._passthrough.get(key)
         raise KeyError(_unknown_key_msg(key))
 
     __getitem__ = get
 
     def __contains__(self, key: str) -> bool:
-        return (key in KEYS and self._values.get(key) is not None) or key in self._spark
+        return (key in KEYS and self._values.get(key) is not None) or key in self._passthrough
 
     def raw(self, key: str) -> str | None:
         """The text the value was parsed from."""
-        if key.startswith(SPARK_PREFIX) and key not in KEYS:
-            return self._spark.get(key)
+        if key.startswith(PASSTHROUGH_PREFIXES) and key not in KEYS:
+            return self._passthrough.get(key)
         self.get(key)
         return self._raw.get(key)
 
@@ -325,7 +357,12 @@ class Conf:
 
     def spark_conf(self) -> dict[str, str]:
         """Every spark.* key, untouched, in file order."""
-        return dict(self._spark)
+        return {k: v for k, v in self._passthrough.items() if k.startswith(SPARK_PREFIX)}
+
+    def kafka_client_conf(self) -> dict[str, str]:
+        """The librdkafka properties of the ``mq.kafka.*`` keys (prefix removed)."""
+        return {k[len(KAFKA_CLIENT_PREFIX):]: v for k, v in self._passthrough.items()
+                if k.startswith(KAFKA_CLIENT_PREFIX)}
 
     @property
     def broker_key(self) -> str:
@@ -344,16 +381,16 @@ class Conf:
         return parse_hostports(self.get(key))
 
     def to_dict(self) -> dict[str, Any]:
-        """All known keys (typed) followed by the spark.* keys."""
+        """All known keys (typed) followed by the passed-through keys."""
         out = {k: self._values.get(k) for k in KEYS}
-        out.update(self._spark)
+        out.update(self._passthrough)
         return out
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "Conf":
         """A copy with some keys replaced (values as in a file, or plain Python values)."""
         entries = {k: (self._raw[k], self._sources[k]) for k in self._raw
                    if self._sources.get(k) != "default"}
-        entries.update({k: (v, self._sources[k]) for k, v in self._spark.items()})
+        entries.update({k: (v, self._sources[k]) for k, v in self._passthrough.items()})
         for k, v in overrides.items():
             entries[k] = (_to_text(v), "override")
         return _build(entries, self.path or "<code>", self.base_dir, self.path)
@@ -365,19 +402,23 @@ class Conf:
         return _build({k: (_to_text(v), "code") for k, v in values.items()}, "<code>", base, None)
 
     def describe(self) -> str:
-        """``key = value  # source`` lines, for --print-conf."""
+        """``key = value  # source`` lines, for --print-conf; secret values show as ``****``."""
         lines = []
         for k, spec in KEYS.items():
             raw = self._raw.get(k)
             if spec.type in ("path", "localpath") and raw is not None:
                 raw = self._values[k]
-            lines.append(f"{k} = {'' if raw is None else raw}  # {self._sources.get(k, 'unset')}")
-        for k, v in self._spark.items():
-            lines.append(f"{k} = {v}  # {self._sources[k]}")
+            lines.append(f"{k} = {'' if raw is None else _masked(k, raw)}  # {self._sources.get(k, 'unset')}")
+        for k, v in self._passthrough.items():
+            lines.append(f"{k} = {_masked(k, v)}  # {self._sources[k]}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"Conf(path={self.path!r}, {self.to_dict()!r})"
+
+
+def _masked(key: str, value: str) -> str:
+    return "****" if value and _SECRET_RE.search(key) else value
 
 
 def _to_text(v: Any) -> str:
@@ -436,15 +477,15 @@ def _read_file(path: Path, display: str) -> dict[str, tuple[str, str]]:
             raise ConfError(f"{where}: malformed line {stripped[:60]!r} (expected 'key = value')")
         if key in entries:
             raise ConfError(f"{where}: key {key!r} is set twice (first at {entries[key][1]})")
-        if key not in KEYS and not key.startswith(SPARK_PREFIX):
+        if key not in KEYS and not key.startswith(PASSTHROUGH_PREFIXES):
             raise ConfError(f"{where}: {_unknown_key_msg(key)}")
-        entries[key] = (_strip_value(value, key.startswith(SPARK_PREFIX) and key not in KEYS), where)
+        entries[key] = (_strip_value(value, key.startswith(PASSTHROUGH_PREFIXES) and key not in KEYS), where)
     return entries
 
 
-def _env_entries(env: Mapping[str, str], spark_keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+def _env_entries(env: Mapping[str, str], passthrough_keys: Iterable[str]) -> dict[str, tuple[str, str]]:
     known = {env_name(k): k for k in KEYS}
-    spark_names = {env_name(k): k for k in (*COMMON_SPARK_KEYS, *spark_keys)}
+    spark_names = {env_name(k): k for k in (*COMMON_SPARK_KEYS, *passthrough_keys)}
     out: dict[str, tuple[str, str]] = {}
     for var in sorted(env):
         if not var.startswith(ENV_PREFIX) or var in INTERNAL_VARIABLES:
@@ -457,7 +498,7 @@ def _env_entries(env: Mapping[str, str], spark_keys: Iterable[str]) -> dict[str,
             out[known[var]] = (_strip_value(value, False), where)
         elif var in spark_names:
             out[spark_names[var]] = (value, where)
-        elif var.startswith(ENV_PREFIX + "SPARK_") and len(var) > len(ENV_PREFIX + "SPARK_"):
+        elif var.startswith((ENV_PREFIX + "SPARK_", ENV_PREFIX + "MQ_KAFKA_")) and not var.endswith("_"):
             out[var[len(ENV_PREFIX):].lower().replace("_", ".")] = (value, where)
         elif var in {env_name(k) for k in REMOVED_KEYS}:
             key = next(k for k in REMOVED_KEYS if env_name(k) == var)
@@ -477,13 +518,16 @@ def _build(entries: Mapping[str, tuple[str, str]], display: str, base_dir: Path,
     values: dict[str, Any] = {}
     raw: dict[str, str] = {}
     sources: dict[str, str] = {}
-    spark: dict[str, str] = {}
+    passthrough: dict[str, str] = {}
     for key, (text, where) in entries.items():
         if key in KEYS:
             continue
-        if not key.startswith(SPARK_PREFIX):
+        if not key.startswith(PASSTHROUGH_PREFIXES):
             raise ConfError(f"{where}: {_unknown_key_msg(key)}")
-        spark[key] = text
+        prop = key[len(KAFKA_CLIENT_PREFIX):]
+        if key.startswith(KAFKA_CLIENT_PREFIX) and prop in KAFKA_RESERVED:
+            raise ConfError(f"{where}: {key!r} cannot be set: {KAFKA_RESERVED[prop]}")
+        passthrough[key] = text
         sources[key] = where
     for key, spec in KEYS.items():
         if key in entries:
@@ -501,7 +545,7 @@ def _build(entries: Mapping[str, tuple[str, str]], display: str, base_dir: Path,
             raise ConfError(f"{where}: bad value for {key!r}: {e}") from None
         raw[key] = text
         sources[key] = where
-    conf = Conf(values, raw, sources, spark, path, base_dir)
+    conf = Conf(values, raw, sources, passthrough, path, base_dir)
     _check_cross(conf)
     return conf
 
@@ -533,8 +577,8 @@ def load_conf(path: str | os.PathLike, env: Mapping[str, str] | None = None, *,
     env = os.environ if env is None else env
     display = os.fspath(path)
     entries = _read_file(Path(path), display)
-    spark_in_file = [k for k in entries if k.startswith(SPARK_PREFIX)]
-    entries.update(_env_entries(env, spark_in_file))
+    passthrough_in_file = [k for k in entries if k.startswith(PASSTHROUGH_PREFIXES)]
+    entries.update(_env_entries(env, passthrough_in_file))
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     return _build(entries, display, base, display)
 
@@ -546,6 +590,8 @@ def keys_markdown() -> str:
         default = "(required)" if k.required else (k.default if k.default is not None else "")
         rows.append(f"| `{k.name}` | {k.type_doc.replace('|', chr(92) + '|')} | `{default}` | {k.doc} |")
     rows.append("| `spark.*` | text | | passed to Spark (spark-submit --conf) untouched |")
+    rows.append("| `mq.kafka.*` | text | | librdkafka properties for every Kafka client (SASL, TLS, ...), "
+                "untouched; not group.id, enable.auto.commit, auto.offset.reset, enable.partition.eof |")
     return "\n".join(rows)
 
 

@@ -31,3 +31,20 @@ def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):
     assert got == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7, 8], 2: [2, 3, 4, 5]}
     assert list(errors) == [3]
     assert time.monotonic() - started < 10
+
+
+def test_client_settings_reach_the_range_reader_and_a_refused_one_is_named(broker):
+    topic = f"settings{time.time_ns() % 10**9}"
+    create_topics(broker.bootstrap_servers, [topic], settings={"client.id": "deltanode-test"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(5):
+        producer.produce(topic, f"m{i}".encode())
+    producer.flush()
+    tuned = {"client.id": "deltanode-test", "fetch.wait.max.ms": "5", "socket.keepalive.enable": "true"}
+    read = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 5)], settings=tuned)
+            for off, _ in chunk]
+    assert read == [0, 1, 2, 3, 4]
+    refused = list(read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 0, 5, 6)],
+                               settings={"fetch.wait.max.ms": "soon"}))
+    assert [i for i, _ in refused] == [0, 1]   # every range told, none read
+    assert all(isinstance(e, BrokerError) and "conf key mq.kafka.fetch.wait.max.ms" in str(e) for _, e in refused)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from deltanode.config import (
     parse_hostports,
     parse_size,
 )
+from deltanode.mq.broker import Broker
+from deltanode.mq.pulsar import client_options as pulsar_client_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,5 +214,42 @@ def test_key_table_is_documented():
     table = keys_markdown()
     for name, key in KEYS.items():
         assert f"`{name}`" in table and key.doc
-        assert key.required or key.default is not None
-        key.parse(key.default, Path("/")) if key.default is not None else None
+        if key.default is not None:
+            key.parse(key.default, Path("/"))
+        else:   # optional and unset by default: its doc says what unset means or how to set it
+            assert key.required or "unset" in key.doc or "set it" in key.doc or key.type == "localpath"
+
+
+def test_kafka_client_properties_pass_through_and_secrets_come_from_the_environment(tmp_path):
+    conf = load(tmp_path, "storage.root = x\nmq.kafka.security.protocol = SASL_SSL\n"
+                          "mq.kafka.sasl.mechanism = PLAIN\nmq.kafka.sasl.username = milvus\n",
+                {"DELTANODE_MQ_KAFKA_SASL_PASSWORD": "s3cret", "DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS": "k1:9093"})
+    assert conf.kafka_client_conf() == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                                        "sasl.username": "milvus", "sasl.password": "s3cret"}
+    assert conf.get("mq.kafka.bootstrap.servers") == "k1:9093"   # a declared key, not a client property
+    assert conf.spark_conf() == {}                                  # nothing of it goes to Spark
+    shown = conf.describe()
+    assert "mq.kafka.sasl.password = ****  # env DELTANODE_MQ_KAFKA_SASL_PASSWORD" in shown
+    assert "s3cret" not in shown and "mq.kafka.sasl.username = milvus" in shown
+    broker = Broker.from_conf(conf)
+    assert broker.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(broker)
+    assert pickle.loads(pickle.dumps(broker)) == broker            # tasks carry it to executors
+
+
+def test_kafka_properties_deltanode_owns_are_refused(tmp_path):
+    msg = error(tmp_path, "storage.root = x\nmq.kafka.enable.auto.commit = true\n")
+    assert msg == ("FILE:2: 'mq.kafka.enable.auto.commit' cannot be set: positions are committed to Delta "
+                   "with the data, never to the broker")
+    assert "cannot be set" in error(tmp_path, "storage.root = x\n", {"DELTANODE_MQ_KAFKA_GROUP_ID": "g"})
+
+
+def test_pulsar_authentication_and_tls_reach_the_broker_seam(tmp_path):
+    conf = load(tmp_path, "storage.root = x\nmq.type = pulsar\nmq.pulsar.auth.plugin = token\n"
+                          "mq.pulsar.tls.allow.insecure = true\n",
+                {"DELTANODE_MQ_PULSAR_AUTH_PARAMS": "token:eyJhbGciOi"})
+    assert Broker.from_conf(conf).settings == {"auth.plugin": "token", "auth.params": "token:eyJhbGciOi",
+                                               "tls.allow.insecure": "True"}
+    assert "mq.pulsar.auth.params = ****" in conf.describe()
+    options = pulsar_client_options(Broker.from_conf(conf).settings)
+    assert set(options) == {"authentication", "tls_allow_insecure_connection"}
+    assert options["tls_allow_insecure_connection"] is True

@@ -6,13 +6,14 @@ ranges, in order, with the failure of one range reported apart from the others. 
 are 64-bit integers that grow with every message (Kafka offsets; Pulsar message ids mapped
 as docs/pulsar.md says). The catalog, the admin commands and standalone also create topics,
 send a message and learn its position, and check that the broker answers. ``Broker`` is
-small and picklable: tasks carry it.
+small and picklable: tasks carry it, with the client settings a secured broker needs (SASL,
+TLS, tokens), so executors reach the broker as the driver does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import kafka, pulsar
@@ -44,33 +45,47 @@ class Sender(Protocol):
         ...
 
 
+PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls.allow.insecure",
+                      "tls.validate.hostname")
+
+
 @dataclass(frozen=True)
 class Broker:
     kind: str                   # "kafka" or "pulsar"
     address: str                # Kafka bootstrap servers, or a Pulsar service URL
     tenant: str = "public"      # Pulsar topics: persistent://{tenant}/{namespace}/{pchannel}
     namespace: str = "default"
+    # Client settings: librdkafka properties (mq.kafka.*), or Pulsar's auth and TLS (mq.pulsar.auth.*,
+    # mq.pulsar.tls.*, without the prefix). Kept out of repr: they may hold secrets.
+    client: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def from_conf(cls, conf) -> Broker:
         """The broker of a ``config.Conf``'s ``mq.*`` keys."""
         if conf.get("mq.type") == "pulsar":
+            settings = tuple((k, str(conf.get(f"mq.pulsar.{k}"))) for k in PULSAR_CLIENT_KEYS
+                             if conf.get(f"mq.pulsar.{k}") not in (None, False))   # False: the client's default
             return cls("pulsar", conf.get("mq.pulsar.service.url"), conf.get("mq.pulsar.tenant"),
-                       conf.get("mq.pulsar.namespace"))
-        return cls("kafka", conf.get("mq.kafka.bootstrap.servers"))
+                       conf.get("mq.pulsar.namespace"), settings)
+        return cls("kafka", conf.get("mq.kafka.bootstrap.servers"), client=tuple(conf.kafka_client_conf().items()))
+
+    @property
+    def settings(self) -> dict[str, str]:
+        return dict(self.client)
 
     def watermarks(self) -> HighWatermarks:
         """Runs on the driver."""
         if self.kind == "pulsar":
-            return pulsar.Watermarks(self.address, self.tenant, self.namespace)
-        return kafka.Watermarks(self.address)
+            return pulsar.Watermarks(self.address, self.tenant, self.namespace, self.settings)
+        return kafka.Watermarks(self.address, self.settings)
 
     def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
         """Runs on executors: ``(i, chunk)`` of ``ranges[i]`` in offset order, or ``(i, BrokerError)`` once;
         ``(i, Gap)`` last when the range ended in a gap of positions."""
         if self.kind == "pulsar":
-            return pulsar.read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace)
-        return kafka.read_ranges(self.address, ranges)
+            return pulsar.read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace,
+                                      settings=self.settings)
+        return kafka.read_ranges(self.address, ranges, settings=self.settings)
 
     def cut_points(self, first: int, end: int, parts: int, high: int) -> list[int]:
         """Runs on the driver: up to ``parts - 1`` positions inside [first, end) where a read can start,
@@ -80,25 +95,26 @@ class Broker:
 
     def create_topics(self, pchannels: list[str]) -> list[str]:
         """Create the missing pchannel topics; those created (Pulsar creates topics on first use)."""
-        return kafka.create_topics(self.address, pchannels) if self.kind == "kafka" else []
+        return kafka.create_topics(self.address, pchannels, settings=self.settings) if self.kind == "kafka" else []
 
     def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
         """Send one message to each pchannel; the position each landed at."""
         if self.kind == "pulsar":
-            return pulsar.send_each(self.address, payloads, self.tenant, self.namespace)
-        return kafka.send_each(self.address, payloads)
+            return pulsar.send_each(self.address, payloads, self.tenant, self.namespace, self.settings)
+        return kafka.send_each(self.address, payloads, settings=self.settings)
 
     def sender(self) -> Sender:
         if self.kind == "pulsar":
-            return pulsar.Sender(self.address, self.tenant, self.namespace)
-        return kafka.Sender(self.address)
+            return pulsar.Sender(self.address, self.tenant, self.namespace, self.settings)
+        return kafka.Sender(self.address, self.settings)
 
     def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
         """Raise BrokerError unless the broker answers (``probe_topic``: a pchannel, Pulsar needs one)."""
         if self.kind == "pulsar":
-            pulsar.ping(self.address, pulsar.topic_name(probe_topic, self.tenant, self.namespace), timeout)
+            pulsar.ping(self.address, pulsar.topic_name(probe_topic, self.tenant, self.namespace), timeout,
+                        self.settings)
             return
-        watermarks = kafka.Watermarks(self.address)
+        watermarks = kafka.Watermarks(self.address, self.settings)
         try:
             watermarks.list_topics(timeout=timeout)
         finally:

@@ -21,13 +21,27 @@ class BrokerError(RuntimeError):
     """The broker could not serve a request (unreachable, topic missing, data expired)."""
 
 
-def _base(bootstrap: str) -> dict:
-    return {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000}
+Settings = dict[str, str]   # librdkafka properties from the conf (mq.kafka.*): SASL, TLS, ...
 
 
-def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0) -> list[str]:
+def _base(bootstrap: str, settings: Settings | None = None) -> dict:
+    return {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, **(settings or {})}
+
+
+def _client(kind: type, config: dict, settings: Settings | None):
+    """A librdkafka client; a property it refuses is named as the conf key that set it."""
+    try:
+        return kind(config)
+    except KafkaException as e:
+        bad = [k for k in (settings or {}) if k in str(e)]
+        where = f" (conf key mq.kafka.{bad[0]})" if bad else ""
+        raise BrokerError(f"the Kafka client refused its settings{where}: {e.args[0].str()}") from None
+
+
+def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0, *,
+                  settings: Settings | None = None) -> list[str]:
     """Create the missing ``topics`` (one partition each); return those that were created."""
-    admin = AdminClient(_base(bootstrap))
+    admin = _client(AdminClient, _base(bootstrap, settings), settings)
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as e:
@@ -55,9 +69,10 @@ class Sender:
     runs from ``poll``/``flush`` once the message landed or failed.
     """
 
-    def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "message.max.bytes": 16 << 20,
-                                   "compression.codec": "none", "queue.buffering.max.kbytes": 1 << 20})
+    def __init__(self, bootstrap: str, settings: Settings | None = None) -> None:
+        self._producer = _client(Producer, {
+            **_base(bootstrap), "linger.ms": 2, "message.max.bytes": 16 << 20, "compression.codec": "none",
+            "queue.buffering.max.kbytes": 1 << 20, **(settings or {})}, settings)
 
     def produce(self, topic: str, value: bytes, on_delivery: Delivered | None = None) -> None:
         callback = None if on_delivery is None else (
@@ -78,9 +93,10 @@ class Sender:
         self._producer.flush(5)
 
 
-def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0) -> dict[str, int]:
+def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0, *,
+              settings: Settings | None = None) -> dict[str, int]:
     """Send one message to each topic; the offset each landed at."""
-    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 16 << 20})
+    producer = _client(Producer, {**_base(bootstrap), "message.max.bytes": 16 << 20, **(settings or {})}, settings)
     offsets: dict[str, int] = {}
     errors: list[str] = []
 
@@ -106,10 +122,10 @@ def cut_points(first: int, end: int, parts: int, _high: int = 0) -> list[int]:
 class Watermarks:
     """A long-lived metadata client for high watermarks (used by the driver to plan batches)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, settings: Settings | None = None) -> None:
         self.bootstrap = bootstrap
-        self._consumer = Consumer({**_base(bootstrap), "group.id": "deltanode-planner",
-                                   "enable.auto.commit": False})
+        self._consumer = _client(Consumer, {**_base(bootstrap, settings), "group.id": "deltanode-planner",
+                                            "enable.auto.commit": False}, settings)
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         try:
@@ -148,7 +164,8 @@ class Gap:
 
 
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
-                fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | BrokerError]]:
+                fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0,
+                settings: Settings | None = None) -> Iterator[tuple[int, Chunk | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(offset, value)`` of ``ranges[i]``, each range in offset order.
 
     Ranges of different partitions are read together by one consumer; ranges of the same
@@ -164,21 +181,27 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     todo = [(i, r) for i, r in enumerate(ranges) if r.end > r.start]
     if not todo:
         return
-    consumer = Consumer({
-        **_base(bootstrap),
-        "group.id": "deltanode-reader",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "error",
-        "enable.partition.eof": False,
-        "fetch.max.bytes": fetch_bytes,
-        "max.partition.fetch.bytes": max(fetch_bytes // 2, 11 << 20),
-        "queued.max.messages.kbytes": max(fetch_bytes >> 10, 1024),
-        "fetch.wait.max.ms": 20,
-        # When the prefetch queue is full (10 messages of 768-dim inserts fill 32 MB), librdkafka
-        # postpones the partition's next fetch by this much (default 1 s): half of all reads of a
-        # 93 MB range took 1.3 s instead of 0.3 s, waiting on consume() with the CPU idle.
-        "fetch.queue.backoff.ms": 10,
-    })
+    try:
+        consumer = _client(Consumer, {
+            **_base(bootstrap),
+            "group.id": "deltanode-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": False,
+            "fetch.max.bytes": fetch_bytes,
+            "max.partition.fetch.bytes": max(fetch_bytes // 2, 11 << 20),
+            "queued.max.messages.kbytes": max(fetch_bytes >> 10, 1024),
+            "fetch.wait.max.ms": 20,
+            # When the prefetch queue is full (10 messages of 768-dim inserts fill 32 MB), librdkafka
+            # postpones the partition's next fetch by this much (default 1 s): half of all reads of a
+            # 93 MB range took 1.3 s instead of 0.3 s, waiting on consume() with the CPU idle.
+            "fetch.queue.backoff.ms": 10,
+            **(settings or {}),   # the conf's own (config.KAFKA_RESERVED keeps the ones above that matter)
+        }, settings)
+    except BrokerError as e:
+        for i, _ in todo:
+            yield i, e
+        return
     try:
         while todo:
             # One round: at most one range per partition (a consumer holds one position each).

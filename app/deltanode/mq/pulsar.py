@@ -30,10 +30,27 @@ from .kafka import cut_points as even_cut_points
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 log = logging.getLogger(__name__)
-_clients: dict[str, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
+_clients: dict[tuple, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
+Settings = dict[str, str]   # auth.plugin, auth.params, tls.* (config keys mq.pulsar.*, prefix removed)
 
 
-def new_client(service_url: str, timeout_seconds: int = 10) -> pulsar.Client:
+def client_options(settings: Settings | None) -> dict:
+    """``pulsar.Client`` keyword arguments for the conf's authentication and TLS settings."""
+    settings = settings or {}
+    options: dict = {}
+    plugin = settings.get("auth.plugin")
+    if plugin:   # an unknown plugin is logged by the client, and the broker then refuses the connection
+        options["authentication"] = pulsar.Authentication(plugin, settings.get("auth.params", ""))
+    if settings.get("tls.trust.certs.file"):
+        options["tls_trust_certs_file_path"] = settings["tls.trust.certs.file"]
+    for key, arg in (("tls.allow.insecure", "tls_allow_insecure_connection"),
+                     ("tls.validate.hostname", "tls_validate_hostname")):
+        if key in settings:
+            options[arg] = str(settings[key]).lower() == "true"
+    return options
+
+
+def new_client(service_url: str, timeout_seconds: int = 10, settings: Settings | None = None) -> pulsar.Client:
     """A client whose own log (warnings and errors) is appended to this process's stderr.
 
     The client logs from its C++ threads. Given a Python logger, it calls into the interpreter
@@ -44,7 +61,7 @@ def new_client(service_url: str, timeout_seconds: int = 10) -> pulsar.Client:
     truncated nor mixed into stdout, where ``admin`` prints its JSON.
     """
     return pulsar.Client(service_url, operation_timeout_seconds=timeout_seconds,
-                         logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr"))
+                         logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, "/dev/stderr"), **client_options(settings))
 
 
 def topic_name(pchannel: str, tenant: str = "public", namespace: str = "default") -> str:
@@ -80,10 +97,11 @@ def message_id(pos: int) -> pulsar.MessageId:
     return pulsar.MessageId(-1, *pulsar_ledger_entry_at(pos), -1)
 
 
-def client(service_url: str) -> pulsar.Client:
-    found = _clients.get(service_url)
+def client(service_url: str, settings: Settings | None = None) -> pulsar.Client:
+    key = (service_url, tuple(sorted((settings or {}).items())))
+    found = _clients.get(key)
     if found is None:
-        found = _clients[service_url] = new_client(service_url)
+        found = _clients[key] = new_client(service_url, settings=settings)
     return found
 
 
@@ -97,10 +115,11 @@ class Watermarks:
     topic's retention while it lives; it is removed at close (docs/pulsar.md: after a SIGKILL).
     """
 
-    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default") -> None:
+    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
+                 settings: Settings | None = None) -> None:
         self.service_url, self.tenant, self.namespace = service_url, tenant, namespace
         self.subscription = f"deltanode-watermarks-{uuid.uuid4().hex[:12]}"
-        self._client = new_client(service_url)
+        self._client = new_client(service_url, settings=settings)
         self._consumers: dict[str, pulsar.Consumer] = {}
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
@@ -131,11 +150,12 @@ class Watermarks:
 
 
 def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
-                chunk_messages: int = 64, stall_timeout: float = 60.0) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
+                chunk_messages: int = 64, stall_timeout: float = 60.0,
+                settings: Settings | None = None) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
     after another; a range the broker cannot serve yields ``(i, BrokerError)`` once, a range that
     ends in a gap ``(i, Gap)`` last."""
-    c = client(service_url)
+    c = client(service_url, settings)
     for i, r in enumerate(ranges):
         if r.end > r.start:
             yield from _read_range(c, i, r, topic_name(r.topic, tenant, namespace), chunk_messages, stall_timeout)
@@ -198,9 +218,9 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
 
 
 def send_each(service_url: str, payloads: dict[str, bytes], tenant: str = "public",
-              namespace: str = "default") -> dict[str, int]:
+              namespace: str = "default", settings: Settings | None = None) -> dict[str, int]:
     """Send one message to each pchannel; the position each landed at."""
-    c = new_client(service_url)
+    c = new_client(service_url, settings=settings)
     try:
         out = {}
         for pchannel, payload in payloads.items():
@@ -215,9 +235,9 @@ def send_each(service_url: str, payloads: dict[str, bytes], tenant: str = "publi
         c.close()
 
 
-def ping(service_url: str, topic: str, timeout: float = 5.0) -> None:
+def ping(service_url: str, topic: str, timeout: float = 5.0, settings: Settings | None = None) -> None:
     """Raise BrokerError unless the broker answers a lookup of ``topic`` within ``timeout``."""
-    c = new_client(service_url, max(1, int(timeout)))
+    c = new_client(service_url, max(1, int(timeout)), settings)
     try:
         c.get_topic_partitions(topic)
     except pulsar.PulsarException as e:
@@ -231,9 +251,10 @@ class Sender:
     no compression, sends asynchronous until ``flush``; ``on_delivery(position, error)`` runs on
     the client's thread once a message landed or failed."""
 
-    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default") -> None:
+    def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
+                 settings: Settings | None = None) -> None:
         self.tenant, self.namespace = tenant, namespace
-        self._client = new_client(service_url)
+        self._client = new_client(service_url, settings=settings)
         self._producers: dict[str, pulsar.Producer] = {}
         self._errors: list[str] = []
 
