@@ -307,6 +307,11 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "(a DataNode that joins takes over its share)"),
     _k("standalone.progress.interval", "duration", "10s",
        "standalone: how often progress is logged", min=0.1),
+    _k("metrics.port", "int", "0",
+       "DataNode driver: serve Prometheus metrics on /metrics and health on /healthz at this port (0: off)",
+       min=0),
+    _k("metrics.address", "str", "127.0.0.1",
+       "address the metrics server binds (0.0.0.0: every interface, for a Prometheus on another host)"),
     _k("log.level", "enum", "INFO", "log level of the DeltaNode processes",
        choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]}

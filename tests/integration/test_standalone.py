@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,29 @@ def admin(env, *args) -> tuple[int, object]:
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else out.stderr)
 
 
+def scrape(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total, found = total + float(line.rsplit(" ", 1)[1]), True
+    assert found, f"no sample of {name} {labels}"
+    return total
+
+
 @pytest.mark.parametrize("mq", ["kafka", "pulsar"])
 def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
-    env = dict(os.environ,
+    metrics_port = free_port()
+    env = dict(os.environ, DELTANODE_METRICS_PORT=str(metrics_port),
                DELTANODE_ETCD_ENDPOINTS=f"127.0.0.1:{free_port()}",
                DELTANODE_MQ_TYPE=mq,
                DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
@@ -65,6 +87,21 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         assert [c["state"] for c in channels] == ["WatchSuccess", "WatchSuccess"] and all(c["checkpoint_ts"] for c in channels)
         rc, health = admin(env, "health")
         assert rc == 0 and health["healthy"] is True
+        # The driver's own metrics and health, as Prometheus and a probe see them.
+        status, healthz = scrape(metrics_port, "/healthz")
+        assert status == 200 and json.loads(healthz)["running"] == 2, healthz
+        status, text = scrape(metrics_port, "/metrics")
+        assert status == 200
+        assert metric(text, "deltanode_vchannel_committed_rows_total") == 2000
+        assert metric(text, "deltanode_vchannel_consumed_rows_total") == 2000
+        deletes = len(produced["deleted_pks"])   # one DeleteRequest beside the 20 InsertRequests
+        assert metric(text, "deltanode_vchannel_committed_messages_total") == 20 + (1 if deletes else 0)
+        assert metric(text, "deltanode_vchannel_consumed_deletes_total") == deletes
+        assert metric(text, "deltanode_vchannel_up") == 2 and metric(text, "deltanode_node_session_up") == 1
+        assert metric(text, "deltanode_etcd_reachable") == 1 and metric(text, "deltanode_cycles_total") > 0
+        assert metric(text, "deltanode_vchannel_commit_lag_seconds_count") > 0
+        assert metric(text, "deltanode_delta_commit_seconds_count") > 0
+        (tmp_path / "metrics.txt").write_text(text)
         assert "rows in" in (tmp_path / "standalone.log").read_text()  # progress reports
         assert "warm-up done" in (tmp_path / "standalone.log").read_text()
     finally:

@@ -32,6 +32,7 @@ from ..pipeline.plan import Limits
 from ..pipeline.sync_policy import SyncSettings
 from ..storage.layout import StorageLayout
 from .flowgraphs import FlowgraphManager
+from .metrics import MetricsServer, NodeView
 from .status import FAILING_SHOWN, NodeStatus, process_name, remove_status, write_status
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,9 @@ class DataNode:
         self.pipeline: Pipeline | None = None
         self.flowgraphs: FlowgraphManager | None = None
         self.fence: OwnershipFence | None = None
+        self.metrics: MetricsServer | None = None
         self.sessions_lost = 0
+        self.registered = False               # holds a live session (False from a loss until it registers again)
         self._lost: list[str] = []            # reasons, appended by etcd threads
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -76,8 +79,11 @@ class DataNode:
         self.client = EtcdClient(conf.get("etcd.endpoints"))
         self.fence = OwnershipFence(conf.get("etcd.endpoints"), conf.get("etcd.root"), 0,
                                     reachability=self.reachability)
+        if conf.get("metrics.port"):
+            self.metrics = MetricsServer(self.view(), conf.get("metrics.address"), conf.get("metrics.port")).start()
         self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), Broker.from_conf(conf),
-                                 pipeline_settings(conf), fence=self.fence)
+                                 pipeline_settings(conf), fence=self.fence,
+                                 on_cycle=self.metrics.on_cycle if self.metrics else None)
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
         self._register()
@@ -85,6 +91,16 @@ class DataNode:
         self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
         self._rejoiner.start()
         return self
+
+    def view(self) -> NodeView:
+        """This node as the metrics read it (each figure evaluated when scraped)."""
+        return NodeView(node_id=lambda: self.node_id if self.registered else 0,
+                        snapshots=lambda: self.pipeline.snapshots() if self.pipeline else [],
+                        high_watermark=lambda p: self.pipeline.high_watermark(p) if self.pipeline else None,
+                        pipeline_alive=lambda: self.pipeline is not None and self.pipeline.alive,
+                        etcd_down_since=lambda: self.reachability.down_since,
+                        etcd_error=lambda: self.reachability.error,
+                        sessions_lost=lambda: self.sessions_lost)
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
@@ -95,6 +111,7 @@ class DataNode:
         self.session = session
         self.fence.node_id = self.pipeline.node_id = session.server_id
         self.watcher = ChannelWatcher(self.client, root, session.server_id, self.flowgraphs).start()
+        self.registered = True
         log.info("DataNode %d up: watching %s/channelwatch/%d/", session.server_id, root, session.server_id)
 
     def _on_lost(self, reason: str) -> None:
@@ -114,6 +131,7 @@ class DataNode:
 
     def _rejoin(self, reason: str) -> None:
         old = self.node_id
+        self.registered = False
         self.sessions_lost += 1
         log.error("DataNode %d lost its etcd session (%s): the coordinator is reassigning its channels; "
                   "releasing them and registering a new session", old, reason)
@@ -176,3 +194,5 @@ class DataNode:
             self.session.close()
         if self.client is not None:
             self.client.close()
+        if self.metrics is not None:
+            self.metrics.stop()

@@ -28,8 +28,25 @@ RUNNING, FAILED, DROPPED = "running", "failed", "dropped"
 
 
 @dataclass(frozen=True)
+class Consumed:
+    """What a vchannel read on this node since it was added, re-reads after a failure included
+    (they were consumed twice): counters that only grow, for metrics."""
+
+    rows: int = 0
+    deletes: int = 0
+    dml_messages: int = 0
+    dml_bytes: int = 0
+    quarantined: int = 0
+
+    def plus(self, outcome: BatchOutcome, dml_bytes: int) -> Consumed:
+        return Consumed(self.rows + outcome.inserted_rows, self.deletes + outcome.deleted_rows,
+                        self.dml_messages + outcome.dml_messages, self.dml_bytes + dml_bytes,
+                        self.quarantined + outcome.quarantined)
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """A vchannel's figures for progress reports and admin."""
+    """A vchannel's figures for progress reports, admin and metrics."""
 
     vchannel: str
     status: str
@@ -40,6 +57,11 @@ class Snapshot:
     rows_committed: int
     batches: int
     uncommitted_batches: int
+    collection_id: int = 0
+    pchannel: str = ""
+    committed_dml_messages: int = 0   # the committed ChannelState's totals (durable, over every node)
+    committed_dml_bytes: int = 0
+    consumed: Consumed = Consumed()
 
 
 class VchannelFlowgraph:
@@ -63,6 +85,7 @@ class VchannelFlowgraph:
         self.pending_since: float | None = None   # monotonic time the oldest uncommitted data was read
         self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
         self.read_size: float | None = None       # bytes per message of its last ranges, once read
+        self.consumed = Consumed()
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float) -> None:
@@ -102,6 +125,7 @@ class VchannelFlowgraph:
 
     def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
         """``read_size``: bytes per message of the ranges this batch came from."""
+        self.consumed = self.consumed.plus(outcome, outcome.state.dml_bytes - self.working.dml_bytes)
         self.working = outcome.state
         if read_size:
             self.read_size = read_size
@@ -153,4 +177,5 @@ class VchannelFlowgraph:
         c = self.committed
         return Snapshot(self.vchannel, self.status, self.failures, self.last_error,
                         c.checkpoint_offset if c else None, c.checkpoint_ts if c else None,
-                        c.rows if c else 0, c.batches if c else 0, len(self.pending))
+                        c.rows if c else 0, c.batches if c else 0, len(self.pending), self.collection_id,
+                        self.pchannel, c.dml_messages if c else 0, c.dml_bytes if c else 0, self.consumed)

@@ -1,0 +1,243 @@
+"""A DataNode's Prometheus metrics and health, served over HTTP by the driver.
+
+``GET /metrics`` is the Prometheus text format; ``GET /healthz`` answers 200 while the node
+persists (its pipeline loop runs, it holds an etcd session, none of its vchannels is failing)
+and 503 otherwise, with a JSON body saying why either way. An etcd outage alone keeps 200: the
+node goes on committing (README "When etcd is away"), and the body and
+``deltanode_etcd_reachable`` say so.
+
+Two kinds of figures, so that nothing is counted twice and nothing is kept per scrape:
+
+- read at scrape time from the pipeline's snapshots (``DataNodeCollector``): per vchannel, what
+  it consumed on this node (counters that only grow, re-reads after a failure included), what
+  its committed ChannelState holds (durable totals, carried across nodes and restarts), its
+  checkpoint lag in seconds and in messages, its state; per node, its channels, session and
+  etcd reachability;
+- observed once per cycle (``CycleMetrics``, the pipeline's ``on_cycle``): cycle and Delta
+  commit durations, and per vchannel the commit lag (insert -> durable within a TimeTick).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..flowgraph.vchannel import FAILED, RUNNING, Snapshot
+from ..pipeline.pipeline import CycleReport
+from ..wire.positions import physical_ms
+
+log = logging.getLogger(__name__)
+FAILING_LISTED = 20                       # failing vchannels named in a /healthz body
+CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+LAG_BUCKETS = (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the metrics read of a DataNode, as callables evaluated at scrape time (runs on the driver)."""
+
+    node_id: Callable[[], int]                       # 0 while it holds no session
+    snapshots: Callable[[], list[Snapshot]]
+    high_watermark: Callable[[str], int | None]      # pchannel -> its last seen high watermark
+    pipeline_alive: Callable[[], bool]
+    etcd_down_since: Callable[[], float | None]      # wall clock, None while etcd answers
+    etcd_error: Callable[[], str]
+    sessions_lost: Callable[[], int]
+
+
+class DataNodeCollector(Collector):
+    """Figures read from the node at scrape time (runs on the driver, in the HTTP server's thread)."""
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterable[Metric]:
+        v = self.view
+        snaps = v.snapshots()
+        now = time.time()
+        labels = ["vchannel", "collection"]
+
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(f"deltanode_vchannel_{name}", doc, labels=labels)
+
+        consumed = {k: counter(f"consumed_{k}", f"{doc} read on this node since the vchannel was added "
+                                                f"(re-reads after a failure included)")
+                    for k, doc in (("rows", "Inserted rows"), ("deletes", "Deleted primary keys"),
+                                   ("messages", "Insert and Delete messages"), ("bytes", "Their wire bytes"),
+                                   ("quarantined", "Messages quarantined as bad input"))}
+        committed = {k: counter(f"committed_{k}", f"{doc} in the vchannel's committed checkpoint (durable "
+                                                  f"totals, over every node that served it)")
+                     for k, doc in (("rows", "Inserted rows"), ("messages", "Insert and Delete messages"),
+                                    ("bytes", "Their wire bytes"))}
+        lag_s = GaugeMetricFamily("deltanode_vchannel_checkpoint_lag_seconds",
+                                  "Now minus the TimeTick of the committed checkpoint", labels=labels)
+        lag_m = GaugeMetricFamily("deltanode_vchannel_checkpoint_lag_messages",
+                                  "The pchannel's high watermark minus the committed checkpoint offset",
+                                  labels=labels)
+        up = GaugeMetricFamily("deltanode_vchannel_up", "1 while the vchannel's flowgraph runs, 0 while it "
+                                                        "waits to restart after a failure", labels=labels)
+        failures = GaugeMetricFamily("deltanode_vchannel_failures", "Failures in a row", labels=labels)
+        for s in snaps:
+            key = [s.vchannel, str(s.collection_id)]
+            c = s.consumed
+            for name, value in (("rows", c.rows), ("deletes", c.deletes), ("messages", c.dml_messages),
+                                ("bytes", c.dml_bytes), ("quarantined", c.quarantined)):
+                consumed[name].add_metric(key, value)
+            for name, value in (("rows", s.rows_committed), ("messages", s.committed_dml_messages),
+                                ("bytes", s.committed_dml_bytes)):
+                committed[name].add_metric(key, value)
+            if s.checkpoint_ts:
+                lag_s.add_metric(key, max(0.0, now - physical_ms(s.checkpoint_ts) / 1000))
+            high = v.high_watermark(s.pchannel)
+            if s.checkpoint_offset is not None and high is not None:
+                lag_m.add_metric(key, max(0, high - s.checkpoint_offset))
+            up.add_metric(key, 1 if s.status != FAILED else 0)
+            failures.add_metric(key, s.failures)
+        yield from consumed.values()
+        yield from committed.values()
+        yield from (lag_s, lag_m, up, failures)
+
+        node_id = v.node_id()
+        yield _gauge("deltanode_node_vchannels", "Vchannels this DataNode serves", len(snaps))
+        yield _gauge("deltanode_node_vchannels_running", "Of them, running",
+                     sum(s.status == RUNNING for s in snaps))
+        yield _gauge("deltanode_node_session_up", "1 while the DataNode holds an etcd session", 1 if node_id else 0)
+        yield _gauge("deltanode_node_id", "The DataNode's server ID (0 without a session)", node_id)
+        yield _gauge("deltanode_node_pipeline_up", "1 while the shared pipeline's loop runs",
+                     1 if v.pipeline_alive() else 0)
+        down = v.etcd_down_since()
+        yield _gauge("deltanode_etcd_reachable", "1 while etcd answers the node", 0 if down else 1)
+        yield _gauge("deltanode_etcd_unreachable_seconds", "How long etcd has not answered (0 while it does)",
+                     now - down if down else 0.0)
+        lost = CounterMetricFamily("deltanode_node_sessions_lost", "etcd sessions this process lost and replaced")
+        lost.add_metric([], v.sessions_lost())
+        yield lost
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
+
+
+class CycleMetrics:
+    """Figures observed once per cycle: ``observe`` is the pipeline's ``on_cycle`` (its loop thread)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.cycles = Counter("deltanode_cycles", "Pipeline cycles run", registry=registry)
+        self.seconds = Histogram("deltanode_cycle_seconds", "A cycle's duration: plan, Spark job, commits",
+                                 buckets=CYCLE_BUCKETS, registry=registry)
+        self.job = Histogram("deltanode_cycle_job_seconds", "The cycle's Spark job (read, route, write binlogs)",
+                             buckets=CYCLE_BUCKETS, registry=registry)
+        self.messages = Counter("deltanode_read_messages", "Messages read from the pchannels", registry=registry)
+        self.bytes = Counter("deltanode_read_bytes", "Bytes read from the pchannels", registry=registry)
+        self.commits = Histogram("deltanode_delta_commit_seconds", "One Delta commit (a collection's vchannels)",
+                                 buckets=CYCLE_BUCKETS, registry=registry)
+        self.lag = Histogram("deltanode_vchannel_commit_lag_seconds",
+                             "At each commit with rows: its wall clock minus the new checkpoint's TimeTick "
+                             "(insert -> durable for the last rows, within a tick)",
+                             ["vchannel"], buckets=LAG_BUCKETS, registry=registry)
+        self._lag_labels: set[str] = set()
+
+    def observe(self, report: CycleReport) -> None:
+        self.cycles.inc()
+        self.seconds.observe(report.seconds)
+        if report.tasks:
+            self.job.observe(report.job_s)
+        self.messages.inc(report.messages)
+        self.bytes.inc(report.bytes)
+        for seconds in report.commit_seconds:
+            self.commits.observe(seconds)
+        for vchannel, seconds in report.commit_lag:
+            self.lag.labels(vchannel).observe(max(0.0, seconds))
+            self._lag_labels.add(vchannel)
+
+    def forget(self, current: set[str]) -> None:
+        """Drop the series of vchannels this node no longer serves."""
+        for vchannel in self._lag_labels - current:
+            self.lag.remove(vchannel)
+        self._lag_labels &= current
+
+
+def health(view: NodeView) -> tuple[bool, dict]:
+    """Whether the node persists, and the body of ``/healthz``."""
+    snaps = view.snapshots()
+    failing = {s.vchannel: s.last_error for s in snaps if s.status == FAILED}
+    problems = []
+    if not view.pipeline_alive():
+        problems.append("the pipeline loop stopped")
+    if not view.node_id():
+        problems.append("no etcd session (registering)")
+    if failing:
+        problems.append(f"{len(failing)} vchannel(s) failing")
+    down = view.etcd_down_since()
+    body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "node_id": view.node_id(),
+            "vchannels": len(snaps), "running": sum(s.status == RUNNING for s in snaps),
+            "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
+            "etcd": "reachable" if down is None else
+                    f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}"}
+    return not problems, body
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args) -> None:   # noqa: A002 - the base class's name
+        """Scrapes are not logged."""
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` on ``address:port`` (runs on the driver, a daemon thread)."""
+
+    def __init__(self, view: NodeView, address: str, port: int) -> None:
+        self.view = view
+        self.registry = CollectorRegistry()
+        self.registry.register(DataNodeCollector(view))
+        self.cycle = CycleMetrics(self.registry)
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            path = environ.get("PATH_INFO", "")
+            if path == "/healthz":
+                ok, body = health(view)
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "application/json")])
+                return [json.dumps(body).encode()]
+            if path in ("/metrics", "/"):
+                return metrics_app(environ, start_response)
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"/metrics or /healthz\n"]
+
+        try:
+            self._server = make_server(address, port, app, _ThreadingServer, handler_class=_QuietHandler)
+        except OSError as e:
+            raise RuntimeError(f"metrics.port: cannot serve metrics on {address}:{port} ({e.strerror}); "
+                               f"choose another port, or 0 to turn the metrics server off") from None
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="deltanode-metrics", daemon=True)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        log.info("metrics on http://%s:%d/metrics, health on /healthz", self._server.server_address[0], self.port)
+        return self
+
+    def on_cycle(self, report: CycleReport) -> None:
+        self.cycle.observe(report)
+        if report.number % 100 == 0:
+            self.cycle.forget({s.vchannel for s in self.view.snapshots()})
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
