@@ -257,6 +257,10 @@ def spark_submit_args(argv: Sequence[str]) -> list[str]:
     for key, value in spark_defaults().items():
         spark.setdefault(key, value)
     spark.setdefault("spark.app.name", f"deltanode-{args.command}")
+    if "spark.pyspark.python" in spark and spark.get("spark.submit.deployMode", "client") == "client":
+        # The executors' Python (``./env/bin/python`` from spark.archives, README "On a cluster")
+        # is no path here: the driver, in this process's place, runs on this interpreter.
+        spark.setdefault("spark.pyspark.driver.python", sys.executable)
     out: list[str] = []
     for key, value in spark.items():
         out += ["--conf", f"{key}={value}"]

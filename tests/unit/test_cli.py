@@ -157,6 +157,16 @@ def test_spark_submit_args(conf_file, monkeypatch, tmp_path):
     assert "spark.driver.defaultJavaOptions=-Xss4m" in opts  # the conf wins over the defaults
 
 
+def test_executors_on_a_shipped_environment_leave_the_driver_on_this_python(conf_file, monkeypatch):
+    monkeypatch.setenv("DELTANODE_SPARK_PYSPARK_PYTHON", "./env/bin/python")
+    monkeypatch.setenv("DELTANODE_SPARK_ARCHIVES", "/d/deltanode-env.tar.gz#env")
+    opts = cli.spark_submit_args(["datanode", "--conf", str(conf_file)])
+    assert "spark.pyspark.python=./env/bin/python" in opts and f"spark.pyspark.driver.python={sys.executable}" in opts
+    monkeypatch.setenv("DELTANODE_SPARK_SUBMIT_DEPLOYMODE", "cluster")   # the driver runs on the cluster too
+    opts = cli.spark_submit_args(["datanode", "--conf", str(conf_file)])
+    assert not any(o.startswith("spark.pyspark.driver.python=") for o in opts)
+
+
 def test_spark_submit_args_use_the_class_archive_when_bootstrap_made_one(conf_file, monkeypatch, tmp_path):
     archive = tmp_path / "spark-cds.jsa"
     archive.write_bytes(b"")
