@@ -17,8 +17,10 @@ def describe(row: dict) -> str:
     if row["status"] == "failed":
         return f"{row['vchannel']}: restarting after {row['failures']} failure(s): {row['last_error']}"
     lag = "?" if row.get("lag_messages") is None else row["lag_messages"]
+    rate = f", {row['rows_per_s']:,.0f} rows/s" if row.get("rows_per_s") is not None else ""
     return (f"{row['vchannel']}: running, checkpoint offset {row.get('checkpoint_offset', '-')}, "
-            f"{row.get('rows_committed', 0)} rows in {row.get('batches', 0)} batches committed, lag {lag} messages")
+            f"{row.get('rows_committed', 0)} rows in {row.get('batches', 0)} batches committed, lag {lag} messages"
+            f"{rate}")
 
 
 def summary(rows: list[dict]) -> str:
@@ -36,6 +38,7 @@ class ProgressReporter:
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self._next = time.monotonic() + interval
+        self._seen: dict[str, tuple[float, int]] = {}   # vchannel -> (when, rows committed) at the last report
 
     def maybe_report(self, progress: Callable[[], list[dict]], alerts: Callable[[], list[str]] = list,
                      publish: Callable[[list[dict]], None] | None = None) -> None:
@@ -47,6 +50,7 @@ class ProgressReporter:
             return
         self._next = now + self.interval
         rows = progress()
+        self._add_rates(rows, now)
         if publish is not None:
             publish(rows)
         log.info("%s", summary(rows))
@@ -55,3 +59,15 @@ class ProgressReporter:
         for row in rows:
             if row["status"] != "running" or (row.get("lag_messages") or 0) >= LAGGING or len(rows) <= 8:
                 log.info("%s", describe(row))
+
+    def _add_rates(self, rows: list[dict], now: float) -> None:
+        """``rows_per_s``: rows committed per second since the previous report (a catch-up's speed)."""
+        seen = {}
+        for row in rows:
+            if "rows_committed" not in row:
+                continue
+            before = self._seen.get(row["vchannel"])
+            if before is not None and now > before[0] and row["rows_committed"] >= before[1]:
+                row["rows_per_s"] = (row["rows_committed"] - before[1]) / (now - before[0])
+            seen[row["vchannel"]] = (now, row["rows_committed"])
+        self._seen = seen

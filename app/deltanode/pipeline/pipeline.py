@@ -36,7 +36,7 @@ from ..flowgraph.state_update import BatchRangeError, advance, retract_after_dro
 from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, Snapshot, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..storage import meta
-from ..storage.commit import CollectionCommitter, QuarantineLog, discard
+from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, discard
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
@@ -423,6 +423,7 @@ class Pipeline:
             if result.version is not None:
                 report.commits += 1
                 report.commit_seconds.append(time.monotonic() - commit_started)
+                self._log_commit(cid, result.version, group, syncs, result.committed)
             for fg in group:
                 if fg.vchannel in result.committed:
                     had_rows = fg.pending_since is not None
@@ -436,6 +437,21 @@ class Pipeline:
                     # a node cut off from etcd, which stops at its next refused commit; restart at once.
                     owner = self.fence is not None and self.fence.reachable
                     self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner)
+
+    @staticmethod
+    def _log_commit(cid: int, version: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync],
+                    committed: dict) -> None:
+        """One line per Delta commit: INFO when it carries rows or events, DEBUG when it only moves
+        idle checkpoints (at 1,000 idle vchannels those are up to ``checkpoint.max.rate`` a second)."""
+        moved = [(fg, syncs[fg.vchannel]) for fg in group if fg.vchannel in committed]
+        if not moved:
+            return
+        level = logging.INFO if any(sync.files or sync.dropped_segments for _, sync in moved) else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "collection %d: Delta version %d: %s", cid, version, "; ".join(
+                f"{fg.vchannel} {fg.committed.checkpoint_offset if fg.committed else '-'}->{sync.end} "
+                f"(ts {sync.state.checkpoint_ts}, {sum(f.rows for f in sync.files)} rows in {len(sync.files)} files)"
+                for fg, sync in moved))
 
     def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
               at_once: bool = False) -> None:
