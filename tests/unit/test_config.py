@@ -19,6 +19,8 @@ from deltanode.config import (
 )
 from deltanode.mq.broker import Broker
 from deltanode.mq.pulsar import client_options as pulsar_client_options
+from deltanode.storage.layout import StorageLayout
+from deltanode.storage.object_store import StoreOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -253,3 +255,19 @@ def test_pulsar_authentication_and_tls_reach_the_broker_seam(tmp_path):
     options = pulsar_client_options(Broker.from_conf(conf).settings)
     assert set(options) == {"authentication", "tls_allow_insecure_connection"}
     assert options["tls_allow_insecure_connection"] is True
+
+
+def test_storage_root_on_s3_with_its_endpoint_and_credentials(tmp_path):
+    conf = load(tmp_path, "storage.root = s3://lake/milvus\nstorage.s3.endpoint = http://127.0.0.1:9000\n"
+                          "storage.s3.region = eu-west-1\nstorage.s3.access.key.id = dn\n",
+                {"DELTANODE_STORAGE_S3_SECRET_ACCESS_KEY": "k3y"})
+    storage = StorageLayout.from_conf(conf)
+    assert storage.insert_log(7) == "s3://lake/milvus/insert_log/7"
+    assert storage.options == StoreOptions("http://127.0.0.1:9000", "eu-west-1", "dn", "k3y")
+    assert "k3y" not in repr(storage.options) and "storage.s3.secret.access.key = ****" in conf.describe()
+    assert storage.delta_options(storage.insert_log(7)) == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "dn",
+        "AWS_SECRET_ACCESS_KEY": "k3y", "AWS_ALLOW_HTTP": "true"}
+    assert StorageLayout(str(tmp_path)).delta_options(str(tmp_path)) is None   # a local root needs none
+    msg = error(tmp_path, "storage.root = gs://lake/milvus\n")
+    assert msg.startswith("FILE:1: bad value for 'storage.root'") and "put-if-absent" in msg

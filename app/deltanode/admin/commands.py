@@ -70,7 +70,7 @@ def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWa
 
 
 def show_channels(conf: Conf, args: argparse.Namespace) -> int:
-    storage = StorageLayout(str(conf.get("storage.root")))
+    storage = StorageLayout.from_conf(conf)
     try:
         with _client(conf) as client:
             root = conf.get("etcd.root")
@@ -116,7 +116,7 @@ def _collection(conf: Conf, name_or_id: str) -> CollectionRecord:
 
 
 def show_segments(conf: Conf, args: argparse.Namespace) -> int:
-    storage = StorageLayout(str(conf.get("storage.root")))
+    storage = StorageLayout.from_conf(conf)
     try:
         record = _collection(conf, args.collection)
     except AdminError as e:
@@ -183,7 +183,7 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
     report: dict = {"etcd": "down", "broker": "down", "datanodes": []}
     root = conf.get("etcd.root")
     now = time.time()
-    statuses = read_statuses(StorageLayout(str(conf.get("storage.root"))), now)
+    statuses = read_statuses(StorageLayout.from_conf(conf), now)
     try:
         with _client(conf) as client:
             report["etcd"] = "up"

@@ -53,7 +53,7 @@ class DataCoord:
             if insert_log is not None:
                 self._dropped |= meta.dropped_vchannels(insert_log.refresh())   # only the commits since the last pass
                 continue
-            insert_log = DeltaLog.open(self.storage.insert_log(r.collection_id))
+            insert_log = DeltaLog.open(self.storage.insert_log(r.collection_id), self.storage.options)
             if insert_log is None:
                 continue
             self._logs[r.collection_id] = insert_log

@@ -20,7 +20,7 @@ def run(conf: Conf) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with EtcdClient(conf.get("etcd.endpoints")) as client:
-        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
+        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
                           CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
                           balance=conf.get("datacoord.channel.balance")).start()
         try:

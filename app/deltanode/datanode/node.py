@@ -81,7 +81,7 @@ class DataNode:
                                     reachability=self.reachability)
         if conf.get("metrics.port"):
             self.metrics = MetricsServer(self.view(), conf.get("metrics.address"), conf.get("metrics.port")).start()
-        self.pipeline = Pipeline(self.spark, StorageLayout(str(conf.get("storage.root"))), Broker.from_conf(conf),
+        self.pipeline = Pipeline(self.spark, StorageLayout.from_conf(conf), Broker.from_conf(conf),
                                  pipeline_settings(conf), fence=self.fence,
                                  on_cycle=self.metrics.on_cycle if self.metrics else None)
         self.flowgraphs = FlowgraphManager(self.pipeline)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from pyarrow.fs import FileSelector
 
-from ..storage.layout import StorageLayout, filesystem
+from ..storage.layout import StorageLayout
 
 STALE_AFTER = 3          # report intervals
 FORGET_AFTER = 3600.0    # seconds: older documents are not shown at all
@@ -52,7 +52,7 @@ class NodeStatus:
 
 def write_status(storage: StorageLayout, status: NodeStatus) -> None:
     """Runs on the driver."""
-    fs, base = filesystem(storage.node_status())
+    fs, base = storage.filesystem(storage.node_status())
     fs.create_dir(base, recursive=True)
     with fs.open_output_stream(f"{base}/{status.name}.json") as out:
         out.write(json.dumps(asdict(status)).encode())
@@ -60,7 +60,7 @@ def write_status(storage: StorageLayout, status: NodeStatus) -> None:
 
 def remove_status(storage: StorageLayout, name: str) -> None:
     """Runs on the driver, at a clean stop (a stopped node is not a stale one)."""
-    fs, base = filesystem(storage.node_status())
+    fs, base = storage.filesystem(storage.node_status())
     try:
         fs.delete_file(f"{base}/{name}.json")
     except FileNotFoundError:
@@ -70,7 +70,7 @@ def remove_status(storage: StorageLayout, name: str) -> None:
 def read_statuses(storage: StorageLayout, now: float | None = None) -> list[NodeStatus]:
     """The documents written within ``FORGET_AFTER``; unreadable ones (being written) are skipped."""
     now = time.time() if now is None else now
-    fs, base = filesystem(storage.node_status())
+    fs, base = storage.filesystem(storage.node_status())
     try:
         infos = fs.get_file_info(FileSelector(base))
     except FileNotFoundError:

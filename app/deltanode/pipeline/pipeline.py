@@ -258,7 +258,7 @@ class Pipeline:
                 names = {v for p in pieces for v in p.members}
                 specs.append(TaskSpec(self._cycles, tuple(pieces), {v: contexts[v] for v in names},
                                       {members[v].collection_id: schemas[members[v].collection_id] for v in names},
-                                      self.storage.root, self.broker))
+                                      self.storage, self.broker))
             job_started = time.monotonic()
             outputs = self._run_tasks(specs, members, report)
             report.job_s = time.monotonic() - job_started

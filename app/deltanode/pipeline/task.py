@@ -32,7 +32,7 @@ class TaskSpec:
     pieces: tuple[ReadRange, ...]
     contexts: dict[str, RouteContext]   # the pieces' members
     schemas: dict[int, bytes]           # collection id -> serialized CollectionSchema
-    storage_root: str
+    storage: StorageLayout   # the root and how to reach it (an object store's endpoint and credentials)
     broker: Broker
 
 
@@ -48,7 +48,7 @@ def run_task(spec: TaskSpec) -> TaskOutput:
     """Runs on an executor."""
     started, cpu_started = time.monotonic(), time.process_time()
     crash_point("before_binlog_write")
-    storage = StorageLayout(spec.storage_root)
+    storage = spec.storage
     layouts = {cid: CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(raw))
                for cid, raw in spec.schemas.items()}
     dispatchers = []

@@ -33,7 +33,7 @@ def run(conf: Conf) -> int:
             log.info("created %d pchannel topics on %s", len(created), broker.address)
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
-        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout(str(conf.get("storage.root"))),
+        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
                           CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
                           balance=conf.get("datacoord.channel.balance")).start()
         group.add("channel assigner", coord.stop)

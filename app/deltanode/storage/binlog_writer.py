@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
+from .layout import QUARANTINE_SCHEMA, StorageLayout
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
 ROW_GROUP_BYTES = 4 << 20
@@ -113,6 +113,8 @@ class _File:
 
     def _open(self) -> pa.NativeFile:
         parent = self.path.rsplit("/", 1)[0]
+        if self.fs.type_name == "s3":   # no directories in an object store: the file's key is all
+            return self.fs.open_output_stream(self.path)
         if parent not in _made_dirs:
             self.fs.create_dir(parent, recursive=True)
             _made_dirs.add(parent)
@@ -170,6 +172,7 @@ class BinlogWriter:
         self._formats = {INSERT_TABLE: _FileFormat.of(insert_schema, INSERT_STATS, INSERT_CONSTANTS),
                          DELETE_TABLE: _FileFormat.of(delete_schema, DELETE_STATS, DELETE_CONSTANTS),
                          QUARANTINE_TABLE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
+        self.storage = storage
         self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
         self._segments: dict[int, _File] = {}
@@ -181,7 +184,7 @@ class BinlogWriter:
                   partition_id: int = -1) -> _File:
         fs_base = self._filesystems.get(table)
         if fs_base is None:
-            fs_base = self._filesystems[table] = filesystem(self.roots[table])
+            fs_base = self._filesystems[table] = self.storage.filesystem(self.roots[table])
         rel = f"{rel_dir}part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
         return _File(*fs_base, table, rel, self._formats[table], constants, segment_id, partition_id)
 
@@ -225,7 +228,7 @@ class BinlogWriter:
     def abort(self) -> None:
         """Close and delete what was written (the task failed for this vchannel)."""
         for f in self.close():
-            fs, base = filesystem(self.roots[f.table])
+            fs, base = self.storage.filesystem(self.roots[f.table])
             try:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:

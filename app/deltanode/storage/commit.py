@@ -31,7 +31,7 @@ from ..faults import crash_point
 from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, FileEntry
 from .channel_state import STATES_KEY, ChannelState
 from .delta_log import AddFile, DeltaLog, RemoveFile, TxnMoved
-from .layout import QUARANTINE_SCHEMA, StorageLayout, filesystem
+from .layout import QUARANTINE_SCHEMA, StorageLayout
 from .tables import open_table
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ class SyncResult:
     version: int | None = None                                       # insert_log version, if committed
 
 
-def delete_files(root: str, files: list[FileEntry]) -> None:
-    fs, base = filesystem(root)
+def delete_files(storage: StorageLayout, root: str, files: list[FileEntry]) -> None:
+    fs, base = storage.filesystem(root)
     for f in files:
         try:
             fs.delete_file(f"{base}/{f.path}")
@@ -91,18 +91,18 @@ def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) 
     roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
              QUARANTINE_TABLE: storage.quarantine()}
     for table, root in roots.items():
-        delete_files(root, [f for f in files if f.table == table])
+        delete_files(storage, root, [f for f in files if f.table == table])
 
 
 def _adds(files: list[FileEntry]) -> list[AddFile]:
     return [AddFile(f.path, f.size, f.stats) for f in files]
 
 
-def _committed_segment_files(uri: str, segments: frozenset[int]) -> list[RemoveFile]:
+def _committed_segment_files(log: DeltaLog, segments: frozenset[int]) -> list[RemoveFile]:
     """The committed insert binlogs of ``segments`` (path ``{partition}/{segment}/...``)."""
     if not segments:
         return []
-    table = open_table(uri)
+    table = open_table(log.uri, log.storage_options)
     if table is None:
         return []
     actions = pa.table(table.get_add_actions(flatten=True))
@@ -134,7 +134,7 @@ class CollectionCommitter:
         if found is None:
             uri, schema = {INSERT_TABLE: (self.storage.insert_log(self.collection_id), self.insert_schema),
                            DELETE_TABLE: (self.storage.delta_log(self.collection_id), self.delete_schema)}[table]
-            found = self._logs[table] = DeltaLog(uri, schema)
+            found = self._logs[table] = DeltaLog(uri, schema, self.storage.options)
         return found
 
     def commit(self, syncs: list[VchannelSync]) -> SyncResult:
@@ -154,7 +154,7 @@ class CollectionCommitter:
             adds = [f for s in live for f in s.table_files(INSERT_TABLE) if f.segment_id not in dropped]
             try:
                 result.version = insert_log.commit(
-                    adds=_adds(adds), removes=_committed_segment_files(insert_log.uri, dropped),
+                    adds=_adds(adds), removes=_committed_segment_files(insert_log, dropped),
                     txns={s.vchannel: s.end for s in live},
                     expected={s.vchannel: s.watermarks.insert for s in live},
                     info={STATES_KEY: json.dumps({s.vchannel: s.state.to_doc() for s in live},
@@ -162,7 +162,7 @@ class CollectionCommitter:
             except TxnMoved as e:
                 live = self._refuse(live, e, INSERT_TABLE, result)
                 continue
-            delete_files(insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
+            delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
                                           if f.segment_id in dropped])
             for s in live:
                 result.committed[s.vchannel] = Watermarks(
@@ -202,7 +202,7 @@ class CollectionCommitter:
         if found is None:
             uri = self.storage.insert_log(self.collection_id) if table == INSERT_TABLE else \
                 self.storage.delta_log(self.collection_id)
-            found = DeltaLog.open(uri)
+            found = DeltaLog.open(uri, self.storage.options)
             if found is not None:
                 self._logs[table] = found
         return found
@@ -229,20 +229,20 @@ class QuarantineLog:
     """The node's one log of the shared quarantine table (opened, or created, on first use)."""
 
     def __init__(self, storage: StorageLayout) -> None:
-        self.uri = storage.quarantine()
+        self.uri, self.options = storage.quarantine(), storage.options
         self._log: DeltaLog | None = None
         self.lock = threading.RLock()  # every collection's committer uses this one log
 
     def log(self) -> DeltaLog:
         """Callers hold ``lock``."""
         if self._log is None:
-            self._log = DeltaLog(self.uri, QUARANTINE_SCHEMA)
+            self._log = DeltaLog(self.uri, QUARANTINE_SCHEMA, self.options)
         return self._log
 
     def txn(self, vchannel: str) -> int | None:
         with self.lock:
             if self._log is None:
-                self._log = DeltaLog.open(self.uri)
+                self._log = DeltaLog.open(self.uri, self.options)
                 if self._log is None:
                     return None
             self._log.refresh()

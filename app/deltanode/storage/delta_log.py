@@ -8,8 +8,9 @@ times per second; writing the commit file itself costs 0.15 ms.
 
 The protocol is Delta's: version ``n`` of a table is the file ``_delta_log/{n:020}.json``
 holding one action per line (``commitInfo``, ``txn``, ``add``, ``remove``), and a commit
-succeeds only if it creates that file (put if absent, here ``link(2)``, which fails when
-the name exists). A writer that loses the race reads the winning versions, and retries at
+succeeds only if it creates that file (put if absent: ``link(2)`` on a filesystem, which fails
+when the name exists; on S3 a PUT with ``If-None-Match: *``, which the store refuses with 412
+when the object exists). A writer that loses the race reads the winning versions, and retries at
 the next version unless one of them moved a ``txn`` it depends on: that is the
 compare-and-swap on a vchannel's commit stream. delta-rs still creates tables, writes
 checkpoints (every ``CHECKPOINT_INTERVAL`` versions, off the commit path) and reads
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from .object_store import LOCAL, StoreOptions, bucket_and_key, delta_storage_options, filesystem, is_object_store
 from .tables import open_or_create, open_table
 
 log = logging.getLogger(__name__)
@@ -46,18 +48,6 @@ class TxnMoved(RuntimeError):
     def __init__(self, moved: dict[str, int | None]) -> None:
         super().__init__(f"txn moved by another writer: {moved}")
         self.moved = moved
-
-
-class UnsupportedStorage(ValueError):
-    """The storage root is not one this version can commit to atomically."""
-
-
-def local_path(uri: str) -> str:
-    """The local directory of a table URI; object stores are refused (no atomic put-if-absent yet)."""
-    if "://" in uri and not uri.startswith("file://"):
-        raise UnsupportedStorage(f"{uri}: Delta commits need an atomic put-if-absent; this version supports "
-                                 f"local and mounted filesystems (a path or file://) only")
-    return uri.removeprefix("file://")
 
 
 @dataclass(frozen=True)
@@ -85,10 +75,14 @@ class DeltaLog:
     Runs on the driver; not thread-safe (the committer owns it).
     """
 
-    def __init__(self, uri: str, schema: pa.Schema | None = None) -> None:
-        self.uri = uri
-        self.dir = os.path.join(local_path(uri), LOG_DIR)
-        table = open_or_create(uri, schema) if schema is not None else open_table(uri)
+    def __init__(self, uri: str, schema: pa.Schema | None = None, options: StoreOptions = LOCAL) -> None:
+        self.uri, self.options = uri, options
+        fs, base = filesystem(uri, options)
+        self.dir = f"{base}/{LOG_DIR}"
+        self._store = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) else None
+        self.storage_options = delta_storage_options(uri, options)
+        table = (open_or_create(uri, schema, self.storage_options) if schema is not None
+                 else open_table(uri, self.storage_options))
         if table is None:
             raise FileNotFoundError(f"no Delta table at {uri}")
         self._snapshot: DeltaTable | None = table
@@ -97,10 +91,10 @@ class DeltaLog:
         self._txns: dict[str, int] = {}
 
     @classmethod
-    def open(cls, uri: str) -> DeltaLog | None:
+    def open(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog | None:
         """The log of an existing table, None when there is no table at ``uri``."""
         try:
-            return cls(uri)
+            return cls(uri, options=options)
         except FileNotFoundError:
             return None
 
@@ -109,7 +103,7 @@ class DeltaLog:
         if app_id in self._txns:
             return self._txns[app_id]
         if self._snapshot is None:
-            self._snapshot = DeltaTable(self.uri, version=self._snapshot_version)
+            self._snapshot = DeltaTable(self.uri, version=self._snapshot_version, storage_options=self.storage_options)
         return self._snapshot.transaction_version(app_id)
 
     def refresh(self) -> list[dict]:
@@ -130,6 +124,9 @@ class DeltaLog:
                 self._txns[txn["appId"]] = int(txn["version"])
 
     def _read(self, version: int) -> list[dict] | None:
+        if self._store is not None:
+            data = self._store.get(f"{LOG_DIR}/{_version_name(version)}")
+            return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
         try:
             with open(os.path.join(self.dir, _version_name(version)), "rb") as f:
                 return [json.loads(line) for line in f if line.strip()]
@@ -162,11 +159,13 @@ class DeltaLog:
                 self.version = version
                 self._txns.update(txns)
                 if version % CHECKPOINT_INTERVAL == 0:
-                    CHECKPOINTS.request(self.uri)
+                    CHECKPOINTS.request(self.uri, self.storage_options)
                 return version
             self.refresh()
 
     def _put_if_absent(self, version: int, data: bytes) -> bool:
+        if self._store is not None:
+            return self._store.put_if_absent(f"{LOG_DIR}/{_version_name(version)}", data)
         tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}.json")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -189,27 +188,64 @@ class DeltaLog:
                 yield version, info
 
 
+class _ObjectStoreLog:
+    """A table's ``_delta_log`` on S3: reads through pyarrow, puts through boto3 with
+    ``If-None-Match: *`` (pyarrow has no conditional write). Driver only."""
+
+    _clients: dict[StoreOptions, object] = {}
+
+    def __init__(self, uri: str, fs, options: StoreOptions) -> None:
+        self.fs, self.options = fs, options
+        self.bucket, prefix = bucket_and_key(uri)
+        self.prefix = prefix.rstrip("/")
+
+    def _client(self):
+        found = self._clients.get(self.options)
+        if found is None:
+            found = self._clients[self.options] = self.options.boto3()
+        return found
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            with self.fs.open_input_stream(f"{self.bucket}/{self.prefix}/{name}") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+        try:
+            self._client().put_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}", Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as e:
+            # 412: the version exists, another writer won it. 409: a concurrent conditional PUT of the
+            # same key was in flight; the caller refreshes and asks again (at the next version if it won).
+            if e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                return False
+            raise
+
+
 class _Checkpointer:
     """Writes Delta checkpoints with delta-rs on a background thread, so readers replay at most
     ``CHECKPOINT_INTERVAL`` JSON versions, and commits never wait for it."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
+        self._queue: queue.Queue[tuple[str, dict[str, str] | None]] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def request(self, uri: str) -> None:
+    def request(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="delta-checkpoints", daemon=True)
                 self._thread.start()
-        self._queue.put(uri)
+        self._queue.put((uri, storage_options))
 
     def _run(self) -> None:
         while True:
-            uri = self._queue.get()
+            uri, storage_options = self._queue.get()
             try:
-                DeltaTable(uri).create_checkpoint()
+                DeltaTable(uri, storage_options=storage_options).create_checkpoint()
             except Exception as e:  # noqa: BLE001 - a missed checkpoint only slows readers
                 log.warning("checkpoint of %s failed: %s", uri, e)
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from ..wire.names import check_safe
+from .object_store import LOCAL, StoreOptions, check_supported, delta_storage_options, filesystem
 
 QUARANTINE_SCHEMA = pa.schema([
     pa.field("vchannel", pa.string()), pa.field("pchannel", pa.string()),
@@ -29,11 +30,26 @@ TABLE_CONFIG = {
 
 
 class StorageLayout:
-    def __init__(self, root: str) -> None:
+    """The tables' URIs under ``root``, and how to reach them (``options``; picklable: tasks carry it)."""
+
+    def __init__(self, root: str, options: StoreOptions = LOCAL) -> None:
         root = root.rstrip("/")
         if "://" not in root:
             root = os.path.abspath(root)
-        self.root = root
+        check_supported(root)
+        self.root, self.options = root, options
+
+    @classmethod
+    def from_conf(cls, conf) -> StorageLayout:
+        return cls(str(conf.get("storage.root")), StoreOptions.from_conf(conf))
+
+    def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and path of ``uri`` (a table or directory under the root)."""
+        return filesystem(uri, self.options)
+
+    def delta_options(self, uri: str) -> dict[str, str] | None:
+        """delta-rs ``storage_options`` for ``uri``."""
+        return delta_storage_options(uri, self.options)
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.root, *parts])
@@ -51,9 +67,3 @@ class StorageLayout:
         """Directory of the DataNodes' status documents (``datanode.status``), beside the tables."""
         return self._join("_deltanode", "status")
 
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and path for a table URI or local path."""
-    if "://" in uri and not uri.startswith("file://"):
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), uri.removeprefix("file://")

@@ -47,13 +47,13 @@ def dropped_vchannels(infos: list[dict]) -> set[str]:
 
 def channel_state(storage: StorageLayout, collection_id: int, vchannel: str) -> ChannelState | None:
     """The newest committed ChannelState of ``vchannel``, or None if it never committed."""
-    insert_log = DeltaLog.open(storage.insert_log(collection_id))
+    insert_log = DeltaLog.open(storage.insert_log(collection_id), storage.options)
     return None if insert_log is None else channel_state_in(insert_log, vchannel)
 
 
 def segment_binlogs(storage: StorageLayout, collection_id: int) -> dict[int, list[dict]]:
     """Committed insert binlog files per segment: path, size, rows."""
-    table = open_table(storage.insert_log(collection_id))
+    table = open_table(storage.insert_log(collection_id), storage.delta_options(storage.insert_log(collection_id)))
     if table is None:
         return {}
     actions = pa.table(table.get_add_actions(flatten=True))

@@ -9,22 +9,24 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from .layout import TABLE_CONFIG
 
 
-def open_table(uri: str) -> DeltaTable | None:
+def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
+    """``storage_options``: delta-rs's, for an object store (``StorageLayout.delta_options``)."""
     try:
-        return DeltaTable(uri)
+        return DeltaTable(uri, storage_options=storage_options)
     except TableNotFoundError:
         return None
 
 
-def open_or_create(uri: str, schema: pa.Schema) -> DeltaTable:
+def open_or_create(uri: str, schema: pa.Schema, storage_options: dict[str, str] | None = None) -> DeltaTable:
     """Open ``uri``, creating it with ``schema`` if absent (safe when several writers race)."""
-    table = open_table(uri)
+    table = open_table(uri, storage_options)
     if table is not None:
         return table
     try:
-        return DeltaTable.create(uri, schema, mode="ignore", configuration=TABLE_CONFIG)
+        return DeltaTable.create(uri, schema, mode="ignore", configuration=TABLE_CONFIG,
+                                 storage_options=storage_options)
     except DeltaError:
-        table = open_table(uri)  # another writer created it between our check and create
+        table = open_table(uri, storage_options)  # another writer created it between our check and create
         if table is None:
             raise
         return table
