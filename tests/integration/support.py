@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
+from deltanode.datacoord.catalog import create_collection
+from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
-from deltanode.mq.milvus_producer import MilvusProducer
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
-from deltanode.wire.schema import schema_from_json
+from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 # Run a test on every broker: Kafka (Tansu), Pulsar (pulsar-lite), and Apache Pulsar in a
 # container where a Docker engine answers (skipped with the reason otherwise).
@@ -117,3 +121,82 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interv
             return result
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class CatalogTraffic:
+    """A two-shard collection registered through the catalog (as ``admin create-collection`` does),
+    its pchannels ticking every 200 ms, and inserts of 100 rows on both shards: the traffic of the
+    tests that run DataNode processes (``spark-submit.sh datanode``) and count rows in Delta."""
+
+    def __init__(self, etcd_endpoint: str, etcd_root: str, mq: Broker, name: str, prefix: str,
+                 storage: StorageLayout) -> None:
+        schema = schema_from_json(SCHEMA, name)
+        with EtcdClient(etcd_endpoint) as client:
+            self.record = create_collection(client, etcd_root, mq, name, schema, 2, prefix, 2)
+        self.etcd_endpoint, self.etcd_root, self.mq, self.prefix = etcd_endpoint, etcd_root, mq, prefix
+        self.storage = storage
+        self.proxy = Proxy(mq)
+        self.producer = MilvusProducer(self.proxy, CollectionLayout.from_proto(schema), self.record.collection_id, name)
+        self.produced: list[tuple[float, int]] = []   # (time produced, pk) of every row
+        self._ticks = threading.Event()
+        ticker(self.producer, self.record.pchannels, self._ticks)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def write_conf(self, path: Path, extra: str) -> Path:
+        """The conf of the DataNode and datacoord processes serving this collection; ``extra``: more
+        lines (``spark.master`` among them)."""
+        path.write_text(f"""
+etcd.endpoints = {self.etcd_endpoint}
+etcd.root = {self.etcd_root}
+{broker_conf(self.mq)}
+mq.pchannel.prefix = {self.prefix}
+mq.pchannel.count = 2
+storage.root = {self.storage.root}
+datanode.trigger.interval = 300ms
+spark.ui.enabled = false
+spark.log.level = ERROR
+{extra}
+""")
+        return path
+
+    @property
+    def pks(self) -> list[int]:
+        return [pk for _, pk in self.produced]
+
+    def burst(self, pairs: int) -> None:
+        """``pairs`` inserts on each shard."""
+        record = self.record
+        for _ in range(pairs):
+            for k in range(2):
+                first = self.producer.insert(record.pchannels[k], record.vchannels[k], 70 + k, 1, 100)
+                now = time.time()
+                self.produced.extend((now, pk) for pk in range(first, first + 100))
+        self.producer.flush_producer()
+
+    def run(self, interval: float = 0.5) -> None:
+        """A burst of one pair every ``interval`` s on a thread, until ``stop``."""
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.burst(1)
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def rows(self) -> list[int]:
+        """The primary keys in the collection's insert_log."""
+        table = open_table(self.storage.insert_log(self.record.collection_id))
+        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+
+    def wait_committed(self, timeout: float, what: str) -> None:
+        wait_for_checkpoints(self.producer, self.storage, self.record.collection_id, self.record.pchannels,
+                             self.record.vchannels, timeout, what)
+
+    def close(self) -> None:
+        self.stop()
+        self._ticks.set()
+        self.proxy.close()

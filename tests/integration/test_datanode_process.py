@@ -5,89 +5,48 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from deltanode.datacoord.catalog import create_collection
-from deltanode.etcd.client import EtcdClient
-from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
-from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import descendants, start, stop, zombie
-from .support import ALL_BROKERS, SCHEMA, broker_conf, wait_for_checkpoints, wait_until
+from .support import ALL_BROKERS, CatalogTraffic, wait_until
 
 pytestmark = pytest.mark.spark
 
 
 @ALL_BROKERS
 def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, mq, etcd_root, tmp_path):
-    conf = tmp_path / "datanode.conf"
     prefix = f"proc{int(time.time() * 1000) % 10**9}-rootcoord-dml"
-    conf.write_text(f"""
-etcd.endpoints = {etcd_server.endpoint}
-etcd.root = {etcd_root}
-{broker_conf(mq)}
-mq.pchannel.prefix = {prefix}
-mq.pchannel.count = 2
-storage.root = {tmp_path / "delta"}
-datanode.trigger.interval = 300ms
-datanode.batch.max.messages = 8
-session.ttl = 3s
-spark.master = local[2]
-spark.ui.enabled = false
-spark.log.level = ERROR
-""")
+    traffic = CatalogTraffic(etcd_server.endpoint, etcd_root, mq, "killed", prefix,
+                             StorageLayout(str(tmp_path / "delta")))
+    conf = traffic.write_conf(tmp_path / "datanode.conf", "datanode.batch.max.messages = 8\nsession.ttl = 3s\n"
+                                                          "spark.master = local[2]")
     log = tmp_path / "processes.log"
-    storage = StorageLayout(str(tmp_path / "delta"))
-    client = EtcdClient(etcd_server.endpoint)
-    schema = schema_from_json(SCHEMA, "killed")
-    record = create_collection(client, etcd_root, mq, "killed", schema, 2, prefix, 2)
-    proxy = Proxy(mq)
-    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "killed")
-    ticks_stop = threading.Event()
-    ticker(producer, record.pchannels, ticks_stop)
-    produced: list[int] = []
-
-    def produce(n: int) -> None:
-        for i in range(n):
-            k = i % 2
-            first = producer.insert(record.pchannels[k], record.vchannels[k], 70 + k, 1, 100)
-            produced.extend(range(first, first + 100))
-        producer.flush_producer()
-
-    def rows() -> list[int]:
-        table = open_table(storage.insert_log(record.collection_id))
-        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
-
     coord = start("datacoord", conf, log)
     node = start("datanode", conf, log)
     try:
-        produce(60)
-        wait_until(lambda: len(rows()) >= 1000, 150, "the DataNode to commit part of the backlog")
+        traffic.burst(30)
+        wait_until(lambda: len(traffic.rows()) >= 1000, 150, "the DataNode to commit part of the backlog")
         stop(node, signal.SIGKILL)
-        at_kill = len(rows())
-        produce(20)  # traffic while no DataNode runs; its lease runs out, the channels park
+        at_kill = len(traffic.rows())
+        traffic.burst(10)  # traffic while no DataNode runs; its lease runs out, the channels park
         node = start("datanode", conf, log)
         time.sleep(1)
-        wait_for_checkpoints(producer, storage, record.collection_id, record.pchannels, record.vchannels, 180,
-                             "the new DataNode to commit everything")
+        traffic.wait_committed(180, "the new DataNode to commit everything")
     finally:
-        ticks_stop.set()
+        traffic.close()
         for proc in (node, coord):
             if proc.poll() is None:
                 stop(proc, signal.SIGTERM)
-        client.close()
-        proxy.close()
-    got = rows()
+    got = traffic.rows()
     dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
-    print(f"datanode SIGKILL ({mq.kind}): produced {len(produced)}, {at_kill} in Delta at the kill, {len(got)} after restart, "
-          f"{len(dupes)} duplicated")
-    assert at_kill < len(produced)
-    assert not dupes and sorted(got) == sorted(produced)
+    print(f"datanode SIGKILL ({mq.kind}): produced {len(traffic.pks)}, {at_kill} in Delta at the kill, "
+          f"{len(got)} after restart, {len(dupes)} duplicated")
+    assert at_kill < len(traffic.pks)
+    assert not dupes and sorted(got) == sorted(traffic.pks)
 
 
 @pytest.mark.parametrize("target", ["launcher", "group"])

@@ -149,7 +149,6 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
 
 def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(spark, conf):
     root = conf.get("etcd.root")
-    storage = StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
     coord = coordinator(client, conf)
     node_a = DataNode(conf, spark).start()
@@ -197,7 +196,6 @@ def test_a_node_cut_off_from_etcd_loses_its_channels_without_loss_or_duplicates(
     committing (it cannot ask etcd) until B, given A's channel, commits it: then Delta refuses A's
     next commit. When A reaches etcd again it learns its session is gone, releases, and re-registers."""
     root = conf.get("etcd.root")
-    storage = StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
     relay = Relay(conf.get("etcd.endpoints")).start()
     conf_a = conf.with_overrides({"etcd.endpoints": relay.endpoint, "session.ttl": "3s"})

@@ -15,50 +15,15 @@ import threading
 import time
 
 import pytest
-from deltanode.datacoord.catalog import create_collection
-from deltanode.etcd.client import EtcdClient
-from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
-from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import ROOT, start, stop
-from .support import SCHEMA, broker_conf, wait_for_checkpoints, wait_until
+from .support import CatalogTraffic, wait_until
 
 pytestmark = pytest.mark.spark
 TTL = 3          # session.ttl of the DataNode, seconds
 OUTAGE = 2 * TTL + 2
-
-
-class Traffic:
-    """Inserts of 100 rows on both shards, one pair every ``interval`` s, on a thread."""
-
-    def __init__(self, producer: MilvusProducer, pchannels: list[str], vchannels: list[str]) -> None:
-        self.producer, self.pchannels, self.vchannels = producer, pchannels, vchannels
-        self.produced: list[tuple[float, int]] = []   # (time produced, pk) of every row
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def burst(self, pairs: int) -> None:
-        for _ in range(pairs):
-            for k in range(2):
-                first = self.producer.insert(self.pchannels[k], self.vchannels[k], 70 + k, 1, 100)
-                now = time.time()
-                self.produced.extend((now, pk) for pk in range(first, first + 100))
-        self.producer.flush_producer()
-
-    def run(self, interval: float = 0.5) -> None:
-        def loop() -> None:
-            while not self._stop.wait(interval):
-                self.burst(1)
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
 
 
 def admin_health(conf) -> dict:
@@ -74,35 +39,11 @@ def test_the_datanode_keeps_committing_while_etcd_is_away(mq, tmp_path, outage):
     etcd.start()
     root = "outage/meta"
     prefix = f"outage{int(time.time() * 1000) % 10**9}-rootcoord-dml"
-    conf = tmp_path / "node.conf"
-    conf.write_text(f"""
-etcd.endpoints = {etcd.endpoint}
-etcd.root = {root}
-{broker_conf(mq)}
-mq.pchannel.prefix = {prefix}
-mq.pchannel.count = 2
-storage.root = {tmp_path / "delta"}
-datanode.trigger.interval = 300ms
-session.ttl = {TTL}s
-standalone.progress.interval = 2s
-spark.master = local[2]
-spark.ui.enabled = false
-spark.log.level = ERROR
-""")
+    traffic = CatalogTraffic(etcd.endpoint, root, mq, "outage", prefix, StorageLayout(str(tmp_path / "delta")))
+    conf = traffic.write_conf(tmp_path / "node.conf", f"session.ttl = {TTL}s\nstandalone.progress.interval = 2s\n"
+                                                      "spark.master = local[2]")
     log = tmp_path / "processes.log"
-    storage = StorageLayout(str(tmp_path / "delta"))
-    with EtcdClient(etcd.endpoint) as client:
-        schema = schema_from_json(SCHEMA, "outage")
-        record = create_collection(client, root, mq, "outage", schema, 2, prefix, 2)
-    proxy = Proxy(mq)
-    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "outage")
-    ticks_stop = threading.Event()
-    ticker(producer, record.pchannels, ticks_stop)
-    traffic = Traffic(producer, record.pchannels, record.vchannels)
-
-    def pks() -> list[int]:
-        table = open_table(storage.insert_log(record.collection_id))
-        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+    pks = traffic.rows
 
     seen: dict[int, float] = {}   # pk -> when it was first seen in Delta (sampled every 0.25 s)
     sampling = threading.Event()
@@ -158,13 +99,11 @@ spark.log.level = ERROR
         every_pk = {pk for _, pk in traffic.produced}
         wait_until(lambda: every_pk <= set(pks()), 120, "every row to be committed after etcd came back")
         converged = time.time() - back_at
-        wait_for_checkpoints(producer, storage, record.collection_id, record.pchannels, record.vchannels, 120,
-                             "the checkpoints to reach the end of the pchannels")
+        traffic.wait_committed(120, "the checkpoints to reach the end of the pchannels")
         assert node.poll() is None and coord.poll() is None
     finally:
         sampling.set()
-        ticks_stop.set()
-        traffic.stop()
+        traffic.close()
         for proc in (node, coord):
             if proc.poll() is None:
                 stop(proc, signal.SIGTERM)

@@ -7,18 +7,18 @@ from __future__ import annotations
 import collections
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltanode.storage.delta_log import DeltaLog, TxnMoved
+from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import StoreOptions
 from deltanode.storage.tables import open_table
 from deltanode.standalone.services import free_port
 
+from ..races import race_for_one_step
 from .support import settled_watermark, wait_until
 
 SERVER = Path(__file__).with_name("s3_server.py")
@@ -53,21 +53,7 @@ def test_the_commit_log_on_s3_is_a_compare_and_swap(s3):
     first = DeltaLog(uri, PK_SCHEMA, s3)
     first.commit(txns={"a": 2}, expected={"a": None}, info={})
     racers = [DeltaLog(uri, options=s3) for _ in range(4)]   # none sees the others' commits
-    outcomes = []
-
-    def race(log):
-        try:
-            log.commit(txns={"a": 3}, expected={"a": 2}, info={})
-            outcomes.append("won")
-        except TxnMoved:
-            outcomes.append("refused")
-
-    threads = [threading.Thread(target=race, args=(log,)) for log in racers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["refused"] * 3 + ["won"]
+    assert race_for_one_step(racers, "a", 2) == ["refused"] * 3 + ["won"]
     table = open_table(uri, storage.delta_options(uri))
     assert table.version() == 2 and table.transaction_version("a") == 3
     other = DeltaLog(uri, options=s3)

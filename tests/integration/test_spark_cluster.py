@@ -9,22 +9,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from deltanode.datacoord.catalog import create_collection
-from deltanode.etcd.client import EtcdClient
-from deltanode.mq.broker import Broker
-from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import free_port
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
-from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .processes import ROOT, start, stop
-from .support import SCHEMA, wait_for_checkpoints, wait_until
+from .support import CatalogTraffic, wait_until
 
 pytestmark = pytest.mark.spark
 SPARK_CLASS = ROOT / ".venv" / "bin" / "spark-class"
@@ -91,19 +84,12 @@ def env_archive() -> Path:
 
 
 def test_a_datanode_on_a_spark_cluster_survives_the_sigkill_of_its_executor(
-        spark_cluster, env_archive, etcd_server, broker, etcd_root, tmp_path):
+        spark_cluster, env_archive, etcd_server, mq, etcd_root, tmp_path):
     master, work = spark_cluster
-    mq = Broker("kafka", broker.bootstrap_servers)
     prefix = f"cluster{int(time.time() * 1000) % 10**9}-rootcoord-dml"
-    conf = tmp_path / "datanode.conf"
-    conf.write_text(f"""
-etcd.endpoints = {etcd_server.endpoint}
-etcd.root = {etcd_root}
-mq.kafka.bootstrap.servers = {broker.bootstrap_servers}
-mq.pchannel.prefix = {prefix}
-mq.pchannel.count = 2
-storage.root = {tmp_path / "delta"}
-datanode.trigger.interval = 300ms
+    traffic = CatalogTraffic(etcd_server.endpoint, etcd_root, mq, "clustered", prefix,
+                             StorageLayout(str(tmp_path / "delta")))
+    conf = traffic.write_conf(tmp_path / "datanode.conf", f"""
 datanode.batch.max.messages = 8
 session.ttl = 5s
 spark.master = {master}
@@ -113,59 +99,32 @@ spark.executor.memory = 1g
 spark.executor.cores = 2
 spark.cores.max = 2
 spark.driver.host = 127.0.0.1
-spark.driver.bindAddress = 127.0.0.1
-spark.ui.enabled = false
-spark.log.level = ERROR
-""")
+spark.driver.bindAddress = 127.0.0.1""")
     log = tmp_path / "processes.log"
-    storage = StorageLayout(str(tmp_path / "delta"))
-    client = EtcdClient(etcd_server.endpoint)
-    schema = schema_from_json(SCHEMA, "clustered")
-    record = create_collection(client, etcd_root, mq, "clustered", schema, 2, prefix, 2)
-    proxy = Proxy(mq)
-    producer = MilvusProducer(proxy, CollectionLayout.from_proto(schema), record.collection_id, "clustered")
-    ticks_stop = threading.Event()
-    ticker(producer, record.pchannels, ticks_stop)
-    produced: list[int] = []
-
-    def produce(n: int) -> None:
-        for i in range(n):
-            k = i % 2
-            first = producer.insert(record.pchannels[k], record.vchannels[k], 90 + k, 1, 100)
-            produced.extend(range(first, first + 100))
-        producer.flush_producer()
-
-    def rows() -> list[int]:
-        table = open_table(storage.insert_log(record.collection_id))
-        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
-
     coord = start("datacoord", conf, log)
     node = start("datanode", conf, log)
     try:
-        produce(200)
-        wait_until(lambda: len(rows()) >= 1000, 240, "the DataNode on the cluster to commit part of the backlog")
+        traffic.burst(100)
+        wait_until(lambda: len(traffic.rows()) >= 1000, 240, "the DataNode on the cluster to commit part of the backlog")
         workers = python_workers_on_the_archive(work)
         assert workers, "no Python worker runs ./env/bin/python in an executor directory"
         executors = executor_jvms()
         assert len(executors) == 1, executors   # its own JVM, not the driver's
         for pid in executors:
             os.kill(pid, signal.SIGKILL)
-        at_kill = len(rows())
-        produce(20)   # the master starts a new executor; the cycle that lost its tasks runs them again
-        wait_for_checkpoints(producer, storage, record.collection_id, record.pchannels, record.vchannels, 240,
-                             "every row to be committed after the executor's SIGKILL")
+        at_kill = len(traffic.rows())
+        traffic.burst(10)   # the master starts a new executor; the cycle that lost its tasks runs them again
+        traffic.wait_committed(240, "every row to be committed after the executor's SIGKILL")
         replaced = executor_jvms()
         assert replaced and not set(replaced) & set(executors)
     finally:
-        ticks_stop.set()
+        traffic.close()
         for proc in (node, coord):
             if proc.poll() is None:
                 stop(proc, signal.SIGTERM)
-        client.close()
-        proxy.close()
-    got = rows()
+    got = traffic.rows()
     dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
-    print(f"Spark cluster, executor SIGKILL: produced {len(produced)}, {at_kill} in Delta at the kill, "
+    print(f"Spark cluster, executor SIGKILL: produced {len(traffic.pks)}, {at_kill} in Delta at the kill, "
           f"{len(got)} after, {len(dupes)} duplicated")
     assert at_kill < 20_000   # killed mid-backlog
-    assert not dupes and sorted(got) == sorted(produced)
+    assert not dupes and sorted(got) == sorted(traffic.pks)

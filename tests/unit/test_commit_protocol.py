@@ -17,6 +17,8 @@ from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
+from ..races import race_for_one_step
+
 LAYOUT = CollectionLayout.from_proto(schema_from_json(
     {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}, "c"))
 
@@ -105,21 +107,7 @@ def test_the_log_is_a_compare_and_swap_between_writers_that_do_not_see_each_othe
         DeltaLog(storage.insert_log(1)).commit(txns={"a": 3}, expected={"a": 1}, info={})
     assert e.value.moved == {"a": 2}
     racers = [DeltaLog(storage.insert_log(1)) for _ in range(4)]
-    outcomes = []
-
-    def race(log):
-        try:
-            log.commit(txns={"a": 3}, expected={"a": 2}, info={})
-            outcomes.append("won")
-        except TxnMoved:
-            outcomes.append("refused")
-
-    threads = [threading.Thread(target=race, args=(log,)) for log in racers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(outcomes) == ["refused"] * 3 + ["won"]
+    assert race_for_one_step(racers, "a", 2) == ["refused"] * 3 + ["won"]
     assert open_table(storage.insert_log(1)).transaction_version("a") == 3
 
 
