@@ -159,6 +159,8 @@ class ChannelWatcher:
         answer.progress = 0
         try:
             if self._client.compare_version_and_swap(key, version, answer.SerializeToString()):
+                log.info("%s: %s -> %s", key.rsplit("/", 1)[-1], ChannelWatchState.name(info.state),
+                         ChannelWatchState.name(state))
                 return True
             log.info("%s changed before %s could be written", key, ChannelWatchState.name(state))
         except EtcdError as exc:
