@@ -29,6 +29,10 @@ from .kafka import BrokerError, Chunk, Delivered, Gap, OffsetRange
 from .kafka import cut_points as even_cut_points
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
+# A reader that delivers nothing for this long although its range holds messages is replaced by a
+# new one at the same position: a pulsar-lite reader once stayed silent for 60 s (a CI-like run of
+# the zombie-failover test on Pulsar, docs/pulsar.md) until the stall timeout failed the vchannel.
+RECREATE_AFTER = 5.0
 log = logging.getLogger(__name__)
 _clients: dict[tuple, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
 Settings = dict[str, str]   # auth.plugin, auth.params, tls.* (config keys mq.pulsar.*, prefix removed)
@@ -163,7 +167,7 @@ def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "p
 
 def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int,
                 stall_timeout: float) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
-    expected, rereads, chunk = r.start, 0, []
+    expected, rereads, recreated, chunk = r.start, 0, 0, []
     try:
         reader = c.create_reader(topic, message_id(expected), receiver_queue_size=1, start_message_id_inclusive=True)
     except pulsar.PulsarException as e:
@@ -175,10 +179,18 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
             try:
                 msg = reader.read_next(500)
             except pulsar.Timeout:
-                if time.monotonic() - last_progress > stall_timeout:
+                silent = time.monotonic() - last_progress
+                if silent > stall_timeout:
                     yield i, BrokerError(f"no message from {topic} at position {expected} for {stall_timeout:.0f} s "
                                          f"(range ends at {r.end})")
                     return
+                if silent > RECREATE_AFTER * (recreated + 1):
+                    recreated += 1
+                    log.info("%s: no delivery at position %d for %.0f s: reading again with a new reader",
+                             topic, expected, silent)
+                    reader.close()
+                    reader = c.create_reader(topic, message_id(expected), receiver_queue_size=1,
+                                             start_message_id_inclusive=True)
                 continue
             mid = msg.message_id()
             pos = position(mid.ledger_id(), mid.entry_id())
