@@ -22,16 +22,15 @@ class BrokerError(RuntimeError):
 
 
 Settings = dict[str, str]   # librdkafka properties from the conf (mq.kafka.*): SASL, TLS, ...
+SOCKET_TIMEOUT_MS = 10000   # the driver's metadata clients and the range readers
 
 
-def _base(bootstrap: str, settings: Settings | None = None) -> dict:
-    return {"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000, **(settings or {})}
-
-
-def _client(kind: type, config: dict, settings: Settings | None):
-    """A librdkafka client; a property it refuses is named as the conf key that set it."""
+def _client(kind: type, bootstrap: str, settings: Settings | None, own: dict | None = None):
+    """A librdkafka client of ``kind``: DeltaNode's ``own`` properties, then the conf's ``settings``
+    (config.KAFKA_RESERVED refuses the ones exactly-once depends on); a property the client
+    refuses is named as the conf key that set it."""
     try:
-        return kind(config)
+        return kind({"bootstrap.servers": bootstrap, **(own or {}), **(settings or {})})
     except KafkaException as e:
         bad = [k for k in (settings or {}) if k in str(e)]
         where = f" (conf key mq.kafka.{bad[0]})" if bad else ""
@@ -41,7 +40,7 @@ def _client(kind: type, config: dict, settings: Settings | None):
 def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0, *,
                   settings: Settings | None = None) -> list[str]:
     """Create the missing ``topics`` (one partition each); return those that were created."""
-    admin = _client(AdminClient, _base(bootstrap, settings), settings)
+    admin = _client(AdminClient, bootstrap, settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
     try:
         existing = set(admin.list_topics(timeout=timeout).topics)
     except KafkaException as e:
@@ -70,9 +69,9 @@ class Sender:
     """
 
     def __init__(self, bootstrap: str, settings: Settings | None = None) -> None:
-        self._producer = _client(Producer, {
-            **_base(bootstrap), "linger.ms": 2, "message.max.bytes": 16 << 20, "compression.codec": "none",
-            "queue.buffering.max.kbytes": 1 << 20, **(settings or {})}, settings)
+        self._producer = _client(Producer, bootstrap, settings, {
+            "linger.ms": 2, "message.max.bytes": 16 << 20, "compression.codec": "none",
+            "queue.buffering.max.kbytes": 1 << 20})
 
     def produce(self, topic: str, value: bytes, on_delivery: Delivered | None = None) -> None:
         callback = None if on_delivery is None else (
@@ -96,7 +95,7 @@ class Sender:
 def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0, *,
               settings: Settings | None = None) -> dict[str, int]:
     """Send one message to each topic; the offset each landed at."""
-    producer = _client(Producer, {**_base(bootstrap), "message.max.bytes": 16 << 20, **(settings or {})}, settings)
+    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20})
     offsets: dict[str, int] = {}
     errors: list[str] = []
 
@@ -124,8 +123,8 @@ class Watermarks:
 
     def __init__(self, bootstrap: str, settings: Settings | None = None) -> None:
         self.bootstrap = bootstrap
-        self._consumer = _client(Consumer, {**_base(bootstrap, settings), "group.id": "deltanode-planner",
-                                            "enable.auto.commit": False}, settings)
+        self._consumer = _client(Consumer, bootstrap, settings, {
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False})
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         try:
@@ -182,8 +181,8 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     if not todo:
         return
     try:
-        consumer = _client(Consumer, {
-            **_base(bootstrap),
+        consumer = _client(Consumer, bootstrap, settings, {
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS,
             "group.id": "deltanode-reader",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
@@ -196,8 +195,7 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
             # postpones the partition's next fetch by this much (default 1 s): half of all reads of a
             # 93 MB range took 1.3 s instead of 0.3 s, waiting on consume() with the CPU idle.
             "fetch.queue.backoff.ms": 10,
-            **(settings or {}),   # the conf's own (config.KAFKA_RESERVED keeps the ones above that matter)
-        }, settings)
+        })
     except BrokerError as e:
         for i, _ in todo:
             yield i, e
