@@ -221,14 +221,14 @@ def _table_rows(uri: str) -> int:
     return sum(files.values())
 
 
-_CYCLE_SECONDS = re.compile(r"; ([0-9.]+) s \(job ")
+_CYCLE_SECONDS = re.compile(r"; ([0-9.]+) s \(plan ")
 
 
 def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
     """Median duration of the cycles logged in [t0, t1] (cycles that committed something)."""
     out = []
     for line in log_text.splitlines():
-        if "deltanode.pipeline.pipeline: cycle " not in line or " s (job " not in line:
+        if "deltanode.pipeline.pipeline: cycle " not in line or " s (plan " not in line:
             continue
         try:
             t = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))

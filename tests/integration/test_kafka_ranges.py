@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Producer
-from deltanode.mq.kafka import BrokerError, OffsetRange, create_topics, read_ranges
+from deltanode.mq.kafka import BrokerError, OffsetRange, Watermarks, create_topics, read_ranges
 
 
 def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):
@@ -48,3 +48,25 @@ def test_client_settings_reach_the_range_reader_and_a_refused_one_is_named(broke
                                settings={"fetch.wait.max.ms": "soon"}))
     assert [i for i, _ in refused] == [0, 1]   # every range told, none read
     assert all(isinstance(e, BrokerError) and "conf key mq.kafka.fetch.wait.max.ms" in str(e) for _, e in refused)
+
+
+def test_high_watermarks_of_many_partitions_in_one_request_and_a_missing_topic_alone(broker):
+    topics = [f"highs{time.time_ns() % 10**9}-{t}" for t in "abc"]
+    create_topics(broker.bootstrap_servers, topics)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for n, t in enumerate(topics):
+        for i in range(3 * n + 2):   # 2, 5 and 8 messages, each its own batch
+            producer.produce(t, b"m")
+            producer.flush()
+    producer.produce(topics[0], b"tick")   # a broker may leave the last batch out of its high watermark
+    producer.flush()
+    wm = Watermarks(broker.bootstrap_servers)
+    try:
+        keys = [(t, 0) for t in topics] + [("missing-topic-highs", 0)]
+        got = wm.highs(keys, timeout=5)
+        one_by_one = {(t, 0): wm.high(t) for t in topics}
+    finally:
+        wm.close()
+    assert {k: v for k, v in got.items() if not isinstance(v, BrokerError)} == one_by_one
+    assert one_by_one[(topics[1], 0)] >= 4 and one_by_one[(topics[2], 0)] >= 7
+    assert isinstance(got[("missing-topic-highs", 0)], BrokerError)

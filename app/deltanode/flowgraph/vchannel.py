@@ -74,6 +74,7 @@ class VchannelFlowgraph:
         self.collection_id = info.collectionID
         self.info, self.schema, self.node_id, self.positions = info, schema, node_id, positions
         self.layout = CollectionLayout.from_proto(schema)
+        self.schema_bytes = schema.SerializeToString()   # shipped with every task that reads it
         self.status = FAILED            # until ``load``
         self.failures = 0
         self.retry_at = 0.0

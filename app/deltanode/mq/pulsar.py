@@ -144,6 +144,16 @@ class Watermarks:
             log.debug("acknowledging %s on %s: %s", last, topic, e)
         return position(last.ledger_id(), last.entry_id()) + 1
 
+    def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
+        """``high`` of each topic in turn (the client asks for one last message id at a time)."""
+        out: dict[tuple[str, int], int | BrokerError] = {}
+        for key in keys:
+            try:
+                out[key] = self.high(*key, timeout=timeout)
+            except BrokerError as e:
+                out[key] = e
+        return out
+
     def close(self) -> None:
         for consumer in self._consumers.values():
             try:

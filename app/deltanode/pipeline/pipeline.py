@@ -80,6 +80,7 @@ class CycleReport:
     job_s: float = 0.0           # the Spark job (read, route, write binlogs)
     task_s: float = 0.0          # its tasks' wall clock, summed
     task_cpu_s: float = 0.0      # their Python workers' CPU, summed
+    apply_s: float = 0.0         # the tasks' portions applied to the vchannels' states
     sync_s: float = 0.0          # fence and Delta commits
     seconds: float = 0.0         # the whole cycle
     ranges: int = 0
@@ -252,7 +253,7 @@ class Pipeline:
         if tasks:
             report.ranges, report.tasks = len(plan.ranges), len(tasks)
             contexts = {fg.vchannel: fg.context() for fg in readable}
-            schemas = {fg.collection_id: fg.schema.SerializeToString() for fg in readable}
+            schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
             specs = []
             for pieces in tasks:
                 names = {v for p in pieces for v in p.members}
@@ -263,7 +264,9 @@ class Pipeline:
             outputs = self._run_tasks(specs, members, report)
             report.job_s = time.monotonic() - job_started
             crash_point("after_binlog_write")
-            self._apply(outputs, members, time.monotonic(), report)
+            apply_started = time.monotonic()
+            self._apply(outputs, members, apply_started, report)
+            report.apply_s = time.monotonic() - apply_started
         sync_started = time.monotonic()
         self._sync(members, sync_started, report)
         report.sync_s = time.monotonic() - sync_started
@@ -295,11 +298,11 @@ class Pipeline:
                now: float) -> dict[tuple[str, int], int]:
         highs: dict[tuple[str, int], int] = {}
         errors: dict[tuple[str, int], str] = {}
-        for key in sorted({(fg.pchannel, fg.working.partition) for fg in readable}):
-            try:
-                highs[key] = self._highs_seen[key] = self._watermarks.high(*key)
-            except BrokerError as e:
-                errors[key] = str(e)
+        for key, high in self._watermarks.highs(sorted({(fg.pchannel, fg.working.partition) for fg in readable})).items():
+            if isinstance(high, BrokerError):
+                errors[key] = str(high)
+            else:
+                highs[key] = self._highs_seen[key] = high
         for fg in readable:
             error = errors.get((fg.pchannel, fg.working.partition))
             if error is not None:
@@ -473,10 +476,11 @@ class Pipeline:
                       r.ranges, r.seconds)
             return
         log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
-                 "%d commit(s) for %d vchannel(s)%s; %.3f s (job %.3f, commits %.3f; tasks %.3f s, their CPU %.3f s)",
+                 "%d commit(s) for %d vchannel(s)%s; %.3f s (plan %.3f, job %.3f, apply %.3f, commits %.3f; tasks %.3f s, "
+                 "their CPU %.3f s)",
                  r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits,
-                 r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.job_s,
-                 r.sync_s, r.task_s, r.task_cpu_s)
+                 r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s, r.job_s,
+                 r.apply_s, r.sync_s, r.task_s, r.task_cpu_s)
 
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)

@@ -20,7 +20,6 @@ from ..flowgraph.results import Portion, ReadStats
 from ..flowgraph.route import VchannelRouter
 from ..mq.broker import Broker, BrokerError, Gap, OffsetRange
 from ..storage.layout import StorageLayout
-from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout
 from .dispatch import PchannelDispatcher
 from .plan import ReadRange
@@ -49,8 +48,7 @@ def run_task(spec: TaskSpec) -> TaskOutput:
     started, cpu_started = time.monotonic(), time.process_time()
     crash_point("before_binlog_write")
     storage = spec.storage
-    layouts = {cid: CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(raw))
-               for cid, raw in spec.schemas.items()}
+    layouts = {cid: CollectionLayout.from_bytes(raw) for cid, raw in spec.schemas.items()}
     dispatchers = []
     for piece in spec.pieces:
         routers = [VchannelRouter(ctx, layouts[ctx.collection_id], storage, max(piece.first, ctx.start), piece.end)

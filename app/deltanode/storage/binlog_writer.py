@@ -10,6 +10,8 @@ visible to readers until the driver commits the files.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import time
 import uuid
@@ -75,17 +77,20 @@ class QuarantineRow:
 
 @dataclass(frozen=True)
 class _FileFormat:
-    """How one table's files are written: built once per writer, shared by its files."""
+    """How one table's files are written: made once per schema in a Python worker, shared by
+    every file of that table."""
 
     schema: pa.Schema
     stat_cols: tuple[str, ...]     # min/max in the add action's stats (and parquet statistics)
     compression: dict[str, str]
     constants: tuple[str, ...] = ()  # columns with one value per file, appended at flush
 
-    @classmethod
-    def of(cls, schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = ()) -> _FileFormat:
+    @staticmethod
+    @functools.lru_cache(maxsize=4096)
+    def of(schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = ()) -> _FileFormat:
         plain = {f.name for f in schema if f.type in VECTOR_TYPES}
-        return cls(schema, stat_cols, {f.name: "none" if f.name in plain else "snappy" for f in schema}, constants)
+        return _FileFormat(schema, stat_cols, {f.name: "none" if f.name in plain else "snappy" for f in schema},
+                           constants)
 
 
 class _File:
@@ -103,8 +108,9 @@ class _File:
         self.constants = constants or {}
         self.segment_id, self.partition_id = segment_id, partition_id
         self.sink = self._open()
+        # A dictionary pays off only for the constant columns: _ts and _row_id are unique per row.
         self.writer = pq.ParquetWriter(self.sink, fmt.schema, compression=fmt.compression,
-                                       write_statistics=list(fmt.stat_cols), use_dictionary=list(fmt.stat_cols))
+                                       write_statistics=list(fmt.stat_cols), use_dictionary=list(fmt.constants))
         self.rows = 0
         self.min: dict = dict(self.constants)
         self.max: dict = dict(self.constants)
@@ -175,6 +181,7 @@ class BinlogWriter:
         self.storage = storage
         self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
+        self._numbers = itertools.count()   # file names: part-{task_id}-{n}, unique per writer
         self._segments: dict[int, _File] = {}
         self._deletes: dict[int, _File] = {}
         self._quarantine: _File | None = None
@@ -185,7 +192,7 @@ class BinlogWriter:
         fs_base = self._filesystems.get(table)
         if fs_base is None:
             fs_base = self._filesystems[table] = self.storage.filesystem(self.roots[table])
-        rel = f"{rel_dir}part-{self.task_id}-{uuid.uuid4().hex[:8]}.parquet"
+        rel = f"{rel_dir}part-{self.task_id}-{next(self._numbers):05d}.parquet"
         return _File(*fs_base, table, rel, self._formats[table], constants, segment_id, partition_id)
 
     def add_insert(self, segment: int, partition: int, columns: list[pa.Array], rows: int, nbytes: int, offset: int,

@@ -16,6 +16,7 @@ tasks carry it inside their ``StorageLayout``.
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -96,8 +97,17 @@ def filesystem(uri: str, options: StoreOptions = LOCAL) -> tuple[pafs.FileSystem
     """The pyarrow filesystem and the path inside it of a table URI or local path."""
     check_supported(uri)
     if is_object_store(uri):
-        return options.pyarrow(), uri.split("://", 1)[1]
-    return pafs.LocalFileSystem(), uri.removeprefix("file://")
+        return _object_store(options), uri.split("://", 1)[1]
+    return _LOCAL_FS, uri.removeprefix("file://")
+
+
+_LOCAL_FS = pafs.LocalFileSystem()
+
+
+@functools.lru_cache(maxsize=16)
+def _object_store(options: StoreOptions) -> pafs.FileSystem:
+    """One S3 client per process and settings (each file of each task asked for a new one)."""
+    return options.pyarrow()
 
 
 def delta_storage_options(uri: str, options: StoreOptions = LOCAL) -> dict[str, str] | None:

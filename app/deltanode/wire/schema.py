@@ -7,6 +7,7 @@ Float16Vector -> binary; JSON and VarChar -> string), then ``_ts``, ``_row_id``,
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,23 +66,35 @@ def arrow_type(field: FieldSpec) -> pa.DataType:
 
 @dataclass(frozen=True)
 class CollectionLayout:
-    """A collection's user fields and the Arrow schemas of its Delta tables."""
+    """A collection's user fields and the Arrow schemas of its Delta tables.
+
+    The schemas are built once per layout: a task routes hundreds of vchannels, each of
+    which asks for them.
+    """
 
     fields: tuple[FieldSpec, ...]
 
-    @property
+    @functools.cached_property
     def primary_key(self) -> FieldSpec:
         return next(f for f in self.fields if f.is_primary_key)
 
-    def insert_schema(self) -> pa.Schema:
+    @functools.cached_property
+    def _insert_schema(self) -> pa.Schema:
         cols = [pa.field(f.name, arrow_type(f)) for f in self.fields]
         cols += [pa.field(name, pa.int64()) for name in SYSTEM_COLUMNS]
         return pa.schema(cols)
 
-    def delete_schema(self) -> pa.Schema:
+    @functools.cached_property
+    def _delete_schema(self) -> pa.Schema:
         pk = self.primary_key
         return pa.schema([pa.field(pk.name, arrow_type(pk)), pa.field("_ts", pa.int64()),
                           pa.field("_partition_id", pa.int64())])
+
+    def insert_schema(self) -> pa.Schema:
+        return self._insert_schema
+
+    def delete_schema(self) -> pa.Schema:
+        return self._delete_schema
 
     @classmethod
     def from_proto(cls, schema: schema_pb2.CollectionSchema) -> "CollectionLayout":
@@ -95,6 +108,13 @@ class CollectionLayout:
         layout = cls(tuple(fields))
         layout.validate()
         return layout
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4096)
+    def from_bytes(raw: bytes) -> "CollectionLayout":
+        """The layout of a serialized CollectionSchema, made once per process (executors get
+        every collection's schema with every task)."""
+        return CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(raw))
 
     def validate(self) -> None:
         names = [f.name for f in self.fields]
