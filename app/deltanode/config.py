@@ -307,6 +307,15 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.checkpoint.max.rate", "float", "20",
        "most commits per second the node makes only to move idle vchannels' checkpoints", min=0.1),
     _k("datanode.read.splits", "int", "2", "Spark tasks per cycle (the cores a busy pchannel can use)", min=1),
+    _k("datanode.compaction.interval", "duration", "600s",
+       "how often the DataNode rewrites its segments' small binlog files into larger ones (0: never)", min=0),
+    _k("datanode.compaction.min.files", "int", "16",
+       "small binlog files a segment needs before compaction rewrites them", min=2),
+    _k("datanode.compaction.target.size", "size", "64m",
+       "size of the files compaction writes; files this large are left alone", min=1),
+    _k("datanode.compaction.retention", "duration", "3h",
+       "how long files that compaction replaced stay on disk for readers of older table versions "
+       "(Milvus dataCoord.gc.dropTolerance)", min=0),
     _k("datanode.warmup", "bool", "true",
        "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
        "Spark's Python workers to start"),

@@ -16,6 +16,7 @@ CRASH_DIR = "DELTANODE_CRASH_DIR"
 CRASH_PGID = "DELTANODE_CRASH_PGID"   # the DataNode driver's process group, set at start
 
 POINTS = ("before_binlog_write", "after_binlog_write", "after_side_commits", "after_commit")
+COMPACTION_POINTS = ("before_compaction_commit", "after_compaction_commit")   # the compactor's, on the driver
 
 
 def arm(pgid: int) -> None:

@@ -32,11 +32,14 @@ def cds_archive() -> Path:
 
 
 def spark_defaults() -> dict[str, str]:
-    """spark.* defaults for a DataNode: local[2], C1 only, the class archive when there is one, and no
-    console progress bar (the pipeline runs a job every cycle; it logs its own progress)."""
+    """spark.* defaults for a DataNode: local[2], C1 only, the class archive when there is one, no
+    console progress bar (the pipeline runs a job every cycle; it logs its own progress), and the
+    FAIR scheduler: compaction jobs run in a pool of their own and never hold every core while a
+    cycle's tasks wait (FIFO gives all free cores to the job submitted first)."""
     driver = C1_ONLY
     archive = cds_archive()
     if archive.is_file():
         driver += f' -XX:SharedArchiveFile="{archive}"'
     return {"spark.master": "local[2]", "spark.driver.defaultJavaOptions": driver,
-            "spark.executor.defaultJavaOptions": C1_ONLY, "spark.ui.showConsoleProgress": "false"}
+            "spark.executor.defaultJavaOptions": C1_ONLY, "spark.ui.showConsoleProgress": "false",
+            "spark.scheduler.mode": "FAIR"}

@@ -39,6 +39,7 @@ from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 from deltanode.wire.names import pchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
+from . import compaction
 from . import latency as lat
 from .procs import TreeSampler, window
 from .report import mib, secs, table, verdict
@@ -339,4 +340,7 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
     for n in points:
         results.append(run_point(n, os.path.join(work, f"scale-{n}"), seconds, drain, mq))
         say(f"{n} vchannel(s): p99 {lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
-    return render(results, argv)
+    largest = max(points)
+    say(f"{largest} vchannel(s): compacting the tables the load left")
+    figures = compaction.measure(os.path.join(work, f"scale-{largest}", "delta"))
+    return render(results, argv) + f"\n\nAfter the {largest}-vchannel point. " + compaction.render(figures)

@@ -47,10 +47,12 @@ def pipelines(spark, mq, tmp_path):
     """Factory: a started shared pipeline (no etcd fence) on the test broker; stopped at the end."""
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
+    from deltanode.storage.compaction import CompactionSettings
     started = []
 
-    def make(trigger_interval: float = 0.2, fence=None, **limits) -> Pipeline:
-        settings = PipelineSettings(Limits(**limits), trigger_interval=trigger_interval)
+    def make(trigger_interval: float = 0.2, fence=None, compaction: CompactionSettings = CompactionSettings(),
+             **limits) -> Pipeline:
+        settings = PipelineSettings(Limits(**limits), trigger_interval=trigger_interval, compaction=compaction)
         pipe = Pipeline(spark, StorageLayout(str(tmp_path / "delta")), mq, settings, fence=fence).start()
         started.append(pipe)
         return pipe

@@ -3,7 +3,8 @@
     python pipeline_runner.py SPEC_JSON
 
 Runs the pipeline for the given vchannels until every one's insert_log txn reaches its
-target (then exits 0), or until a crash point or the test kills it.
+target and its compactor made ``rewrites`` segment rewrites (then exits 0), or until a crash
+point or the test kills it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> int:
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
+    from deltanode.storage.compaction import CompactionSettings
     from deltanode.storage.delta_log import DeltaLog
     from deltanode.storage.layout import StorageLayout
     from deltanode.wire.datapb import VchannelInfo
@@ -38,8 +40,10 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     setup_logging("INFO")
     storage = StorageLayout(args["storage_root"])
+    compaction = CompactionSettings(**args.get("compaction", {"interval": 0}))
     pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]),
-                    PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1)).start()
+                    PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
+                                     compaction=compaction)).start()
     for coll in args["collections"]:
         schema = schema_from_json(coll["schema"], coll["name"])
         for v in coll["vchannels"]:
@@ -48,11 +52,13 @@ def main() -> int:
     deadline = time.monotonic() + args.get("timeout", 120)
     while time.monotonic() < deadline:
         logs = {cid: DeltaLog.open(storage.insert_log(cid)) for cid in {cid for cid, _ in targets}}
-        if all(logs[cid] is not None and (logs[cid].txn(v) or 0) >= t for (cid, v), t in targets.items()):
+        compacted = pipe.compactor.totals.rewrites
+        if all(logs[cid] is not None and (logs[cid].txn(v) or 0) >= t for (cid, v), t in targets.items()) \
+                and compacted >= args.get("rewrites", 0):
             pipe.stop()
             return 0
         time.sleep(0.2)
-    print(f"timed out; vchannels: {pipe.snapshots()}", file=sys.stderr)
+    print(f"timed out; vchannels: {pipe.snapshots()}; compaction: {pipe.compactor.totals}", file=sys.stderr)
     return 2
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -200,3 +202,13 @@ spark.log.level = ERROR
         self.stop()
         self._ticks.set()
         self.proxy.close()
+
+
+def data_files_added(table_root: str) -> int:
+    """How many files a local table's commits added as new data (``dataChange``), compactions aside."""
+    log_dir = os.path.join(table_root, "_delta_log")
+    added = 0
+    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
+        with open(os.path.join(log_dir, name)) as f:
+            added += sum(1 for line in f if '"add"' in line and json.loads(line).get("add", {}).get("dataChange"))
+    return added

@@ -5,7 +5,7 @@ import threading
 
 import pyarrow as pa
 import pytest
-from deltanode.flowgraph.recovery import initial_state
+from deltanode.flowgraph.recovery import UnknownSegments, initial_state
 from deltanode.storage import delta_log, meta
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import DROPPED, ChannelState, SegmentMeta
@@ -141,6 +141,22 @@ def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_k
     assert state.checkpoint_offset == 10 and set(state.segments) == {5, 9}
     assert state.replay == {"flushed": {}, "unflushed": {"9": 500}}
     assert 9 not in committed.segments   # the committed state is not modified
+
+
+def test_segments_named_by_id_only_come_from_delta_or_the_vchannel_is_refused(tmp_path):
+    """Milvus 2.3/2.4's DataCoord fills only VchannelInfo fields 7-9 (segment ids)."""
+    storage = StorageLayout(str(tmp_path))
+    committer(storage).commit([sync("v", None, 10, written(storage, [1, 2]),
+                                    segments={5: SegmentMeta(5, 1, num_rows=2, dml_ts=101)})])
+    committed = meta.channel_state(storage, 1, "v")
+    known = VchannelInfo(collectionID=1, channelName="p_1v0", flushedSegmentIds=[5])
+    state = initial_state(committed, known)
+    assert state.segments[5] == committed.segments[5] and state.replay is None   # Delta's meta, partition and all
+    unknown = VchannelInfo(collectionID=1, channelName="p_1v0", flushedSegmentIds=[5, 77], unflushedSegmentIds=[78])
+    with pytest.raises(UnknownSegments, match=r"segment\(s\) \[77, 78\] by id only"):
+        initial_state(committed, unknown)
+    with pytest.raises(UnknownSegments):
+        initial_state(None, known)   # a vchannel Delta never saw: nothing to fill them from
 
 
 def test_discard_removes_uncommitted_files_from_their_tables(tmp_path):

@@ -30,6 +30,7 @@ from ..mq.broker import Broker
 from ..pipeline.pipeline import Pipeline, PipelineSettings
 from ..pipeline.plan import Limits
 from ..pipeline.sync_policy import SyncSettings
+from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
 from .flowgraphs import FlowgraphManager
 from .metrics import MetricsServer, NodeView
@@ -45,7 +46,11 @@ def pipeline_settings(conf: Conf) -> PipelineSettings:
         SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
                      checkpoint_interval=conf.get("datanode.checkpoint.interval"),
                      idle_rate=conf.get("datanode.checkpoint.max.rate")),
-        trigger_interval=conf.get("datanode.trigger.interval"))
+        trigger_interval=conf.get("datanode.trigger.interval"),
+        compaction=CompactionSettings(interval=conf.get("datanode.compaction.interval"),
+                                      min_files=conf.get("datanode.compaction.min.files"),
+                                      target_bytes=conf.get("datanode.compaction.target.size"),
+                                      retention=conf.get("datanode.compaction.retention")))
 
 
 REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register a new session

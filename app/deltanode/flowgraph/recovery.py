@@ -14,8 +14,17 @@ from ..wire.positions import CODECS, PositionCodec
 from .replay_filter import ReplayFilter
 
 
-def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
+class UnknownSegments(ValueError):
+    """The VchannelInfo names segments by id only and Delta has no meta for them."""
+
+
+def _segments_from_info(info: VchannelInfo, known: dict[int, SegmentMeta]) -> dict[int, SegmentMeta]:
+    """The VchannelInfo's segments. Milvus 2.3/2.4's DataCoord fills only the id fields (7-9) and
+    its DataNode fetches each segment's info; DeltaNode takes a segment named by id only from
+    ``known`` (Delta's meta of the vchannel), and refuses one Delta does not know: without its
+    positions the replay filter could not drop what the segment already holds."""
     segs: dict[int, SegmentMeta] = {}
+    unknown: list[int] = []
     for state, infos, ids in ((GROWING, info.unflushedSegments, info.unflushedSegmentIds),
                               (FLUSHED, info.flushedSegments, info.flushedSegmentIds),
                               (DROPPED, info.dropped_segments, info.dropped_segmentIds)):
@@ -24,7 +33,18 @@ def _segments_from_info(info: VchannelInfo) -> dict[int, SegmentMeta]:
                                      dml_ts=s.dml_position.timestamp if s.HasField("dml_position") else 0,
                                      start_ts=s.start_position.timestamp if s.HasField("start_position") else 0)
         for seg_id in ids:
-            segs.setdefault(seg_id, SegmentMeta(seg_id, -1, state))
+            if seg_id in segs:
+                continue
+            if seg_id in known:
+                segs[seg_id] = known[seg_id]
+            else:
+                unknown.append(seg_id)
+    if unknown:
+        raise UnknownSegments(
+            f"{info.channelName}: the VchannelInfo names segment(s) {sorted(unknown)} by id only (as Milvus "
+            f"2.3/2.4's DataCoord does) and Delta has no meta for them: without their positions the replay "
+            f"filter cannot tell which of their messages are persisted already; refusing to start the vchannel "
+            f"(give their SegmentInfo in the VchannelInfo, or let DeltaNode's datacoord build it)")
     return segs
 
 
@@ -45,12 +65,13 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
                              pchannel=pchannel_of(info.channelName),
                              checkpoint_offset=positions.from_msg_id(seek.msgID) if seek.msgID else 0,
                              checkpoint_ts=seek.timestamp, seek_ts=seek.timestamp,
-                             segments=_segments_from_info(info))
+                             segments=_segments_from_info(info, {}))
         replayed = list(state.segments.values())
     else:
         state = committed.copy()
         state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
-        replayed = [seg for seg_id, seg in _segments_from_info(info).items() if seg_id not in state.segments]
+        replayed = [seg for seg_id, seg in _segments_from_info(info, committed.segments).items()
+                    if seg_id not in state.segments]
         state.segments.update((seg.segment_id, seg) for seg in replayed)
     replay = ReplayFilter({s.segment_id: s.dml_ts for s in replayed if s.state == FLUSHED},
                           {s.segment_id: s.dml_ts for s in replayed if s.state == GROWING})

@@ -36,11 +36,15 @@ from ..flowgraph.state_update import BatchRangeError, advance, retract_after_dro
 from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, Snapshot, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..storage import meta
+from ..storage.binlog_writer import INSERT_TABLE
+from ..storage.channel_state import DROPPED as SEGMENT_DROPPED
 from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, discard
+from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS, physical_ms
+from .compactor import CompactionTarget, Compactor
 from .plan import MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 from .task import TaskOutput, TaskSpec, run_task
@@ -68,6 +72,7 @@ class PipelineSettings:
     limits: Limits = Limits()
     sync: SyncSettings = SyncSettings()
     trigger_interval: float = 1.0
+    compaction: CompactionSettings = CompactionSettings()
 
 
 @dataclass
@@ -125,6 +130,10 @@ class Pipeline:
         self._highs_seen: dict[tuple[str, int], int] = {}
         self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self._cycles = 0
+        # collection id -> insert files committed since the compactor last looked at it (a new
+        # collection starts at the threshold: its files from before this node are looked at once)
+        self._new_files: dict[int, int] = {}
+        self.compactor = Compactor(spark, storage, self, settings.compaction)
 
     # -- membership ------------------------------------------------------------------------
     def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
@@ -166,10 +175,45 @@ class Pipeline:
         with self._lock:
             found = self._committers.get(fg.collection_id)
             if found is None:
+                self._new_files[fg.collection_id] = self.settings.compaction.min_files
                 found = self._committers[fg.collection_id] = CollectionCommitter(
                     self.storage, fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema(),
                     self._quarantine)
             return found
+
+    # -- compaction (``Compactor`` asks, from its own thread) ---------------------------------------
+    def compaction_targets(self, min_new_files: int) -> list[CompactionTarget]:
+        """Collections into which ``min_new_files`` insert files or more were committed since they
+        were last returned, with the live segments of their running vchannels."""
+        with self._lock:
+            due = [cid for cid, n in self._new_files.items() if n >= min_new_files]
+            for cid in due:
+                self._new_files[cid] = 0
+            members = [fg for fg in self._members.values() if fg.collection_id in due and fg.status == RUNNING]
+            committers = {cid: self._committers[cid] for cid in due}
+        targets: dict[int, CompactionTarget] = {}
+        for fg in members:
+            state = fg.working
+            if state is None or state.collection_dropped:
+                continue
+            target = targets.get(fg.collection_id)
+            if target is None:
+                target = targets[fg.collection_id] = CompactionTarget(fg.collection_id, committers[fg.collection_id],
+                                                                      fg.layout.insert_schema(), {})
+            dropped_partitions = set(state.dropped_partitions)
+            target.segments.update((seg.segment_id, fg.vchannel) for seg in state.segments.values()
+                                   if seg.state != SEGMENT_DROPPED and seg.partition_id not in dropped_partitions)
+        return [t for t in targets.values() if t.segments]
+
+    def compactable(self, vchannel: str, segment_id: int) -> int | None:
+        with self._lock:
+            fg = self._members.get(vchannel)
+        if fg is None or fg.status != RUNNING or fg.working is None or fg.working.collection_dropped:
+            return None
+        seg = fg.working.segments.get(segment_id)
+        if seg is None or seg.state == SEGMENT_DROPPED or seg.partition_id in fg.working.dropped_partitions:
+            return None
+        return self._committer(fg).own_txn(vchannel)
 
     def _load(self, fg: VchannelFlowgraph) -> None:
         committer = self._committer(fg)
@@ -184,6 +228,7 @@ class Pipeline:
         self._watermarks = self.broker.watermarks()
         self._thread = threading.Thread(target=self._run, name="deltanode-pipeline", daemon=True)
         self._thread.start()
+        self.compactor.start()
         return self
 
     @property
@@ -194,6 +239,7 @@ class Pipeline:
         """Finish the running cycle (its commits included), then stop; uncommitted batches are dropped."""
         self._stopping.set()
         self._wake.set()
+        self.compactor.stop(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -424,6 +470,9 @@ class Pipeline:
                     self._fail(fg, f"commit failed: {type(e).__name__}: {e}", now, report)
                 continue
             if result.version is not None:
+                with self._lock:
+                    self._new_files[cid] = self._new_files.get(cid, 0) + sum(
+                        len(syncs[v].table_files(INSERT_TABLE)) for v in result.committed)
                 report.commits += 1
                 report.commit_seconds.append(time.monotonic() - commit_started)
                 self._log_commit(cid, result.version, group, syncs, result.committed)

@@ -240,3 +240,24 @@ class BinlogWriter:
                 fs.delete_file(f"{base}/{f.path}")
             except FileNotFoundError:
                 pass
+
+
+def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema: pa.Schema, segment_id: int,
+                       partition_id: int, rows: pa.Table) -> FileEntry:
+    """Write ``rows`` (the insert schema's columns, all of one segment) as one binlog file of the
+    segment, in row groups of ``ROW_GROUP_BYTES``, with the stats its add action needs. Runs on
+    executors (compaction)."""
+    fmt = _FileFormat.of(insert_schema, INSERT_STATS, INSERT_CONSTANTS)
+    fs, base = storage.filesystem(storage.insert_log(collection_id))
+    rel = f"{partition_id}/{segment_id}/part-{uuid.uuid4().hex}-compacted.parquet"
+    out = _File(fs, base, INSERT_TABLE, rel, fmt, {"_segment_id": segment_id, "_partition_id": partition_id},
+                segment_id, partition_id)
+    try:
+        variable = rows.select([f.name for f in insert_schema if f.name not in INSERT_CONSTANTS])
+        for batch in variable.to_batches(max_chunksize=max(1, len(rows) * ROW_GROUP_BYTES // max(1, rows.nbytes))):
+            out.write(batch.columns, batch.num_rows, batch.nbytes)
+        return out.close()
+    except BaseException:
+        out.sink.close()
+        fs.delete_file(out.path)
+        raise

@@ -128,6 +128,16 @@ class CollectionCommitter:
         self.quarantine = quarantine
         self._logs: dict[str, DeltaLog] = {}
         self.lock = threading.Lock()   # held around every use: the loop commits, channel watchers load
+        self._own_txns: dict[str, int | None] = {}   # vchannel -> insert txn this node last committed or loaded
+
+    @property
+    def insert_log_uri(self) -> str:
+        return self.storage.insert_log(self.collection_id)
+
+    def own_txn(self, vchannel: str) -> int | None:
+        """The vchannel's insert_log txn as this node last committed it (or read it when it loaded
+        the vchannel): a commit that must not follow another writer's expects it."""
+        return self._own_txns.get(vchannel)
 
     def _log(self, table: str) -> DeltaLog:
         found = self._logs.get(table)
@@ -164,6 +174,7 @@ class CollectionCommitter:
                 continue
             delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
                                           if f.segment_id in dropped])
+            self._own_txns.update((s.vchannel, s.end) for s in live)
             for s in live:
                 result.committed[s.vchannel] = Watermarks(
                     s.end, delete_txn.get(s.vchannel, s.watermarks.delete),
@@ -222,6 +233,7 @@ class CollectionCommitter:
             if found is not None:
                 found.refresh()
             txns.append(found.txn(vchannel) if found is not None else None)
+        self._own_txns[vchannel] = txns[0]
         return Watermarks(txns[0], txns[1], self.quarantine.txn(vchannel))
 
 

@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
 CHECKPOINT_INTERVAL = 100   # Delta's default delta.checkpointInterval
+# Remove actions are tracked for rewrite checks over the last REMOVES_VERSIONS versions only (a
+# compaction reads and commits within a round; an older read is refused as if its files were gone).
+REMOVES_VERSIONS = 1_000
 ENGINE = "deltanode"
 
 
@@ -48,6 +52,24 @@ class TxnMoved(RuntimeError):
     def __init__(self, moved: dict[str, int | None]) -> None:
         super().__init__(f"txn moved by another writer: {moved}")
         self.moved = moved
+
+
+class FilesRemoved(RuntimeError):
+    """A commit that rewrites files (compaction) found some of them removed since it read them:
+    Delta's concurrent-delete conflict. Nothing was committed."""
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(f"{len(paths)} of the files it rewrites were removed meanwhile, e.g. {paths[0]}")
+        self.paths = paths
+
+
+@dataclass(frozen=True)
+class ReadFiles:
+    """Files a commit read at ``version`` and rewrites: it lands only while none of them was
+    removed by a later version."""
+
+    version: int
+    paths: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -89,6 +111,11 @@ class DeltaLog:
         self._snapshot_version = table.version()
         self.version = self._snapshot_version
         self._txns: dict[str, int] = {}
+        # Remove actions of the versions after ``_removes_floor`` (path -> version), for ReadFiles
+        # checks; ``_removed`` holds them by version, oldest first, to forget them in order.
+        self._removes: dict[str, int] = {}
+        self._removed: deque[tuple[int, list[str]]] = deque()
+        self._removes_floor = self._snapshot_version
 
     @classmethod
     def open(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog | None:
@@ -113,15 +140,34 @@ class DeltaLog:
             lines = self._read(self.version + 1)
             if lines is None:
                 return infos
-            self._apply(lines)
             self.version += 1
+            self._apply(lines, self.version)
             infos += [line["commitInfo"] for line in lines if "commitInfo" in line]
 
-    def _apply(self, lines: list[dict]) -> None:
+    def _apply(self, lines: list[dict], version: int) -> None:
         for action in lines:
             txn = action.get("txn")
             if txn is not None:
                 self._txns[txn["appId"]] = int(txn["version"])
+        self._track_removes(version, [a["remove"]["path"] for a in lines if "remove" in a])
+
+    def _track_removes(self, version: int, paths: list[str]) -> None:
+        if paths:
+            self._removed.append((version, paths))
+            self._removes.update((p, version) for p in paths)
+        while self._removed and self._removed[0][0] <= version - REMOVES_VERSIONS:
+            old, gone = self._removed.popleft()
+            for p in gone:
+                if self._removes.get(p) == old:
+                    del self._removes[p]
+        self._removes_floor = max(self._removes_floor, version - REMOVES_VERSIONS)
+
+    def removed_since(self, read: ReadFiles) -> list[str]:
+        """The paths of ``read`` removed by a version after ``read.version`` (all of them when
+        those versions are no longer tracked). Call after ``refresh``."""
+        if read.version < self._removes_floor:
+            return sorted(read.paths)
+        return sorted(p for p in read.paths if self._removes.get(p, -1) > read.version)
 
     def _read(self, version: int) -> list[dict] | None:
         if self._store is not None:
@@ -134,19 +180,23 @@ class DeltaLog:
             return None
 
     def commit(self, *, adds: list[AddFile] = (), removes: list[RemoveFile] = (), txns: dict[str, int],
-               expected: dict[str, int | None], info: dict[str, str]) -> int:
+               expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None) -> int:
         """Append one version: the files, ``txn(app, version)`` for each of ``txns`` and ``info`` in
         ``commitInfo``; only if every app id of ``expected`` still has that txn. Returns the version.
 
-        Raises :class:`TxnMoved` (nothing committed) when a txn differs from ``expected``.
+        ``rewrites``: the commit only rearranges data (compaction: ``dataChange = false``, Delta's
+        OPTIMIZE) and lands only while none of those files was removed by another version.
+        Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed).
         """
         now = int(time.time() * 1000)
-        lines = [{"commitInfo": {"timestamp": now, "operation": "WRITE",
-                                 "operationParameters": {"mode": "Append"}, "engineInfo": ENGINE, **info}}]
+        change = rewrites is None
+        operation = {"operation": "WRITE", "operationParameters": {"mode": "Append"}} if change else \
+            {"operation": "OPTIMIZE", "operationParameters": {}, "isBlindAppend": False}
+        lines = [{"commitInfo": {"timestamp": now, **operation, "engineInfo": ENGINE, **info}}]
         lines += [{"txn": {"appId": app, "version": v, "lastUpdated": now}} for app, v in txns.items()]
         lines += [{"add": {"path": f.path, "partitionValues": {}, "size": f.size, "modificationTime": now,
-                           "dataChange": True, "stats": f.stats}} for f in adds]
-        lines += [{"remove": {"path": f.path, "deletionTimestamp": now, "dataChange": True,
+                           "dataChange": change, "stats": f.stats}} for f in adds]
+        lines += [{"remove": {"path": f.path, "deletionTimestamp": now, "dataChange": change,
                               "extendedFileMetadata": True, "partitionValues": {}, "size": f.size}}
                   for f in removes]
         data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
@@ -154,10 +204,14 @@ class DeltaLog:
             moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
             if moved:
                 raise TxnMoved(moved)
+            gone = self.removed_since(rewrites) if rewrites is not None else []
+            if gone:
+                raise FilesRemoved(gone)
             version = self.version + 1
             if self._put_if_absent(version, data):
                 self.version = version
                 self._txns.update(txns)
+                self._track_removes(version, [f.path for f in removes])
                 if version % CHECKPOINT_INTERVAL == 0:
                     CHECKPOINTS.request(self.uri, self.storage_options)
                 return version

@@ -9,10 +9,11 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from .layout import TABLE_CONFIG
 
 
-def open_table(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable | None:
-    """``storage_options``: delta-rs's, for an object store (``StorageLayout.delta_options``)."""
+def open_table(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable | None:
+    """``storage_options``: delta-rs's, for an object store (``StorageLayout.delta_options``);
+    ``version``: that version of the table (default: the newest)."""
     try:
-        return DeltaTable(uri, storage_options=storage_options)
+        return DeltaTable(uri, version=version, storage_options=storage_options)
     except TableNotFoundError:
         return None
 

@@ -1,0 +1,123 @@
+"""What compaction does to the scale benchmark's tables: files, and the time to read a collection.
+
+``python -m deltanode_bench.compaction STORAGE_ROOT`` (or after the largest point of
+``build/bench.sh --scale``): counts the insert binlog files of every collection's insert_log
+table, reads a sample of collections whole with delta-rs (``DeltaTable.to_pyarrow_table``, as a
+downstream reader would), then compacts every table with DeltaNode's own rewrite and commit
+(``storage.compaction``: the same planning, rewrite and OPTIMIZE commit the DataNode's compactor
+runs, here in one process once the DataNode has stopped), and counts and reads again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from deltanode.storage.compaction import CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment, \
+    rewrite, segment_of
+from deltanode.storage.delta_log import DeltaLog
+from deltanode.storage.layout import StorageLayout
+
+from . import latency as lat
+from .report import secs, table
+
+
+@dataclass
+class CompactionFigures:
+    tables: int
+    files_before: int
+    files_after: int
+    rows_before: int
+    rows_after: int
+    rewrites: int
+    compaction_cpu_s: float
+    sample: int
+    read_before: list[float]     # seconds to read one collection, per sampled collection
+    read_after: list[float]
+
+
+def _files_and_rows(uri: str) -> tuple[int, int]:
+    actions = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+    return actions.num_rows, sum(actions.column("num_records").to_pylist())
+
+
+def _read_seconds(uris: list[str]) -> list[float]:
+    out = []
+    for uri in uris:
+        started = time.perf_counter()
+        DeltaTable(uri).to_pyarrow_table()
+        out.append(time.perf_counter() - started)
+    return out
+
+
+def _compact(storage: StorageLayout, collection_id: int, settings: CompactionSettings) -> int:
+    """Every segment of one collection, as one round of the DataNode's compactor would (no
+    DataNode runs meanwhile, so no vchannel txn is expected)."""
+    uri = storage.insert_log(collection_id)
+    insert_log = DeltaLog.open(uri)
+    version = insert_log.version
+    actions = pa.table(DeltaTable(uri, version=version).get_add_actions(flatten=True))
+    by_segment: dict[tuple[int, int], list[SegmentFile]] = {}
+    for path, size, rows in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
+                                actions.column("num_records").to_pylist()):
+        where = segment_of(path)
+        if where is not None:
+            by_segment.setdefault(where, []).append(SegmentFile(path, size, rows))
+    if not by_segment:
+        return 0
+    schema = pq.read_schema(os.path.join(uri, actions.column("path")[0].as_py())).remove_metadata()
+    done = []
+    for (partition, segment), files in sorted(by_segment.items()):
+        for group in plan_segment(files, settings):
+            task = Rewrite(collection_id, "", segment, partition, group, schema, storage)
+            done.append((task, rewrite(task)))
+    if done:
+        commit_rewrites(insert_log, version, done, expected={})
+    return len(done)
+
+
+def measure(root: str, sample: int = 20, settings: CompactionSettings = CompactionSettings()) -> CompactionFigures:
+    storage = StorageLayout(root)
+    ids = sorted(int(name) for name in os.listdir(os.path.join(root, "insert_log")) if name.isdigit())
+    uris = [storage.insert_log(cid) for cid in ids]
+    step = max(1, len(ids) // sample)
+    sampled = uris[::step][:sample]
+    before = [_files_and_rows(uri) for uri in uris]
+    read_before = _read_seconds(sampled)
+    cpu = time.process_time()
+    rewrites = sum(_compact(storage, cid, settings) for cid in ids)
+    cpu = time.process_time() - cpu
+    after = [_files_and_rows(uri) for uri in uris]
+    read_after = _read_seconds(sampled)
+    return CompactionFigures(len(ids), sum(f for f, _ in before), sum(f for f, _ in after), sum(r for _, r in before),
+                             sum(r for _, r in after), rewrites, cpu, len(sampled), read_before, read_after)
+
+
+def render(f: CompactionFigures, settings: CompactionSettings = CompactionSettings()) -> str:
+    rows = [["before", f.files_before, f"{f.files_before / max(1, f.tables):.1f}", f.rows_before,
+             secs(lat.percentile(f.read_before, 50), 3), secs(max(f.read_before), 3)],
+            ["after", f.files_after, f"{f.files_after / max(1, f.tables):.1f}", f.rows_after,
+             secs(lat.percentile(f.read_after, 50), 3), secs(max(f.read_after), 3)]]
+    return "\n".join([
+        f"Compaction of the tables ({f.tables} collections; min.files {settings.min_files}, target "
+        f"{settings.target_bytes >> 20} MiB): {f.rewrites} segment rewrites, {f.compaction_cpu_s:.1f} s of CPU in one "
+        f"process; read = DeltaTable(uri).to_pyarrow_table() of {f.sample} collections",
+        table(["", "binlog files", "per collection", "rows", "read p50 s", "read max s"], rows)])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m deltanode_bench.compaction", description=__doc__.split("\n\n")[0])
+    p.add_argument("root", help="storage.root of a DataNode that has stopped (its insert_log tables are compacted)")
+    p.add_argument("--sample", type=int, default=20, help="collections read before and after (default 20)")
+    args = p.parse_args()
+    print(render(measure(args.root, args.sample)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Compaction racing the shared pipeline's commits: a minute of traffic on 4 vchannels (two
+collections of two shards) with deletes and a dropped partition, the compactor running every
+2 seconds. Every row exactly once, deletes intact, segment meta true, the file count down."""
+
+from __future__ import annotations
+
+import collections
+import copy
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from deltanode.storage.compaction import CompactionSettings, segment_of
+from deltanode.storage.tables import open_table
+
+from .support import data_files_added, settled_watermark, wait_until
+
+pytestmark = pytest.mark.spark
+TRAFFIC_SECONDS = 60.0
+COMPACTION = CompactionSettings(interval=2.0, min_files=4, target_bytes=64 << 20, retention=0.0)
+
+
+def segment_files(coll) -> dict[int, int]:
+    table = open_table(coll.storage.insert_log(coll.collection_id))
+    paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return dict(collections.Counter(segment_of(p)[1] for p in paths))
+
+
+def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_collection):
+    colls = [make_collection(shards=2), make_collection(shards=2)]
+    pipe = pipelines(trigger_interval=0.2, compaction=COMPACTION)
+    for coll in colls:
+        coll.watch(pipe)
+    produced: dict[int, list[int]] = {c.collection_id: [] for c in colls}
+    deleted: dict[int, list[int]] = {c.collection_id: [] for c in colls}
+    dropped_partition: dict[int, int] = {}
+    stop = threading.Event()
+
+    def traffic() -> None:
+        n = 0
+        while not stop.is_set():
+            for coll in colls:
+                for k, (p, v) in enumerate(zip(coll.pchannels, coll.vchannels)):
+                    # two segments per vchannel; collection 0 also writes a partition it drops later
+                    partition = 3 if coll is colls[0] and n % 4 == 3 and n < 100 else 1
+                    segment = coll.collection_id * 100 + k * 10 + (n % 2) + (5 if partition == 3 else 0)
+                    first = coll.producer.insert(p, v, segment_id=segment, partition_id=partition, rows=20)
+                    if partition == 1:
+                        produced[coll.collection_id].extend(range(first, first + 20))
+                    if n % 7 == 6 and partition == 1:
+                        coll.producer.delete(p, v, partition, [first])
+                        deleted[coll.collection_id].append(first)
+            if n == 120:   # mid-traffic: collection 0 drops partition 3 (its rows go, compaction or not)
+                for p in colls[0].pchannels:
+                    colls[0].producer.drop_partition(p, 3)
+                dropped_partition[colls[0].collection_id] = 3
+            n += 1
+            time.sleep(0.1)
+
+    producer = threading.Thread(target=traffic, daemon=True)
+    producer.start()
+    try:
+        time.sleep(TRAFFIC_SECONDS)
+    finally:
+        stop.set()
+        producer.join(10)
+    for coll in colls:
+        coll.producer.flush_producer()
+        targets = {v: settled_watermark(coll, p) for p, v in zip(coll.pchannels, coll.vchannels)}
+        wait_until(lambda: all(coll.committed_offset(v) >= t for v, t in targets.items()), 90,
+                   "every vchannel to commit the traffic")
+    totals = copy.copy(pipe.compactor.totals)
+    assert totals.rewrites > 0 and totals.failed == 0, totals
+    before = {c.collection_id: sum(segment_files(c).values()) for c in colls}
+    pipe.compactor.run_once(every_collection=True)   # what is left after the traffic
+    for coll in colls:
+        pks = [r["pk"] for r in coll.insert_rows()]
+        dupes = [pk for pk, n in collections.Counter(pks).items() if n > 1]
+        assert not dupes, f"{len(dupes)} rows twice, e.g. {dupes[:5]}"
+        assert sorted(pks) == sorted(produced[coll.collection_id]), \
+            f"{len(set(produced[coll.collection_id]) - set(pks))} rows lost"
+        deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().column("pk").to_pylist()
+        assert sorted(deletes) == sorted(deleted[coll.collection_id])
+        per_segment = segment_files(coll)
+        rows = collections.Counter(r["_segment_id"] for r in coll.insert_rows())
+        for v in coll.vchannels:
+            for seg in coll.state(v).segments.values():
+                if seg.state != "Dropped":
+                    assert seg.num_rows == rows[seg.segment_id], f"segment {seg.segment_id} meta"
+        assert all(n < COMPACTION.min_files for n in per_segment.values()), per_segment
+        print(f"collection {coll.collection_id}: {len(pks)} rows, {len(deletes)} deletes; "
+              f"{data_files_added(coll.storage.insert_log(coll.collection_id))} binlog files committed, "
+              f"{before[coll.collection_id]} left before the last round, {sum(per_segment.values())} after "
+              f"({len(per_segment)} segments); {totals.rewrites} rewrites, "
+              f"a commit held the commit lock {totals.locked_s * 1000:.1f} ms at most")
