@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="administration: create-collection, show-channels, show-segments, health, produce",
+        help="administration: create-collection, show-channels, show-segments, flush, health, produce",
         description="Administrative commands against the configured etcd, message queue and "
                     "storage.")
     p.add_argument("--conf", metavar="FILE", default=None, help="conf file (required; before or after COMMAND)")
@@ -134,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
                          description="List the segments of a collection with row counts "
                                      "and state.")
     a.add_argument("--collection", required=True, metavar="N", help="collection name")
+    _common(a, default_conf=None, admin=True)
+
+    a = admin.add_parser("flush", formatter_class=_Formatter,
+                         help="seal a collection's segments and wait until they are Flushed",
+                         description="Milvus's Flush: seal every segment of the collection at a flush "
+                                     "timestamp (now), through etcd to the DataNodes serving its "
+                                     "vchannels; each records its sealed segments Flushed once its "
+                                     "checkpoint passes that timestamp. Waits for it in Delta and prints "
+                                     "the Flushed segments; exit 1 if a vchannel has not flushed in time.")
+    a.add_argument("--collection", required=True, metavar="N", help="collection name or ID")
+    a.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds to wait for every vchannel (60)")
     _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("produce", formatter_class=_Formatter,

@@ -307,6 +307,18 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.checkpoint.max.rate", "float", "20",
        "most commits per second the node makes only to move idle vchannels' checkpoints", min=0.1),
     _k("datanode.read.splits", "int", "2", "Spark tasks per cycle (the cores a busy pchannel can use)", min=1),
+    _k("datanode.segment.max.size", "size", "1024m",
+       "segment size the size seal policy measures against (Milvus dataCoord.segment.maxSize)", min=1),
+    _k("datanode.segment.seal.proportion", "float", "0.12",
+       "a Growing segment holding this share of datanode.segment.max.size is sealed (Milvus "
+       "dataCoord.segment.sealProportion)", min=0.0001),
+    _k("datanode.segment.max.life", "duration", "86400s",
+       "a Growing segment this old (its vchannel's clock) is sealed (Milvus dataCoord.segment.maxLife)", min=1),
+    _k("datanode.segment.max.idle", "duration", "600s",
+       "a Growing segment without a row this long is sealed, once datanode.segment.min.size.from.idle big "
+       "(Milvus dataCoord.segment.maxIdleTime)", min=1),
+    _k("datanode.segment.min.size.from.idle", "size", "16m",
+       "smallest segment the idle seal policy seals (Milvus dataCoord.segment.minSizeFromIdleToSealed)", min=0),
     _k("datanode.compaction.interval", "duration", "600s",
        "how often the DataNode rewrites its segments' small binlog files into larger ones (0: never)", min=0),
     _k("datanode.compaction.min.files", "int", "16",

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from deltanode.config import Conf
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import EmbeddedPulsar
@@ -136,3 +137,16 @@ def make_collection(mq, tmp_path):
         s.set()
     for proxy in proxies:
         proxy.close()
+
+
+@pytest.fixture
+def conf(etcd_server, mq, etcd_root, tmp_path):
+    """A DataNode's conf on the test broker (``mq``: Kafka unless a test parametrizes it)."""
+    broker = {"mq.type": "pulsar", "mq.pulsar.service.url": mq.address} if mq.kind == "pulsar" else \
+        {"mq.kafka.bootstrap.servers": mq.address}
+    return Conf.from_dict({
+        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root, **broker, "storage.root": str(tmp_path / "delta"),
+        "mq.pchannel.prefix": f"sys{int(time.time() * 1000) % 10**9}-rootcoord-dml", "mq.pchannel.count": 4,
+        "datanode.trigger.interval": "200ms",
+        "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
+    })

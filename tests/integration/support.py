@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from deltanode.config import Conf
 from deltanode.datacoord.catalog import create_collection
+from deltanode.datacoord.coordinator import DataCoord
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
@@ -212,3 +214,38 @@ def data_files_added(table_root: str) -> int:
         with open(os.path.join(log_dir, name)) as f:
             added += sum(1 for line in f if '"add"' in line and json.loads(line).get("add", {}).get("dataChange"))
     return added
+
+
+def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
+    """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
+    return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
+                     watch_timeout=30, refresh_interval=0.5, balance=balance).start()
+
+
+class TwoShards:
+    """A collection of two shards in the catalog, a proxy stand-in ticking and inserting into it,
+    and its rows in Delta as (collection, pk) pairs."""
+
+    def __init__(self, client: EtcdClient, conf: Conf, name: str, stop: threading.Event) -> None:
+        broker = Broker.from_conf(conf)
+        schema = schema_from_json(SCHEMA, name)
+        self.storage = StorageLayout(conf.get("storage.root"))
+        self.record = create_collection(client, conf.get("etcd.root"), broker, name, schema, 2,
+                                        conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
+        self.proxy = Proxy(broker)
+        self.producer = MilvusProducer(self.proxy, CollectionLayout.from_proto(schema), self.record.collection_id, name)
+        ticker(self.producer, self.record.pchannels, stop)
+        self.produced: list[tuple[int, int]] = []
+
+    def produce(self, n: int) -> None:
+        r = self.record
+        for i in range(n):
+            k = i % 2
+            first = self.producer.insert(r.pchannels[k], r.vchannels[k], 900 + k, 1, 50)
+            self.produced.extend((r.collection_id, pk) for pk in range(first, first + 50))
+        self.producer.flush_producer()
+
+    def rows(self) -> list[tuple[int, int]]:
+        table = open_table(self.storage.insert_log(self.record.collection_id))
+        return [(self.record.collection_id, pk) for pk in table.to_pyarrow_table().column("pk").to_pylist()] \
+            if table else []

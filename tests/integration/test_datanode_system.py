@@ -7,44 +7,17 @@ import threading
 import time
 
 import pytest
-from deltanode.config import Conf
-from deltanode.datacoord.catalog import create_collection
-from deltanode.datacoord.coordinator import DataCoord
 from deltanode.datanode.node import DataNode
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
-from deltanode.mq.broker import Broker
-from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
-from deltanode.wire.positions import CODECS
-from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .relay import Relay
-from .support import ALL_BROKERS, SCHEMA, wait_until
+from .support import ALL_BROKERS, TwoShards, coordinator, wait_until
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def conf(etcd_server, mq, etcd_root, tmp_path):
-    """A DataNode's conf on the test broker (``mq``: Kafka unless a test parametrizes it)."""
-    broker = {"mq.type": "pulsar", "mq.pulsar.service.url": mq.address} if mq.kind == "pulsar" else \
-        {"mq.kafka.bootstrap.servers": mq.address}
-    return Conf.from_dict({
-        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root, **broker, "storage.root": str(tmp_path / "delta"),
-        "mq.pchannel.prefix": f"sys{int(time.time() * 1000) % 10**9}-rootcoord-dml", "mq.pchannel.count": 4,
-        "datanode.trigger.interval": "200ms",
-        "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
-    })
-
-
-def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
-    """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
-    return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
-                     watch_timeout=30, refresh_interval=0.5, balance=balance).start()
 
 
 def watch_states(client: EtcdClient, root: str) -> dict[str, tuple[str, int]]:
@@ -52,35 +25,6 @@ def watch_states(client: EtcdClient, root: str) -> dict[str, tuple[str, int]]:
     return {k[len(prefix):].split("/", 1)[1]: (k[len(prefix):].split("/", 1)[0],
                                                ChannelWatchInfo.FromString(v).state)
             for k, v, _ in client.get_prefix(prefix)}
-
-
-class TwoShards:
-    """A collection of two shards in the catalog, a proxy stand-in ticking and inserting into it,
-    and its rows in Delta as (collection, pk) pairs."""
-
-    def __init__(self, client: EtcdClient, conf: Conf, name: str, stop: threading.Event) -> None:
-        broker = Broker.from_conf(conf)
-        schema = schema_from_json(SCHEMA, name)
-        self.storage = StorageLayout(conf.get("storage.root"))
-        self.record = create_collection(client, conf.get("etcd.root"), broker, name, schema, 2,
-                                        conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
-        self.proxy = Proxy(broker)
-        self.producer = MilvusProducer(self.proxy, CollectionLayout.from_proto(schema), self.record.collection_id, name)
-        ticker(self.producer, self.record.pchannels, stop)
-        self.produced: list[tuple[int, int]] = []
-
-    def produce(self, n: int) -> None:
-        r = self.record
-        for i in range(n):
-            k = i % 2
-            first = self.producer.insert(r.pchannels[k], r.vchannels[k], 900 + k, 1, 50)
-            self.produced.extend((r.collection_id, pk) for pk in range(first, first + 50))
-        self.producer.flush_producer()
-
-    def rows(self) -> list[tuple[int, int]]:
-        table = open_table(self.storage.insert_log(self.record.collection_id))
-        return [(self.record.collection_id, pk) for pk in table.to_pyarrow_table().column("pk").to_pylist()] \
-            if table else []
 
 
 def holders(client: EtcdClient, root: str) -> collections.Counter:

@@ -5,16 +5,19 @@ import threading
 
 import pyarrow as pa
 import pytest
+from deltanode.datacoord.catalog import CollectionRecord
+from deltanode.datacoord.recovery import vchannel_info
 from deltanode.flowgraph.recovery import UnknownSegments, initial_state
 from deltanode.storage import delta_log, meta
 from deltanode.storage.binlog_writer import BinlogWriter
-from deltanode.storage.channel_state import DROPPED, ChannelState, SegmentMeta
+from deltanode.storage.channel_state import DROPPED, FLUSHED, ChannelState, SegmentMeta
 from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks, discard
 from deltanode.storage.delta_log import DeltaLog, TxnMoved
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import UnsupportedStorage
 from deltanode.storage.tables import open_table
 from deltanode.wire.datapb import VchannelInfo
+from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from ..races import race_for_one_step
@@ -143,6 +146,21 @@ def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_k
     assert 9 not in committed.segments   # the committed state is not modified
 
 
+def test_a_restart_inside_the_replay_window_goes_on_with_the_committed_filter_and_seek(tmp_path):
+    """A node killed after committing batches of a fresh seek, before the replay filter emptied
+    and before the seek's TimeTick: its successor resumes both where the commit left them."""
+    storage = StorageLayout(str(tmp_path))
+    state = ChannelState("v", 1, "p", checkpoint_offset=10, seek_ts=1000,
+                         replay={"flushed": {"3": 1040}, "unflushed": {}},
+                         segments={3: SegmentMeta(3, 1, FLUSHED, dml_ts=1040)})
+    committer(storage).commit([VchannelSync(state, Watermarks(None, None), written(storage, [1]))])
+    committed = meta.channel_state(storage, 1, "v")
+    info = VchannelInfo(collectionID=1, channelName="p_1v0")
+    info.unflushedSegments.add(ID=9, partitionID=1).dml_position.timestamp = 1020
+    resumed = initial_state(committed, info)
+    assert resumed.replay == {"flushed": {"3": 1040}, "unflushed": {"9": 1020}} and resumed.seek_ts == 1000
+
+
 def test_segments_named_by_id_only_come_from_delta_or_the_vchannel_is_refused(tmp_path):
     """Milvus 2.3/2.4's DataCoord fills only VchannelInfo fields 7-9 (segment ids)."""
     storage = StorageLayout(str(tmp_path))
@@ -175,3 +193,18 @@ def test_a_store_without_put_if_absent_is_refused_with_a_clear_error(tmp_path):
             DeltaLog(uri)
         with pytest.raises(UnsupportedStorage, match="put-if-absent"):
             StorageLayout(uri)
+
+
+def test_a_hand_overs_positions_name_the_vchannel(tmp_path):
+    """Milvus's MsgPosition.channel_name holds the vchannel; the msgID is its pchannel's offset."""
+    storage = StorageLayout(str(tmp_path))
+    record = CollectionRecord(1, "c", "", 1, ["p_1v0"], ["p"], {"p": 4}, 77)
+    fresh = vchannel_info(storage, record, "p_1v0")
+    assert fresh.seek_position.channel_name == "p_1v0"
+    assert CODECS["kafka"].from_msg_id(fresh.seek_position.msgID) == 5 and fresh.seek_position.timestamp == 77
+    committer(storage).commit([sync("p_1v0", None, 10, written(storage, [1]),
+                                    segments={5: SegmentMeta(5, 1, num_rows=1, dml_offset=10, dml_ts=101)})])
+    info = vchannel_info(storage, record, "p_1v0")
+    positions = [info.seek_position, info.unflushedSegments[0].dml_position, info.unflushedSegments[0].start_position]
+    assert {p.channel_name for p in positions} == {"p_1v0"}
+    assert CODECS["kafka"].from_msg_id(info.seek_position.msgID) == 10

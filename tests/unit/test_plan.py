@@ -86,3 +86,15 @@ def test_a_pulsar_range_is_cut_only_inside_the_ledger_of_the_last_message():
     assert sorted((r.pchannel, r.first, r.end) for t in tasks for r in t) == [
         ("p0", first, pulsar_position(7, 60)), ("p0", pulsar_position(7, 60), high), ("p1", 0, 2)]
     assert len(tasks) == 2   # ranges are spread over the tasks on Pulsar too
+
+
+def test_a_vchannel_whose_range_held_no_tick_to_end_at_gets_a_longer_one():
+    """Pack order (flowgraph/pack_order.py): the range must reach a TimeTick, past the byte cap
+    if need be, never past the high watermark."""
+    limits = Limits(max_messages=10)
+    short = plan_cycle([pos("a", "p0", 100, replaying=True)], {P0: 200}, {"p0": 1000.0}, limits)
+    assert [(r.first, r.end) for r in short.ranges] == [(100, 110)]
+    longer = plan_cycle([Position("a", "p0", 0, 100, True, min_messages=20)], {P0: 200}, {"p0": 1000.0}, limits)
+    assert [(r.first, r.end, r.splittable) for r in longer.ranges] == [(100, 120, False)]
+    at_head = plan_cycle([Position("a", "p0", 0, 100, True, min_messages=400)], {P0: 200}, {"p0": 1000.0}, limits)
+    assert [(r.first, r.end) for r in at_head.ranges] == [(100, 200)]

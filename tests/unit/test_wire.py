@@ -3,6 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
+from deltanode.etcd import flush_request
 from deltanode.flowgraph import decode
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
@@ -131,3 +132,13 @@ def test_delete_key_type_must_match_the_primary_key():
     req.primary_keys.int_id.data.extend([1, 2])
     with pytest.raises(decode.Reject, match="VarChar"):
         decode.delete_columns(layout, req)
+
+
+def test_a_flush_request_key_names_the_collection_and_a_bad_one_says_why():
+    key = flush_request.flush_key("by-dev/meta", 42)
+    assert key == "by-dev/meta/deltanode/flush/42"
+    assert flush_request.decode("by-dev/meta", key, flush_request.encode(7).encode()) == (42, 7)
+    for bad_key, value in ((key, b"{}"), (key, b'{"flush_ts": -1}'), (key, b"not json"),
+                           ("by-dev/meta/deltanode/flush/x", b'{"flush_ts": 7}')):
+        with pytest.raises(flush_request.BadFlushRequest, match="deltanode/flush/"):
+            flush_request.decode("by-dev/meta", bad_key, value)

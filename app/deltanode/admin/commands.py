@@ -17,16 +17,18 @@ from ..datacoord.catalog import (
 )
 from ..datacoord.catalog import create_collection as catalog_create
 from ..datanode.status import read_statuses
-from ..etcd import keys
+from ..etcd import flush_request, keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..mq.broker import Broker, BrokerError
 from ..storage import meta
+from ..storage.channel_state import FLUSHED
 from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.names import pchannel_name
+from ..wire.positions import now_ts
 from ..wire.schema import SchemaError, load_schema_file
 
 
@@ -139,6 +141,53 @@ def show_segments(conf: Conf, args: argparse.Namespace) -> int:
     return 0
 
 
+def _flush_pending(state, flush_ts: int) -> str | None:
+    """Why a vchannel has not finished a flush at ``flush_ts`` yet (None: done)."""
+    if state is None:
+        return "nothing committed yet"
+    if state.collection_dropped:
+        return None
+    if state.flush_requested_ts < flush_ts:
+        return "request not taken yet (is a DataNode serving it?)"
+    if state.flush_ts:
+        return f"checkpoint ts {state.checkpoint_ts} has not reached the flush ts {state.flush_ts}"
+    return None
+
+
+def flush(conf: Conf, args: argparse.Namespace) -> int:
+    """Milvus's Flush: seal the collection's segments at a flush ts (now), have each vchannel
+    record them Flushed once its checkpoint passes it, and wait for that in Delta."""
+    storage = StorageLayout.from_conf(conf)
+    try:
+        record = _collection(conf, args.collection)
+        flush_ts = now_ts()
+        with _client(conf) as client:
+            key = flush_request.flush_key(conf.get("etcd.root"), record.collection_id)
+            client.put(key, flush_request.encode(flush_ts))
+    except (AdminError, EtcdError) as e:
+        return _fail(str(e))
+    print(f"admin: flush of {record.name} at ts {flush_ts} requested ({key}); waiting up to {args.timeout:g} s "
+          f"for its {len(record.vchannels)} vchannel(s)", file=sys.stderr)
+    deadline, reported = time.monotonic() + args.timeout, 0.0
+    while True:
+        states = {v: meta.channel_state(storage, record.collection_id, v) for v in record.vchannels}
+        pending = {v: why for v, st in states.items() if (why := _flush_pending(st, flush_ts)) is not None}
+        if not pending or time.monotonic() >= deadline:
+            break
+        if time.monotonic() - reported >= 5:
+            reported = time.monotonic()
+            print(f"admin: {len(record.vchannels) - len(pending)}/{len(record.vchannels)} vchannel(s) flushed; "
+                  f"{next(iter(pending))}: {next(iter(pending.values()))}", file=sys.stderr)
+        time.sleep(0.5)
+    segments = [{"segment_id": seg.segment_id, "vchannel": v, "state": seg.state, "num_rows": seg.num_rows,
+                 "sealed_ts": seg.sealed_ts, "seal_reason": seg.seal_reason}
+                for v, st in states.items() if st is not None
+                for seg in sorted(st.segments.values(), key=lambda s: s.segment_id) if seg.state == FLUSHED]
+    _print({"collection": record.name, "flush_ts": flush_ts, "flushed": not pending,
+            "pending": pending, "segments": segments})
+    return 0 if not pending else 1
+
+
 def produce(conf: Conf, args: argparse.Namespace) -> int:
     from ..mq.milvus_producer import MilvusProducer, Proxy, ticker
     from ..wire.schema import CollectionLayout
@@ -153,11 +202,14 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
     ticks = ticker(producer, record.pchannels, stop)
     started = time.monotonic()
     first_pks = []
+    # Fresh segments for every run, as a Milvus proxy gets new ones once DataCoord sealed the old
+    # (a sealed segment takes no more rows): ids from the clock, like Milvus's allocator.
+    segments = [now_ts() + shard for shard in range(record.shards)]
     try:
         for i in range(args.messages):
             shard = i % record.shards
             first_pks.append(producer.insert(record.pchannels[shard], record.vchannels[shard],
-                                             segment_id=record.collection_id + 1 + shard,
+                                             segment_id=segments[shard],
                                              partition_id=record.collection_id, rows=args.rows))
             if i % 50 == 49:
                 print(f"admin: produced {i + 1}/{args.messages} InsertRequests", file=sys.stderr)
@@ -172,7 +224,7 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         producer.proxy.close()
     seconds = time.monotonic() - started
     _print({"collection": record.name, "insert_requests": args.messages, "rows": args.messages * args.rows,
-            "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})
+            "segments": segments, "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..storage import meta
-from ..storage.channel_state import DROPPED, FLUSHED, ChannelState
+from ..storage.channel_state import DROPPED, FLUSHED, SEALED, ChannelState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
@@ -17,25 +17,26 @@ SegmentState = common_pb2.SegmentState
 def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str,
                   positions: PositionCodec = CODECS["kafka"]) -> VchannelInfo:
     """Seek position: the channel checkpoint, else the collection's start position (``positions``:
-    the broker's msgID encoding)."""
+    the broker's msgID encoding). Every position names the vchannel, as Milvus's do (the msgID is
+    the pchannel's: the vchannel's name says which pchannel that is)."""
     pchannel = pchannel_of(vchannel)
 
-    def _position(pchannel: str, offset: int, ts: int) -> msg_pb2.MsgPosition:
-        return msg_pb2.MsgPosition(channel_name=pchannel, msgID=positions.to_msg_id(offset), timestamp=ts)
+    def _position(offset: int, ts: int) -> msg_pb2.MsgPosition:
+        return msg_pb2.MsgPosition(channel_name=vchannel, msgID=positions.to_msg_id(offset), timestamp=ts)
 
     info = VchannelInfo(collectionID=record.collection_id, channelName=vchannel)
     state: ChannelState | None = meta.channel_state(storage, record.collection_id, vchannel)
     if state is None:
         # The CreateCollection message itself is at the start offset: start right after it.
-        info.seek_position.CopyFrom(_position(pchannel, record.start_offsets.get(pchannel, -1) + 1,
+        info.seek_position.CopyFrom(_position(record.start_offsets.get(pchannel, -1) + 1,
                                               record.start_ts))
         return info
-    info.seek_position.CopyFrom(_position(pchannel, state.checkpoint_offset, state.checkpoint_ts))
+    info.seek_position.CopyFrom(_position(state.checkpoint_offset, state.checkpoint_ts))
     for seg in state.segments.values():
         si = SegmentInfo(ID=seg.segment_id, collectionID=record.collection_id, partitionID=seg.partition_id,
                          insert_channel=vchannel, num_of_rows=seg.num_rows,
-                         dml_position=_position(pchannel, seg.dml_offset, seg.dml_ts),
-                         start_position=_position(pchannel, seg.start_offset, seg.start_ts))
+                         dml_position=_position(seg.dml_offset, seg.dml_ts),
+                         start_position=_position(seg.start_offset, seg.start_ts))
         if seg.state == DROPPED:
             si.state = SegmentState.Dropped
             info.dropped_segments.append(si)
@@ -45,7 +46,7 @@ def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: st
             info.flushedSegments.append(si)
             info.flushedSegmentIds.append(seg.segment_id)
         else:
-            si.state = SegmentState.Growing
+            si.state = SegmentState.Sealed if seg.state == SEALED else SegmentState.Growing
             info.unflushedSegments.append(si)
             info.unflushedSegmentIds.append(seg.segment_id)
     return info

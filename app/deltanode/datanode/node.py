@@ -1,7 +1,7 @@
 """A DataNode: an etcd session, the MEP 7 channel watch, and the shared pipeline of its vchannels.
 
 The etcd client's background thread keeps the session lease alive and delivers channel
-watch events; the pipeline's thread runs the cycles; the main thread only polls. A DataNode
+watch events and flush requests (``flush_watch``); the pipeline's thread runs the cycles; the main thread only polls. A DataNode
 never calls the coordinator: it persists on its own, fenced by its session and its watch keys.
 
 etcd away does not stop it: the vchannels it owns keep committing (each commit is a
@@ -26,6 +26,7 @@ from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
 from ..etcd.reachability import Reachability
 from ..etcd.session import Session, SessionError
+from ..flowgraph.seal_policy import SealSettings
 from ..mq.broker import Broker
 from ..pipeline.pipeline import Pipeline, PipelineSettings
 from ..pipeline.plan import Limits
@@ -33,6 +34,7 @@ from ..pipeline.sync_policy import SyncSettings
 from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
 from .flowgraphs import FlowgraphManager
+from .flush_watch import FlushWatcher
 from .metrics import MetricsServer, NodeView
 from .status import FAILING_SHOWN, NodeStatus, process_name, remove_status, write_status
 
@@ -50,7 +52,12 @@ def pipeline_settings(conf: Conf) -> PipelineSettings:
         compaction=CompactionSettings(interval=conf.get("datanode.compaction.interval"),
                                       min_files=conf.get("datanode.compaction.min.files"),
                                       target_bytes=conf.get("datanode.compaction.target.size"),
-                                      retention=conf.get("datanode.compaction.retention")))
+                                      retention=conf.get("datanode.compaction.retention")),
+        seal=SealSettings(max_size=conf.get("datanode.segment.max.size"),
+                          seal_proportion=conf.get("datanode.segment.seal.proportion"),
+                          max_life=conf.get("datanode.segment.max.life"),
+                          max_idle=conf.get("datanode.segment.max.idle"),
+                          min_size_from_idle=conf.get("datanode.segment.min.size.from.idle")))
 
 
 REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register a new session
@@ -64,6 +71,7 @@ class DataNode:
         self.client: EtcdClient | None = None
         self.session: Session | None = None
         self.watcher: ChannelWatcher | None = None
+        self.flushes: FlushWatcher | None = None
         self.pipeline: Pipeline | None = None
         self.flowgraphs: FlowgraphManager | None = None
         self.fence: OwnershipFence | None = None
@@ -92,6 +100,7 @@ class DataNode:
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
         self._register()
+        self.flushes = FlushWatcher(self.client, conf.get("etcd.root"), self.pipeline).start()
         self.publish([])
         self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
         self._rejoiner.start()
@@ -189,6 +198,8 @@ class DataNode:
             self._rejoiner.join(timeout=15)
         if self.watcher is not None:
             self.watcher.stop(timeout=10)
+        if self.flushes is not None:
+            self.flushes.stop()
         if self.pipeline is not None:
             self.pipeline.stop()
             try:

@@ -7,7 +7,7 @@ a VchannelInfo may be older than the last commit of the previous owner.
 
 from __future__ import annotations
 
-from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from ..storage.channel_state import DROPPED, FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
 from ..wire.positions import CODECS, PositionCodec
@@ -57,7 +57,8 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
     the VchannelInfo's when starting from its seek position, only those Delta does not know when
     resuming at Delta's exact offset (nothing after it is persisted for the others, and their
     ``dml_ts``, the largest committed EndTs, is not tick-aligned like a Milvus dml position: a
-    later message of a segment may carry a smaller ts, which the filter would drop).
+    later message of a segment may carry a smaller ts, which the filter would drop). A filter
+    the committed state still had active, and a seek whose TimeTick was not read yet, go on.
     """
     if committed is None:
         seek = info.seek_position
@@ -69,12 +70,12 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
         replayed = list(state.segments.values())
     else:
         state = committed.copy()
-        state.seek_ts = 0  # an exact offset from our own commit: nothing before it to skip
         replayed = [seg for seg_id, seg in _segments_from_info(info, committed.segments).items()
                     if seg_id not in state.segments]
         state.segments.update((seg.segment_id, seg) for seg in replayed)
-    replay = ReplayFilter({s.segment_id: s.dml_ts for s in replayed if s.state == FLUSHED},
-                          {s.segment_id: s.dml_ts for s in replayed if s.state == GROWING})
+    replay = ReplayFilter.from_json(state.replay)   # a committed filter still active goes on where it was
+    replay.flushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state == FLUSHED)
+    replay.unflushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state in (GROWING, SEALED))
     state.replay = replay.to_json() if replay.active else None
     state.node_id = node_id
     return state

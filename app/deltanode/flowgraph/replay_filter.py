@@ -7,8 +7,9 @@ For each insert message m that passed the shard and dropped-segment checks:
 2. if m's segment g is in the unflushed set G: drop m if m.EndTs <= g.dmlPosition.ts,
    otherwise remove g from G and keep m.
 
-The filter is stateful and order-dependent, so a flowgraph runs it in one task while it is
-active; once S and G are both empty it passes everything and batches are split again.
+The filter is stateful and order-dependent, so a flowgraph runs it in one task, in Milvus's
+pack order (pack_order.py), while it is active; once S and G are both empty it passes
+everything and batches are split again.
 A TimeTick at ts T guarantees every later message has ts > T (docs/milvus-facts.md §3), so
 once a tick reaches the largest dml ts left in S and G no later message can be dropped: the
 filter empties itself there instead of waiting for each segment to receive a message.

@@ -45,6 +45,8 @@ class Portion:
     stats: PortionStats = PortionStats()
     replay: dict | None = None     # the replay filter's state at ``end`` while it is active
     error: str | None = None       # the vchannel failed in this task; nothing of it is kept
+    tickless: int = 0              # pack order: messages read without a TimeTick to end at; nothing done
+    sealed: tuple[int, ...] = ()   # segments it sealed at the context's flush ts (their rows reach it)
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,46 @@
 
 Runs on executors. The dispatcher (``pipeline.dispatch``) parses each pchannel message once
 and hands it to the routers of the vchannels it concerns; a router applies the vchannel's
-filters (collection dropped, seek position, dropped partition/segment, replay filter),
+filters (seek position, collection dropped, dropped partition/segment, replay filter),
 decodes the rows into Arrow and writes them as binlogs, and records control events. Anything
 that does not fit the collection's schema is quarantined with its position and reason.
+
+The seek rule is Milvus's (``MqTtMsgStream.Seek``): after a seek at ts S, every message with
+BeginTs <= S is skipped, DDL included, until the first TimeTick at S or later.
+
+While the replay filter is active, messages are applied in Milvus's pack order
+(``pack_order``): held until the TimeTick that releases them. A portion then ends at the last
+tick after which nothing was held (a "clean" tick): what follows it is read again by the next
+batch, so nothing after that tick is written, counted or reported by this one. A range
+without a clean tick does nothing and asks for a longer one (``Portion.tickless``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 from ..storage.binlog_writer import BinlogWriter, QuarantineRow
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
 from . import decode
 from .context import RouteContext
+from .pack_order import PackOrder
 from .replay_filter import ReplayFilter
 from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, ControlEvent, Portion, PortionStats
+
+
+@dataclass(frozen=True)
+class _CleanTick:
+    """Where a portion may end while the replay filter holds messages back."""
+
+    end: int                 # the offset after the tick
+    ts: int
+    replay: dict | None      # the filter's state there
+    counters: tuple[int, ...]
+    events: int
+    sealed: int
 
 
 class VchannelRouter:
@@ -30,9 +56,15 @@ class VchannelRouter:
         self.dropped_partitions = set(ctx.dropped_partitions)
         self.collection_dropped = ctx.collection_dropped
         self.replay = ReplayFilter.from_json(ctx.replay) if ctx.replay else None
+        self.seeking = ctx.seek_ts > 0
+        self.sealed = dict(ctx.sealed)
+        self.newly_sealed: list[int] = []
         self.events: list[ControlEvent] = []
         self.dml_messages = self.dml_bytes = self.inserted = self.deleted = self.quarantined = 0
         self._writer: BinlogWriter | None = None
+        self._order = PackOrder() if self.replay is not None else None
+        self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick (pack order only)
+        self._clean: _CleanTick | None = None
 
     @property
     def writer(self) -> BinlogWriter:
@@ -44,6 +76,27 @@ class VchannelRouter:
     def dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
         """An Insert or Delete whose shardName is this vchannel (``value``: its wire bytes)."""
         try:
+            if not msg.timestamps:
+                raise decode.Reject(f"{'insert' if msg_type == decode.MSG_INSERT else 'delete'} without timestamps")
+            if msg.collectionID != self.ctx.collection_id:
+                raise decode.Reject(f"collectionID {msg.collectionID} on vchannel of collection "
+                                    f"{self.ctx.collection_id}")
+        except decode.Reject as e:
+            self.quarantine(offset, value, str(e), msg_type)
+            return
+        if self._skipped_by_seek(min(msg.timestamps)):
+            return
+        apply = partial(self._apply_dml, offset, msg_type, msg, value)
+        if self._order is not None:
+            self._order.add(max(msg.timestamps), apply)
+        else:
+            apply()
+
+    def _skipped_by_seek(self, begin_ts: int) -> bool:
+        return self.seeking and begin_ts <= self.ctx.seek_ts
+
+    def _apply_dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
+        try:
             self.dml_messages += 1
             self.dml_bytes += len(value)
             if msg_type == decode.MSG_INSERT:
@@ -53,43 +106,91 @@ class VchannelRouter:
         except decode.Reject as e:
             self.quarantine(offset, value, str(e), msg_type)
 
-    def _dml_filtered(self, msg, begin_ts: int) -> bool:
-        if self.collection_dropped:
-            return True
-        if msg.collectionID != self.ctx.collection_id:
-            raise decode.Reject(f"collectionID {msg.collectionID} on vchannel of collection {self.ctx.collection_id}")
-        return begin_ts <= self.ctx.seek_ts or msg.partitionID in self.dropped_partitions
+    def _dml_filtered(self, msg) -> bool:
+        return self.collection_dropped or msg.partitionID in self.dropped_partitions
 
     def _insert(self, offset: int, msg, nbytes: int) -> None:
-        if not msg.timestamps:
-            raise decode.Reject("insert without timestamps")
         begin_ts, end_ts = min(msg.timestamps), max(msg.timestamps)
-        if self._dml_filtered(msg, begin_ts) or msg.segmentID in self.ctx.dropped_segments:
+        if self._dml_filtered(msg) or msg.segmentID in self.ctx.dropped_segments:
             return
         if self.replay is not None and not self.replay.admit(msg.segmentID, end_ts):
             return
+        self._check_seal(msg.segmentID, end_ts)
         cols, n = decode.insert_columns(self.layout, msg)
-        self.writer.add_insert(msg.segmentID, msg.partitionID, cols, n, nbytes, offset, begin_ts, end_ts)
+        self._write(partial(self.writer.add_insert, msg.segmentID, msg.partitionID, cols, n, nbytes, offset,
+                            begin_ts, end_ts))
         self.inserted += n
 
+    def _check_seal(self, segment: int, end_ts: int) -> None:
+        """A sealed segment takes no row after its seal ts; during a flush, a segment whose rows
+        reach the flush ts is sealed at it (``Portion.sealed``)."""
+        sealed_at = self.sealed.get(segment)
+        if sealed_at is not None and end_ts > sealed_at:
+            raise decode.Reject(f"insert into segment {segment} with EndTs {end_ts}, after the segment was sealed "
+                                f"at ts {sealed_at}: a sealed segment takes no more rows")
+        if sealed_at is None and self.ctx.flush_ts and end_ts <= self.ctx.flush_ts:
+            self.sealed[segment] = self.ctx.flush_ts
+            self.newly_sealed.append(segment)
+
     def _delete(self, offset: int, msg) -> None:
-        if not msg.timestamps:
-            raise decode.Reject("delete without timestamps")
-        if self._dml_filtered(msg, min(msg.timestamps)):
+        if self._dml_filtered(msg):
             return
         keys, ts, n = decode.delete_columns(self.layout, msg)
         if offset < self.ctx.delete_watermark:
             return  # committed by an earlier attempt of this range
-        self.writer.add_delete(msg.partitionID, keys, ts)
+        self._write(partial(self.writer.add_delete, msg.partitionID, keys, ts))
         self.deleted += n
 
-    def tick(self, ts: int) -> None:
-        """A TimeTick; only routers with an active replay filter need each one."""
+    def _write(self, write: Callable[[], None]) -> None:
+        if self._order is not None:
+            self._deferred.append(write)
+        else:
+            write()
+
+    @property
+    def needs_ticks(self) -> bool:
+        """Whether the dispatcher must hand it every TimeTick (the others only need the last one)."""
+        return self.seeking or self._order is not None
+
+    def tick(self, ts: int, offset: int) -> None:
+        """A TimeTick at ``offset``: ends the seek, releases a pack in pack order."""
+        if self.seeking and ts >= self.ctx.seek_ts:
+            self.seeking = False
+        if self._order is None:
+            return
+        for apply in self._order.release(ts):
+            apply()
         self.replay.on_tick(ts)
+        if not self.replay.active:       # nothing left to drop: the held messages go through in order
+            for apply in self._order.release_all():
+                apply()
+        if not self._order.holding:
+            self._clean_tick(offset + 1, ts)
+            if not self.replay.active:
+                self._order = None
+
+    def _clean_tick(self, end: int, ts: int) -> None:
+        for write in self._deferred:
+            write()
+        self._deferred = []
+        self._clean = _CleanTick(end, ts, self.replay.to_json() if self.replay.active else None, self._counters(),
+                                 len(self.events), len(self.newly_sealed))
+
+    def _counters(self) -> tuple[int, ...]:
+        return self.dml_messages, self.dml_bytes, self.inserted, self.deleted, self.quarantined
 
     def control(self, offset: int, msg_type: int, msg) -> None:
         """Flush (already matched by collection name) or a drop of this vchannel's collection."""
         ts = msg.base.timestamp
+        if self._skipped_by_seek(ts):
+            return
+        apply = partial(self._apply_control, offset, msg_type, msg, ts)
+        if self._order is not None:
+            self._order.add(ts, apply)
+        else:
+            apply()
+
+    def _apply_control(self, offset: int, msg_type: int, msg, ts: int) -> None:
         if msg_type == decode.MSG_FLUSH:
             self.events.append(ControlEvent(FLUSH, offset, ts))
         elif msg_type == decode.MSG_DROP_COLLECTION:
@@ -103,18 +204,35 @@ class VchannelRouter:
         self.quarantined += 1
         if offset < self.ctx.quarantine_watermark:
             return  # recorded by an earlier, committed attempt
-        self.writer.add_quarantine(QuarantineRow(self.ctx.vchannel, self.ctx.pchannel, self.ctx.partition, offset, msg_type,
-                                                 reason, value or b""))
+        self._write(partial(self.writer.add_quarantine, QuarantineRow(
+            self.ctx.vchannel, self.ctx.pchannel, self.ctx.partition, offset, msg_type, reason, value or b"")))
 
     # -- results -------------------------------------------------------------------------
     def finish(self, max_tick: int) -> Portion:
+        """``max_tick``: the range's last TimeTick if this vchannel read it, else 0."""
+        end, replay = self.end, self.replay.to_json() if self.replay is not None and self.replay.active else None
+        if self._order is not None and self._order.holding:
+            clean = self._clean
+            if clean is not None:     # end at the last clean tick: the rest is read again next batch
+                end, max_tick, replay = clean.end, clean.ts, clean.replay
+                (self.dml_messages, self.dml_bytes, self.inserted, self.deleted, self.quarantined) = clean.counters
+                del self.events[clean.events:]
+                for segment in self.newly_sealed[clean.sealed:]:
+                    del self.sealed[segment]
+                del self.newly_sealed[clean.sealed:]
+                self._deferred = []
+            else:                     # no clean tick in the whole range: nothing done, a longer range next
+                if self._writer is not None:
+                    self._writer.abort()
+                return Portion(self.ctx.vchannel, self.first, self.first, tickless=self.end - self.first)
+        for write in self._deferred:
+            write()
         files = tuple(self._writer.close()) if self._writer is not None else ()
         stats = PortionStats(max_tick, self.dml_messages, self.dml_bytes, self.inserted, self.deleted,
                              self.quarantined)
-        replay = self.replay.to_json() if self.replay is not None and self.replay.active else None
-        return Portion(self.ctx.vchannel, self.first, self.end, files,
+        return Portion(self.ctx.vchannel, self.first, end, files,
                        dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
-                       replay)
+                       replay, sealed=tuple(self.newly_sealed))
 
     def fail(self, error: str) -> Portion:
         """The vchannel failed in this task: its files are deleted, its portion carries the error."""

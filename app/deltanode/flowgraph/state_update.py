@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, FileEntry
-from ..storage.channel_state import DROPPED, FLUSHED, GROWING, ChannelState, SegmentMeta
+from ..storage.channel_state import DROPPED, FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
 from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, Portion, PortionStats
+from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST
 
 
 class BatchRangeError(RuntimeError):
@@ -92,10 +93,15 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
                 seg = new.segments[seg_id] = SegmentMeta(seg_id, st.partition_id, GROWING,
                                                          start_offset=st.first_offset, start_ts=st.first_ts)
             seg.num_rows += st.rows
+            seg.size_bytes += st.bytes
             seg.dml_ts = max(seg.dml_ts, st.max_ts)
             seg.dml_offset = end
             if seg.start_offset < 0 or st.first_offset < seg.start_offset:
                 seg.start_offset, seg.start_ts = st.first_offset, st.first_ts
+    for seg_id in (s for p in portions for s in p.sealed):
+        seg = new.segments[seg_id]
+        if seg.state == GROWING:   # first rows read after the flush request, up to its ts
+            seg.state, seg.sealed_ts, seg.seal_reason = SEALED, new.flush_ts, FLUSH_REQUEST
     before_dropped = state.dropped_segments()
     events = sorted((e for p in portions for e in p.events), key=lambda e: e.offset)
     for e in events:
@@ -104,6 +110,7 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
             for seg in new.segments.values():
                 if seg.state == GROWING and 0 <= seg.start_offset < e.offset:
                     seg.state, seg.dml_offset = FLUSHED, end
+                    seg.sealed_ts, seg.seal_reason = e.ts, FLUSH_MESSAGE
         elif e.kind == DROP_PARTITION:
             if e.partition_id not in new.dropped_partitions:
                 new.dropped_partitions.append(e.partition_id)
@@ -117,6 +124,15 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
     stats = [p.stats for p in portions]
     new.checkpoint_offset = end
     new.checkpoint_ts = max([new.checkpoint_ts] + [s.max_tick for s in stats])
+    if new.seek_ts and any(s.max_tick >= new.seek_ts for s in stats):
+        new.seek_ts = 0    # the seek's TimeTick came: the seek rule is over (route.py)
+    # A tick at or past a segment's seal ts: every row up to it was written before the tick, so
+    # read by now (this batch or an earlier one): the segment is final, Flushed in this commit.
+    flushed = [seg for seg in new.segments.values() if seg.state == SEALED and seg.sealed_ts <= new.checkpoint_ts]
+    for seg in flushed:
+        seg.state, seg.dml_offset = FLUSHED, end
+    if new.flush_ts and new.checkpoint_ts >= new.flush_ts:
+        new.flush_ts = 0
     if len(portions) == 1:
         new.replay = portions[0].replay
     elif any(p.replay is not None for p in portions):
@@ -128,8 +144,9 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
     new.dml_messages += total.dml_messages
     new.dml_bytes += total.dml_bytes
     files = tuple(f for p in portions for f in p.files)
+    sealing = bool(flushed) or any(p.sealed for p in portions) or (state.flush_ts and not new.flush_ts)
     idle = (not events and not files and not any(p.segments for p in portions) and new.replay == state.replay
-            and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
+            and not sealing and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
     return BatchOutcome(new, start, end, files, frozenset(new.dropped_segments() - before_dropped),
                         total.inserted_rows, total.deleted_rows, total.quarantined, total.dml_messages, idle,
-                        urgent=bool(events) or new.replay != state.replay)
+                        urgent=bool(events) or new.replay != state.replay or sealing)

@@ -21,6 +21,7 @@ from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .context import RouteContext
 from .recovery import initial_state
+from .seal_policy import SealSettings, seal_by_policies, seal_for_flush
 from .state_update import BatchOutcome
 
 MAX_BACKOFF = 60.0
@@ -86,6 +87,7 @@ class VchannelFlowgraph:
         self.pending_since: float | None = None   # monotonic time the oldest uncommitted data was read
         self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
         self.read_size: float | None = None       # bytes per message of its last ranges, once read
+        self.min_range = 0                        # messages its next range needs (pack order: to reach a tick)
         self.consumed = Consumed()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -122,7 +124,7 @@ class VchannelFlowgraph:
         return RouteContext(self.vchannel, self.collection_id, self.schema.name, self.pchannel, w.partition,
                             w.checkpoint_offset, w.seek_ts, frozenset(w.dropped_segments()),
                             frozenset(w.dropped_partitions), w.collection_dropped, w.replay,
-                            wm.delete or 0, wm.quarantine or 0)
+                            wm.delete or 0, wm.quarantine or 0, w.flush_ts, w.sealed_segments())
 
     def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
         """``read_size``: bytes per message of the ranges this batch came from."""
@@ -131,12 +133,34 @@ class VchannelFlowgraph:
         if read_size:
             self.read_size = read_size
         self.pending.append(outcome)
+        self.min_range = 0
         if not outcome.idle and self.pending_since is None:
             self.pending_since = now
         if outcome.state.collection_dropped:
             self.status = DROPPED   # nothing more to read; the commit of the drop is still due
         if self.failures and now - self.retry_at > MAX_BACKOFF:
             self.failures = 0       # a minute of running since the last failure: start the backoff over
+
+    def request_flush(self, flush_ts: int) -> bool:
+        """Seal its segments for a flush at ``flush_ts`` (once per request); whether it did."""
+        sealed = seal_for_flush(self.working, flush_ts) if self.working is not None else None
+        if sealed is not None:
+            self.working = sealed
+        return sealed is not None
+
+    def seal_due(self, settings: SealSettings) -> list[int]:
+        """Seal the Growing segments a seal policy says are due; their ids."""
+        sealed = seal_by_policies(self.working, settings) if self.working is not None else None
+        if sealed is None:
+            return []
+        due = [s for s, seg in sealed.segments.items() if seg.state != self.working.segments[s].state]
+        self.working = sealed
+        return due
+
+    def read_without_tick(self, messages: int) -> None:
+        """Its replay filter's pack order found no TimeTick to end at in ``messages``: the next range
+        is twice as long (up to the high watermark, where it waits for the next tick)."""
+        self.min_range = max(2 * messages, 2)
 
     def skip_gap(self, position: int) -> None:
         """Move past positions the broker has no message at (a Pulsar ledger boundary): the next

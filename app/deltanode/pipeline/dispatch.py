@@ -1,8 +1,8 @@
 """One offset range of a pchannel, dispatched to the routers of its vchannels (executor).
 
 Each message is parsed once, whatever the number of vchannels it concerns: an Insert or
-Delete goes to the router of its ``shardName``, a TimeTick to every router whose replay filter
-is active (the others only need the last tick, read at the end), a Flush to the routers of
+Delete goes to the router of its ``shardName``, a TimeTick to every router still seeking or
+whose replay filter is active (the others only need the last tick, read at the end), a Flush to the routers of
 the collections it names, a drop to the routers of its collection. A message that does not
 parse cannot name its vchannel: it is quarantined once, under the first vchannel (by name)
 that reads its offset. A router that raises is failed alone; the range goes on for the rest.
@@ -25,7 +25,7 @@ class PchannelDispatcher:
         for r in self.routers:
             self._by_collection.setdefault(r.ctx.collection_id, []).append(r)
             self._by_name.setdefault(r.ctx.collection_name, []).append(r)
-        self._replaying = [r for r in self.routers if r.replay is not None]
+        self._ticked = [r for r in self.routers if r.needs_ticks]
         self._failed: dict[str, str] = {}
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
@@ -53,9 +53,9 @@ class PchannelDispatcher:
         elif msg_type == decode.MSG_TIME_TICK:
             ts = msg.base.timestamp
             self._tick = (max(ts, self._tick[0]), offset)
-            for router in self._replaying:
-                if router.first <= offset and router.replay is not None:
-                    self._call(router, router.tick, ts)
+            for router in self._ticked:
+                if router.first <= offset and router.needs_ticks:
+                    self._call(router, router.tick, ts, offset)
         elif msg_type == decode.MSG_FLUSH:
             for name in msg.collection_names:
                 for router in self._by_name.get(name, ()):

@@ -32,12 +32,14 @@ from pyspark.sql import SparkSession
 
 from ..faults import crash_point
 from ..flowgraph.results import Portion, ReadStats
+from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
 from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, Snapshot, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..storage import meta
 from ..storage.binlog_writer import INSERT_TABLE
 from ..storage.channel_state import DROPPED as SEGMENT_DROPPED
+from ..storage.channel_state import SEALED
 from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, discard
 from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
@@ -73,6 +75,7 @@ class PipelineSettings:
     sync: SyncSettings = SyncSettings()
     trigger_interval: float = 1.0
     compaction: CompactionSettings = CompactionSettings()
+    seal: SealSettings = SealSettings()
 
 
 @dataclass
@@ -134,6 +137,15 @@ class Pipeline:
         # collection starts at the threshold: its files from before this node are looked at once)
         self._new_files: dict[int, int] = {}
         self.compactor = Compactor(spark, storage, self, settings.compaction)
+        self._flushes: dict[int, int] = {}          # collection id -> the latest flush ts requested
+
+    def request_flush(self, collection_id: int, flush_ts: int) -> None:
+        """Flush the collection's vchannels on this node at ``flush_ts`` (seal_policy.py); each
+        takes it at the start of a cycle, once: a request it took before is ignored. Any thread."""
+        with self._lock:
+            if flush_ts > self._flushes.get(collection_id, 0):
+                self._flushes[collection_id] = flush_ts
+        self._wake.set()
 
     # -- membership ------------------------------------------------------------------------
     def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
@@ -286,11 +298,14 @@ class Pipeline:
             self._busy = set(members)
         self._reload_failed(members, now, report)
         readable = [fg for fg in members.values() if fg.readable]
+        self._seal(readable)
         highs = self._highs(readable, report, now)
         readable = [fg for fg in readable if fg.readable]
         averages = self._message_sizes(readable)
         plan = plan_cycle([Position(fg.vchannel, fg.pchannel, fg.working.partition, fg.next_offset,
-                                    fg.working.replay is not None) for fg in readable],
+                                    fg.working.replay is not None or fg.working.seek_ts > 0
+                                    or fg.working.flush_ts > 0, fg.min_range)
+                               for fg in readable],
                           highs, averages, self.settings.limits)
         for vchannel, why in plan.lost.items():
             self._fail(members[vchannel], f"BrokerError: {why}", now, report)
@@ -406,6 +421,10 @@ class Pipeline:
                 discard(self.storage, fg.collection_id, files)
                 self._fail(fg, errors[0], now, report)
                 continue
+            tickless = sum(p.tickless for p in portions)
+            if tickless:
+                fg.read_without_tick(tickless)
+                continue
             portions, retracted = retract_after_drops(portions)
             discard(self.storage, fg.collection_id, retracted)
             try:
@@ -423,6 +442,22 @@ class Pipeline:
             for fg in members.values():
                 if fg.pchannel == read.pchannel and fg.status == RUNNING and fg.next_offset == read.end:
                     fg.skip_gap(read.next_position)
+
+    def _seal(self, readable: list[VchannelFlowgraph]) -> None:
+        """Flush requests and seal policies, before the cycle reads (its batches seal the segments
+        first seen up to a flush ts, and flush what a tick reaches: state_update.advance)."""
+        with self._lock:
+            flushes = dict(self._flushes)
+        for fg in readable:
+            flush_ts = flushes.get(fg.collection_id)
+            if flush_ts and fg.request_flush(flush_ts):
+                log.info("%s: flush at ts %d: segments %s sealed at %d", fg.vchannel, flush_ts,
+                         sorted(s.segment_id for s in fg.working.segments.values() if s.state == SEALED),
+                         fg.working.flush_ts)
+            due = fg.seal_due(self.settings.seal)
+            if due:
+                log.info("%s: segments %s sealed (%s)", fg.vchannel, due,
+                         ", ".join(sorted({fg.working.segments[s].seal_reason for s in due})))
 
     def _learn(self, read: ReadStats, report: CycleReport) -> None:
         """Per pchannel: bytes per DML message as reads see them, at once up, a tenth per read down."""

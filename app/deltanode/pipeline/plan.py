@@ -31,7 +31,8 @@ class Position:
     pchannel: str
     partition: int
     next_offset: int
-    replaying: bool = False   # its replay filter is active: its ranges are not split (order matters)
+    replaying: bool = False   # seeking or its replay filter active: its ranges are not split (order matters)
+    min_messages: int = 0     # its range must hold this many messages, limits allowing (to reach a TimeTick)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
         lane_wants = [w for w in wants if w.lane == lane and w.limit > w.first]
         grants = _water_fill(lane_wants, averages, limits.max_messages, budget)
         for w, n in zip(lane_wants, grants):
+            n = max(n, min(w.limit - w.first, max((p.next_offset - w.first + p.min_messages for p in w.members
+                                                   if p.min_messages), default=0)))
             end = w.first + n
             capped = capped or end < w.limit
             members = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))

@@ -62,6 +62,7 @@ class SegmentStats:
     max_ts: int = 0
     first_offset: int = -1
     first_ts: int = 0
+    bytes: int = 0          # wire bytes of the messages
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ class BinlogWriter:
         if st is None:
             st = self.segments[segment] = SegmentStats(partition, 0, min_ts, max_ts, offset, min_ts)
         st.rows += rows
+        st.bytes += nbytes
         st.min_ts, st.max_ts = min(st.min_ts, min_ts), max(st.max_ts, max_ts)
         if offset < st.first_offset:
             st.first_offset, st.first_ts = offset, min_ts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, replace
 
-GROWING, FLUSHED, DROPPED = "Growing", "Flushed", "Dropped"
+GROWING, SEALED, FLUSHED, DROPPED = "Growing", "Sealed", "Flushed", "Dropped"
 STATES_KEY = "deltanode.channel_states"
 
 
@@ -25,6 +25,9 @@ class SegmentMeta:
     start_ts: int = 0
     dml_offset: int = -1     # the channel checkpoint when the segment last changed
     dml_ts: int = 0          # the largest EndTs of the segment's committed inserts
+    size_bytes: int = 0      # wire bytes of its inserts (Milvus sizes segments by their rows' memory)
+    sealed_ts: int = 0       # Sealed or Flushed: no row after this ts belongs to it (0: not recorded)
+    seal_reason: str = ""    # flush, flush message, size, lifetime, idle (seal_policy.py)
 
 
 @dataclass
@@ -39,7 +42,9 @@ class ChannelState:
     dropped_partitions: list[int] = field(default_factory=list)
     collection_dropped: bool = False
     replay: dict | None = None   # ReplayFilter state while the filter is still active
-    seek_ts: int = 0             # skip DML with BeginTs <= seek_ts (Milvus timetick-stream seek)
+    seek_ts: int = 0             # after a seek: skip messages with BeginTs <= seek_ts until a tick >= it
+    flush_ts: int = 0            # a flush in progress: Sealed segments become Flushed once a tick reaches it
+    flush_requested_ts: int = 0  # the latest flush request taken (its flush ts; a replayed request is ignored)
     node_id: int = 0
     batches: int = 0
     rows: int = 0
@@ -48,6 +53,11 @@ class ChannelState:
 
     def average_dml_bytes(self) -> float | None:
         return self.dml_bytes / self.dml_messages if self.dml_messages else None
+
+    def sealed_segments(self) -> dict[int, int]:
+        """Segment -> the ts after which it takes no row (Sealed and Flushed segments that recorded one)."""
+        return {s.segment_id: s.sealed_ts for s in self.segments.values()
+                if s.state in (SEALED, FLUSHED) and s.sealed_ts}
 
     def dropped_segments(self) -> set[int]:
         return {s.segment_id for s in self.segments.values() if s.state == DROPPED}
