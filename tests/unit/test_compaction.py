@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from deltanode.pipeline.compactor import Compactor
 from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
 from deltanode.storage.compaction import (CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment,
                                           rewrite, segment_of)
@@ -107,3 +108,36 @@ def test_a_rewrite_read_longer_ago_than_the_log_remembers_removes_is_refused(tmp
     with pytest.raises(FilesRemoved):   # three versions later: its removes are no longer known
         commit_rewrites(c.insert_log(), version, [(task, rewrite(task))], {"v": more + 3})
     assert pks_in(storage) == [1, 2, 3, 4, 5]
+
+
+class OneCollection:
+    """The compactor's view of a node holding collection 1 (only ``collection_ids`` is asked)."""
+
+    def collection_ids(self) -> list[int]:
+        return [1]
+
+
+def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_whoever_removed_it(tmp_path, monkeypatch):
+    """What a restart keeps the in-memory queue from deleting: a rewrite's inputs removed 3 h ago
+    go (retention 1 h), the ones removed now stay, so do live and uncommitted files."""
+    storage = StorageLayout(str(tmp_path))
+    c = committer(storage)
+    end = commit_batches(storage, c, [[1], [2]])
+    version, (old_task,) = plan(storage, c)
+    real_time = delta_log.time.time
+    monkeypatch.setattr(delta_log.time, "time", lambda: real_time() - 3 * 3600)
+    commit_rewrites(c.insert_log(), version, [(old_task, rewrite(old_task))], {"v": end})
+    monkeypatch.setattr(delta_log.time, "time", real_time)
+    state = ChannelState("v", 1, "p", checkpoint_offset=end + 1)
+    c.commit([VchannelSync(state, Watermarks(end), written(storage, [3]))])
+    version, (new_task,) = plan(storage, c)
+    commit_rewrites(c.insert_log(), version, [(new_task, rewrite(new_task))], {"v": end + 1})
+    uncommitted = written(storage, [4])
+    root = tmp_path / "insert_log" / "1"
+    on_disk = lambda: {str(p.relative_to(root)) for p in root.rglob("*.parquet")}  # noqa: E731
+    before = on_disk()
+    compactor = Compactor(None, storage, OneCollection(), CompactionSettings(retention=3600))
+    assert compactor.sweep() == len(old_task.inputs) == 2
+    assert before - on_disk() == {f.path for f in old_task.inputs}
+    assert {f.path for f in new_task.inputs} <= on_disk() and uncommitted[0].path in on_disk()
+    assert pks_in(storage) == [1, 2, 3]

@@ -9,12 +9,17 @@ and commits each collection's rewrites under the collection's commit lock, so th
 process the pipeline's commits and the compaction's never interleave; other writers are kept
 out by the commit's own checks. A refused or failed rewrite deletes what it wrote and stops
 nothing: the files stay and are tried again in a later round. Files replaced by a rewrite are
-deleted ``retention`` seconds after its commit.
+deleted ``retention`` seconds after its commit. A sweep at the first round and every hour (or
+``retention``, if longer) deletes what any process's commits removed (rewrites, dropped
+segments and partitions) more than ``retention`` ago on this node's collections, what a
+restart kept the in-memory queue from deleting: the tables' tombstones, as delta-rs's vacuum
+lists them (``vacuum(dry_run=True)``: it lists, DeltaNode deletes, no commit is written).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -25,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from ..storage.binlog_writer import INSERT_TABLE, FileEntry
-from ..storage.commit import CollectionCommitter, delete_files
+from ..storage.commit import CollectionCommitter, delete_files, delete_paths
 from ..storage.compaction import CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment, \
     rewrite, segment_of
 from ..storage.delta_log import FilesRemoved, TxnMoved
@@ -37,6 +42,7 @@ JOB_GROUP = "deltanode-compaction"
 POOL = "deltanode-compaction"
 REWRITES_PER_TASK = 8
 TASKS_PER_JOB = 8
+SWEEP_EVERY = 3600.0   # seconds between sweeps, at least (``retention`` if longer)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,9 @@ class Members(Protocol):
 
     def compaction_targets(self, min_new_files: int) -> list[CompactionTarget]:
         """Collections with ``min_new_files`` insert files committed since they were last returned."""
+
+    def collection_ids(self) -> list[int]:
+        """The collections of the vchannels on this node."""
 
     def compactable(self, vchannel: str, segment_id: int) -> int | None:
         """The vchannel's insert txn as this node last committed or loaded it, while this node runs it
@@ -96,6 +105,7 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self._replaced: deque[_Replaced] = deque()
         self.rounds: deque[RoundReport] = deque(maxlen=20)      # the latest rounds
+        self._next_sweep = 0.0                                     # monotonic
         self.totals = RoundReport()                                # every round since the start
 
     def start(self) -> Compactor:
@@ -119,6 +129,12 @@ class Compactor:
             except Exception:  # noqa: BLE001 - compaction is an optimisation: log and try next round
                 log.exception("compaction round failed; the next one tries again")
             self.vacuum(time.time())
+            if time.monotonic() >= self._next_sweep:
+                self._next_sweep = time.monotonic() + max(SWEEP_EVERY, self.settings.retention)
+                try:
+                    self.sweep()
+                except Exception:  # noqa: BLE001 - the next sweep tries again
+                    log.exception("sweeping removed files failed; the next sweep tries again")
 
     # -- a round ---------------------------------------------------------------------------------
     def run_once(self, every_collection: bool = False) -> RoundReport:
@@ -224,6 +240,23 @@ class Compactor:
         report.files_out += len(kept)
         inputs = [FileEntry(INSERT_TABLE, f.path, f.size, f.rows, "") for r, _ in kept for f in r.inputs]
         self._replaced.append(_Replaced(time.time() + self.settings.retention, insert_log.uri, inputs))
+
+    def sweep(self) -> int:
+        """Delete the files this node's tables removed more than ``retention`` ago (delta-rs counts
+        retention in whole hours: rounded up); how many."""
+        hours = math.ceil(self.settings.retention / 3600)
+        deleted = 0
+        for collection_id in self.members.collection_ids():
+            for uri in (self.storage.insert_log(collection_id), self.storage.delta_log(collection_id)):
+                table = open_table(uri, self.storage.delta_options(uri))
+                if table is None:
+                    continue
+                paths = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+                delete_paths(self.storage, uri, paths)
+                deleted += len(paths)
+        if deleted:
+            log.info("compaction: deleted %d file(s) removed from the tables over %d h ago", deleted, hours)
+        return deleted
 
     def vacuum(self, now: float) -> int:
         """Delete the files rewrites replaced ``retention`` seconds ago or earlier; how many."""

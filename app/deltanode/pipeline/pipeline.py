@@ -194,6 +194,11 @@ class Pipeline:
             return found
 
     # -- compaction (``Compactor`` asks, from its own thread) ---------------------------------------
+    def collection_ids(self) -> list[int]:
+        """The collections of the vchannels on this node."""
+        with self._lock:
+            return sorted({fg.collection_id for fg in self._members.values()})
+
     def compaction_targets(self, min_new_files: int) -> list[CompactionTarget]:
         """Collections into which ``min_new_files`` insert files or more were committed since they
         were last returned, with the live segments of their running vchannels."""

@@ -78,10 +78,15 @@ class SyncResult:
 
 
 def delete_files(storage: StorageLayout, root: str, files: list[FileEntry]) -> None:
+    delete_paths(storage, root, [f.path for f in files])
+
+
+def delete_paths(storage: StorageLayout, root: str, paths: list[str]) -> None:
+    """Delete files of the table at ``root`` (paths relative to it); a missing one is no error."""
     fs, base = storage.filesystem(root)
-    for f in files:
+    for path in paths:
         try:
-            fs.delete_file(f"{base}/{f.path}")
+            fs.delete_file(f"{base}/{path}")
         except FileNotFoundError:
             pass
 
