@@ -338,6 +338,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datacoord.channel.balance", "bool", "true",
        "move channels, one at a time, from the most loaded DataNode to one holding two or more fewer "
        "(a DataNode that joins takes over its share)"),
+    _k("standalone.timetick.interval", "duration", "200ms",
+       "standalone only: a TimeTick on every pchannel this often, as Milvus's rootcoord writes them "
+       "(0: none; then only producers' ticks move checkpoints and flushes)", min=0),
     _k("standalone.progress.interval", "duration", "10s",
        "standalone: how often progress is logged", min=0.1),
     _k("metrics.port", "int", "0",

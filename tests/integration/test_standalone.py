@@ -104,6 +104,20 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         (tmp_path / "metrics.txt").write_text(text)
         assert "rows in" in (tmp_path / "standalone.log").read_text()  # progress reports
         assert "warm-up done" in (tmp_path / "standalone.log").read_text()
+        # Milvus's Flush on idle channels: the standalone's own TimeTicks carry it through.
+        rc, flushed = admin(env, "flush", "--collection", "books", "--timeout", "60")
+        assert rc == 0 and flushed["flushed"] is True, flushed
+        assert sorted(s["segment_id"] for s in flushed["segments"]) == sorted(produced["segments"])
+        assert sum(s["num_rows"] for s in flushed["segments"]) == 2000
+        rc, more = admin(env, "produce", "--collection", "books", "--messages", "4", "--rows", "100", "--deletes", "0")
+        assert rc == 0 and not set(more["segments"]) & set(produced["segments"])
+        deadline = time.monotonic() + 60
+        while committed_rows() < 2400:
+            assert time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-3000:]
+            time.sleep(1)
+        rc, segments = admin(env, "show-segments", "--collection", "books")
+        assert {s["segment_id"]: s["state"] for s in segments} == {
+            **{s: "Flushed" for s in produced["segments"]}, **{s: "Growing" for s in more["segments"]}}
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
         try:

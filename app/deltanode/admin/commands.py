@@ -148,7 +148,8 @@ def _flush_pending(state, flush_ts: int) -> str | None:
     if state.collection_dropped:
         return None
     if state.flush_requested_ts < flush_ts:
-        return "request not taken yet (is a DataNode serving it?)"
+        return ("not in its committed state yet (a DataNode serving it commits the request with its next "
+                "batch, once a TimeTick comes)")
     if state.flush_ts:
         return f"checkpoint ts {state.checkpoint_ts} has not reached the flush ts {state.flush_ts}"
     return None

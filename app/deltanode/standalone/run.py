@@ -1,4 +1,5 @@
-"""``./spark-submit.sh standalone``: embedded services, a channel assigner and one DataNode."""
+"""``./spark-submit.sh standalone``: embedded services, rootcoord's TimeTicks, a channel assigner
+and one DataNode."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..storage.layout import StorageLayout
 from ..wire.positions import CODECS
 from ..wire.names import pchannel_name
 from .lifecycle import ServiceGroup
+from .timeticks import TimeTicker
 
 log = logging.getLogger("deltanode.standalone")
 
@@ -31,6 +33,9 @@ def run(conf: Conf) -> int:
         created = broker.create_topics(pchannels)
         if created:
             log.info("created %d pchannel topics on %s", len(created), broker.address)
+        if conf.get("standalone.timetick.interval") > 0:
+            ticker = TimeTicker(broker, pchannels, conf.get("standalone.timetick.interval")).start()
+            group.add("timeticks", ticker.stop)
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
