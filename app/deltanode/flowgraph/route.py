@@ -84,16 +84,12 @@ class VchannelRouter:
         except decode.Reject as e:
             self.quarantine(offset, value, str(e), msg_type)
             return
-        if self._skipped_by_seek(min(msg.timestamps)):
+        if self.seeking and min(msg.timestamps) <= self.ctx.seek_ts:
             return
-        apply = partial(self._apply_dml, offset, msg_type, msg, value)
         if self._order is not None:
-            self._order.add(max(msg.timestamps), apply)
+            self._order.add(max(msg.timestamps), partial(self._apply_dml, offset, msg_type, msg, value))
         else:
-            apply()
-
-    def _skipped_by_seek(self, begin_ts: int) -> bool:
-        return self.seeking and begin_ts <= self.ctx.seek_ts
+            self._apply_dml(offset, msg_type, msg, value)
 
     def _apply_dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
         try:
@@ -142,6 +138,7 @@ class VchannelRouter:
         self.deleted += n
 
     def _write(self, write: Callable[[], None]) -> None:
+        """Now, or at the next clean tick under pack order (a portion cut there must not hold it)."""
         if self._order is not None:
             self._deferred.append(write)
         else:
@@ -182,13 +179,12 @@ class VchannelRouter:
     def control(self, offset: int, msg_type: int, msg) -> None:
         """Flush (already matched by collection name) or a drop of this vchannel's collection."""
         ts = msg.base.timestamp
-        if self._skipped_by_seek(ts):
+        if self.seeking and ts <= self.ctx.seek_ts:
             return
-        apply = partial(self._apply_control, offset, msg_type, msg, ts)
         if self._order is not None:
-            self._order.add(ts, apply)
+            self._order.add(ts, partial(self._apply_control, offset, msg_type, msg, ts))
         else:
-            apply()
+            self._apply_control(offset, msg_type, msg, ts)
 
     def _apply_control(self, offset: int, msg_type: int, msg, ts: int) -> None:
         if msg_type == decode.MSG_FLUSH:
