@@ -6,6 +6,7 @@ executor side: bounded reads of offset ranges (``read_ranges``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+
+log = logging.getLogger(__name__)
 
 Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
 
@@ -89,7 +92,14 @@ class Sender:
         return self._producer.flush(timeout)
 
     def close(self) -> None:
-        self._producer.flush(5)
+        """Delivers what is queued (5 s at most), then closes the client, so that it neither keeps
+        reconnecting to a broker that stops after it nor blocks on messages no broker took."""
+        left = self._producer.flush(5)
+        if left:
+            log.warning("closing a producer with %d message(s) no broker took in 5 s: dropped", left)
+            self._producer.purge()
+            self._producer.poll(0)
+        self._producer.close()
 
 
 def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0, *,

@@ -89,7 +89,9 @@ class Proxy:
         self.lock = threading.RLock()
 
     def close(self) -> None:
-        self.sender.close()
+        """Closes the producer once a message being sent (a ticker's, say) is out."""
+        with self.lock:
+            self.sender.close()
 
 
 class MilvusProducer:
@@ -190,6 +192,8 @@ def ticker(producer: MilvusProducer, pchannels: list[str], stop: threading.Event
     def run() -> None:
         while not stop.wait(interval):
             for p in pchannels:
+                if stop.is_set():   # the proxy may be closing
+                    return
                 producer.tick(p)
     t = threading.Thread(target=run, name="timetick", daemon=True)
     t.start()
