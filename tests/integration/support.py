@@ -19,7 +19,7 @@ from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import open_table, read_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -52,8 +52,8 @@ class Collection:
         return (table.transaction_version(vchannel) or 0) if table else 0
 
     def insert_rows(self) -> list[dict]:
-        table = open_table(self.storage.insert_log(self.collection_id))
-        return table.to_pyarrow_table().to_pylist() if table else []
+        table = read_table(self.storage, self.storage.insert_log(self.collection_id))
+        return table.to_pylist() if table else []
 
     def state(self, vchannel: str):
         return meta.channel_state(self.storage, self.collection_id, vchannel)
@@ -193,8 +193,8 @@ spark.log.level = ERROR
 
     def rows(self) -> list[int]:
         """The primary keys in the collection's insert_log."""
-        table = open_table(self.storage.insert_log(self.record.collection_id))
-        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"])
+        return table.column("pk").to_pylist() if table else []
 
     def wait_committed(self, timeout: float, what: str) -> None:
         wait_for_checkpoints(self.producer, self.storage, self.record.collection_id, self.record.pchannels,
@@ -246,6 +246,6 @@ class TwoShards:
         self.producer.flush_producer()
 
     def rows(self) -> list[tuple[int, int]]:
-        table = open_table(self.storage.insert_log(self.record.collection_id))
-        return [(self.record.collection_id, pk) for pk in table.to_pyarrow_table().column("pk").to_pylist()] \
+        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"])
+        return [(self.record.collection_id, pk) for pk in table.column("pk").to_pylist()] \
             if table else []

@@ -12,7 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 from deltanode.storage.compaction import CompactionSettings, segment_of
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import open_table, read_table
 
 from .support import data_files_added, settled_watermark, wait_until
 
@@ -80,7 +80,7 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
         assert not dupes, f"{len(dupes)} rows twice, e.g. {dupes[:5]}"
         assert sorted(pks) == sorted(produced[coll.collection_id]), \
             f"{len(set(produced[coll.collection_id]) - set(pks))} rows lost"
-        deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().column("pk").to_pylist()
+        deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).column("pk").to_pylist()
         assert sorted(deletes) == sorted(deleted[coll.collection_id])
         per_segment = segment_files(coll)
         rows = collections.Counter(r["_segment_id"] for r in coll.insert_rows())

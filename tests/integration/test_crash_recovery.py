@@ -13,7 +13,7 @@ import time
 
 import pytest
 from deltanode.faults import COMPACTION_POINTS, CRASH_AT, CRASH_DIR, POINTS
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import open_table, read_table
 
 from .support import ALL_BROKERS, data_files_added, settled_watermark, wait_until
 
@@ -74,7 +74,7 @@ def test_sigkill_then_restart_keeps_every_row_exactly_once(point, mq, make_colle
     rows, _ = exactly_once(coll, produced)
     print(f"{mq.kind} {point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, {rows} after restart, "
           f"0 duplicated")
-    deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().column("pk").to_pylist()
+    deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).column("pk").to_pylist()
     assert sorted(deletes) == sorted(deleted)
     state = coll.state(v)
     assert sum(s.num_rows for s in state.segments.values()) == len(produced)
@@ -114,7 +114,7 @@ def test_sigkill_during_a_compaction_commit_loses_nothing(point, make_collection
     print(f"compaction {point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, {rows} after "
           f"restart, 0 duplicated; {written} binlog files committed, {files} after compaction")
     assert files < written
-    deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().column("pk").to_pylist()
+    deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).column("pk").to_pylist()
     assert sorted(deletes) == sorted(deleted)
     state = coll.state(v)
     assert sum(s.num_rows for s in state.segments.values()) == len(produced)

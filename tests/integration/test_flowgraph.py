@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import open_table, read_table
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 from .support import ALL_BROKERS, settled_watermark, wait_until
@@ -72,9 +72,9 @@ def test_deletes_and_bad_messages_are_recorded_and_the_channel_goes_on(pipelines
     coll.watch(pipelines(splits=1))
     wait_until(caught_up(coll, v, p), timeout=90, what="the channel to pass the bad messages")
     assert len(coll.insert_rows()) == 20
-    deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table()
+    deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id))
     assert sorted(deletes.column("pk").to_pylist()) == [1, 2]
-    quarantine = pa.table(open_table(coll.storage.quarantine()).to_pyarrow_table())
+    quarantine = read_table(coll.storage, coll.storage.quarantine())
     mine = quarantine.filter(pa.compute.equal(quarantine.column("vchannel"), v)).to_pylist()
     reasons = sorted(r["reason"] for r in mine)
     assert len(mine) == 4, reasons
@@ -138,5 +138,5 @@ def test_a_drop_read_by_one_task_filters_what_a_concurrent_later_task_kept(pipel
     assert state.segments[1].num_rows == 15 and state.rows == 25
     rows = coll.insert_rows()
     assert len(rows) == 15 and {r["_partition_id"] for r in rows} == {10}
-    deletes = open_table(coll.storage.delta_log(coll.collection_id)).to_pyarrow_table().to_pylist()
+    deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).to_pylist()
     assert sorted((d["_partition_id"], d["pk"]) for d in deletes) == [(10, 1), (10, 2)]

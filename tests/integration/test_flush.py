@@ -16,7 +16,7 @@ from deltanode.etcd.client import EtcdClient
 from deltanode.storage import meta
 from deltanode.storage.channel_state import FLUSHED, GROWING
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import msg_pb2
 
 from .support import TwoShards, coordinator, wait_until
@@ -73,8 +73,7 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
     assert result.get("rc") == 0, capsys.readouterr().err[-2000:]
     report = json.loads(capsys.readouterr().out)
     flush_ts = report["flush_ts"]
-    rows = open_table(storage.insert_log(record.collection_id)).to_pyarrow_table(
-        columns=["pk", "_segment_id", "_ts"]).to_pylist()
+    rows = read_table(storage, storage.insert_log(record.collection_id), ["pk", "_segment_id", "_ts"]).to_pylist()
     by_segment = collections.Counter(r["_segment_id"] for r in rows)
     states = {seg.segment_id: seg for v in record.vchannels
               for seg in meta.channel_state(storage, record.collection_id, v).segments.values()}
@@ -102,12 +101,11 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
 
 def quarantined(storage: StorageLayout, collection_id: int) -> list[tuple[int, str]]:
     """(pk, reason) of every row of the quarantined InsertRequests."""
-    table = open_table(storage.quarantine())
+    table = read_table(storage, storage.quarantine(), ["payload", "reason"])
     if table is None:
         return []
     out = []
-    for payload, reason in zip(*(table.to_pyarrow_table(columns=["payload", "reason"]).column(c).to_pylist()
-                                 for c in ("payload", "reason"))):
+    for payload, reason in zip(*(table.column(c).to_pylist() for c in ("payload", "reason"))):
         msg = msg_pb2.InsertRequest.FromString(payload)
         if msg.collectionID == collection_id:
             out += [(pk, reason) for pk in msg.rowIDs]

@@ -11,7 +11,7 @@ from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import read_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import vchannel_name
 from deltanode.wire.positions import pulsar_ledger_entry_at
@@ -43,8 +43,8 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
         producer.flush_producer()
 
     def pks() -> list[int]:
-        table = open_table(storage.insert_log(CID))
-        return table.to_pyarrow_table().column("pk").to_pylist() if table else []
+        table = read_table(storage, storage.insert_log(CID), ["pk"])
+        return table.column("pk").to_pylist() if table else []
 
     def run_until_all_committed() -> None:
         pipe = Pipeline(spark, storage, mq, PipelineSettings(Limits(max_messages=40), trigger_interval=0.2)).start()
@@ -66,8 +66,8 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
         proxy.close()
     got = pks()
     dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
-    table = open_table(storage.quarantine())
-    quarantined = table.to_pyarrow_table().select(["offset", "payload"]).to_pylist() if table else []
+    table = read_table(storage, storage.quarantine(), ["offset", "payload"])
+    quarantined = table.to_pylist() if table else []
     at = sorted({pulsar_ledger_entry_at(q["offset"]) for q in quarantined})
     print(f"{mq.kind} pipeline: produced {len(produced)} rows, {len(got)} in Delta, {len(dupes)} duplicated; "
           f"quarantined at (ledger, entry) {at}")

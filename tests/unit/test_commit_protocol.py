@@ -15,7 +15,7 @@ from deltanode.storage.commit import CollectionCommitter, QuarantineLog, Vchanne
 from deltanode.storage.delta_log import DeltaLog, TxnMoved
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import UnsupportedStorage
-from deltanode.storage.tables import open_table
+from deltanode.storage.tables import open_table, read_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -50,7 +50,7 @@ def committer(storage):
 
 def pks_in(storage, table="insert"):
     uri = storage.insert_log(1) if table == "insert" else storage.delta_log(1)
-    return sorted(open_table(uri).to_pyarrow_table().column("pk").to_pylist())
+    return sorted(read_table(storage, uri).column("pk").to_pylist())
 
 
 def test_one_commit_carries_several_vchannels_each_with_its_txn_and_state(tmp_path):

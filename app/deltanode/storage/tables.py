@@ -1,12 +1,13 @@
-"""Opening and creating DeltaNode's Delta tables."""
+"""Opening, creating and reading DeltaNode's Delta tables."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow import fs as pafs
 
-from .layout import TABLE_CONFIG
+from .layout import TABLE_CONFIG, StorageLayout
 
 
 def open_table(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable | None:
@@ -31,3 +32,15 @@ def open_or_create(uri: str, schema: pa.Schema, storage_options: dict[str, str] 
         if table is None:
             raise
         return table
+
+
+def read_table(storage: StorageLayout, uri: str, columns: list[str] | None = None,
+               version: int | None = None) -> pa.Table | None:
+    """The rows of the table at ``uri`` (None when there is none yet), read through pyarrow's own
+    filesystem for ``uri``. Not ``DeltaTable.to_pyarrow_table()``: that reads through delta-rs's
+    filesystem, and a process that did so aborts at its exit in most runs (docs/platform.md)."""
+    table = open_table(uri, storage.delta_options(uri), version)
+    if table is None:
+        return None
+    fs, path = storage.filesystem(uri)
+    return table.to_pyarrow_dataset(filesystem=pafs.SubTreeFileSystem(path, fs)).to_table(columns=columns)
