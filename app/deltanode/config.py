@@ -328,6 +328,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.compaction.retention", "duration", "3h",
        "how long files that compaction replaced stay on disk for readers of older table versions "
        "(Milvus dataCoord.gc.dropTolerance)", min=0),
+    _k("datanode.compaction.orphan.retention", "duration", "24h",
+       "how long a binlog file no commit added (written before a crash, a refused commit) stays on disk "
+       "before the hourly sweep deletes it; at least datanode.compaction.retention "
+       "(Milvus dataCoord.gc.missingTolerance)", min=3600),
     _k("datanode.warmup", "bool", "true",
        "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
        "Spark's Python workers to start"),

@@ -3,6 +3,8 @@ tables (no Spark): the rewrite keeps every row, marks itself OPTIMIZE / dataChan
 refused when a file it rewrites was removed meanwhile or another writer took the vchannel."""
 
 import json
+import os
+import time
 
 import pyarrow as pa
 import pytest
@@ -117,9 +119,10 @@ class OneCollection:
         return [1]
 
 
-def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_whoever_removed_it(tmp_path, monkeypatch):
+def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_and_old_orphans(tmp_path, monkeypatch):
     """What a restart keeps the in-memory queue from deleting: a rewrite's inputs removed 3 h ago
-    go (retention 1 h), the ones removed now stay, so do live and uncommitted files."""
+    go (retention 1 h), the ones removed now stay, so do live files; a file no commit added goes
+    once older than the orphan retention (1 day), a young one stays (its batch may commit yet)."""
     storage = StorageLayout(str(tmp_path))
     c = committer(storage)
     end = commit_batches(storage, c, [[1], [2]])
@@ -133,11 +136,14 @@ def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_whoever_
     version, (new_task,) = plan(storage, c)
     commit_rewrites(c.insert_log(), version, [(new_task, rewrite(new_task))], {"v": end + 1})
     uncommitted = written(storage, [4])
+    orphan = written(storage, [5])      # written before a crash two days ago, never committed
     root = tmp_path / "insert_log" / "1"
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(root / orphan[0].path, (two_days_ago, two_days_ago))
     on_disk = lambda: {str(p.relative_to(root)) for p in root.rglob("*.parquet")}  # noqa: E731
     before = on_disk()
-    compactor = Compactor(None, storage, OneCollection(), CompactionSettings(retention=3600))
-    assert compactor.sweep() == len(old_task.inputs) == 2
-    assert before - on_disk() == {f.path for f in old_task.inputs}
+    compactor = Compactor(None, storage, OneCollection(), CompactionSettings(retention=3600, orphan_retention=86400))
+    assert compactor.sweep() == len(old_task.inputs) + 1 == 3
+    assert before - on_disk() == {f.path for f in old_task.inputs} | {orphan[0].path}
     assert {f.path for f in new_task.inputs} <= on_disk() and uncommitted[0].path in on_disk()
     assert pks_in(storage) == [1, 2, 3]

@@ -13,7 +13,11 @@ deleted ``retention`` seconds after its commit. A sweep at the first round and e
 ``retention``, if longer) deletes what any process's commits removed (rewrites, dropped
 segments and partitions) more than ``retention`` ago on this node's collections, what a
 restart kept the in-memory queue from deleting: the tables' tombstones, as delta-rs's vacuum
-lists them (``vacuum(dry_run=True)``: it lists, DeltaNode deletes, no commit is written).
+lists them (``vacuum(dry_run=True)``: it lists, DeltaNode deletes, no commit is written). The
+same sweep deletes the files no commit ever added once they are ``orphan_retention`` old (a
+crash between a batch's write and its commit, a refused commit; Milvus's garbage collector
+does the same after ``dataCoord.gc.missingTolerance``): delta-rs's full vacuum lists them by
+their modification time.
 """
 
 from __future__ import annotations
@@ -242,21 +246,27 @@ class Compactor:
         self._replaced.append(_Replaced(time.time() + self.settings.retention, insert_log.uri, inputs))
 
     def sweep(self) -> int:
-        """Delete the files this node's tables removed more than ``retention`` ago (delta-rs counts
-        retention in whole hours: rounded up); how many."""
+        """Delete the files this node's tables removed more than ``retention`` ago, and the files no
+        commit added that are older than ``orphan_retention`` (delta-rs counts both in whole hours:
+        rounded up); how many. A full vacuum also lists the removed files older than its retention,
+        hence never less than ``retention`` for it."""
         hours = math.ceil(self.settings.retention / 3600)
-        deleted = 0
+        orphan_hours = max(hours, math.ceil(self.settings.orphan_retention / 3600))
+        removed = orphans = 0
         for collection_id in self.members.collection_ids():
             for uri in (self.storage.insert_log(collection_id), self.storage.delta_log(collection_id)):
                 table = open_table(uri, self.storage.delta_options(uri))
                 if table is None:
                     continue
-                paths = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
-                delete_paths(self.storage, uri, paths)
-                deleted += len(paths)
-        if deleted:
-            log.info("compaction: deleted %d file(s) removed from the tables over %d h ago", deleted, hours)
-        return deleted
+                tombstones = set(table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False))
+                unknown = set(table.vacuum(retention_hours=orphan_hours, dry_run=True, enforce_retention_duration=False,
+                                           full=True)) - tombstones
+                delete_paths(self.storage, uri, sorted(tombstones | unknown))
+                removed, orphans = removed + len(tombstones), orphans + len(unknown)
+        if removed or orphans:
+            log.info("compaction: deleted %d file(s) removed from the tables over %d h ago and %d file(s) no commit "
+                     "added, over %d h old", removed, hours, orphans, orphan_hours)
+        return removed + orphans
 
     def vacuum(self, now: float) -> int:
         """Delete the files rewrites replaced ``retention`` seconds ago or earlier; how many."""

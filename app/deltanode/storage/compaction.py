@@ -45,6 +45,7 @@ class CompactionSettings:
     min_files: int = 16              # small files a segment needs before it is rewritten
     target_bytes: int = 64 << 20     # size of the rewritten files; larger files are left alone
     retention: float = 3 * 3600.0    # seconds rewritten files stay on disk
+    orphan_retention: float = 86400.0  # seconds a file no commit added stays on disk (a crash between write and commit)
 
 
 @dataclass(frozen=True)
