@@ -55,14 +55,8 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
                DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"), DELTANODE_STORAGE_ROOT=str(tmp_path / "delta"),
                DELTANODE_MQ_PCHANNEL_COUNT="2",
                DELTANODE_STANDALONE_PROGRESS_INTERVAL="2s", DELTANODE_DATANODE_TRIGGER_INTERVAL="300ms")
-    log = open(tmp_path / "standalone.log", "w")
-    proc = subprocess.Popen([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = start(env, tmp_path / "standalone.log")
     try:
-        deadline = time.monotonic() + 120
-        while "standalone up" not in (tmp_path / "standalone.log").read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-3000:]
-            time.sleep(0.5)
         schema = tmp_path / "schema.json"
         schema.write_text(json.dumps({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
                                                  {"name": "vec", "data_type": "FloatVector", "dim": 16}]}))
@@ -119,12 +113,60 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         assert {s["segment_id"]: s["state"] for s in segments} == {
             **{s: "Flushed" for s in produced["segments"]}, **{s: "Growing" for s in more["segments"]}}
     finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
-        try:
-            rc = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        rc = stop(proc)
     assert rc == 0, (tmp_path / "standalone.log").read_text()[-3000:]
-    out = subprocess.run(["pgrep", "-f", str(tmp_path / "var")], capture_output=True, text=True)
-    assert out.stdout.strip() == "", "embedded services outlived standalone"
+    assert not leftovers(tmp_path), "embedded services outlived standalone"
+
+    # Started again on the same data: pulsar-lite kept its topics, so standalone resumes and the
+    # rows stay exactly once; Tansu kept none, so standalone refuses rather than skip messages.
+    if mq == "kafka":
+        refused = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        said = refused.stdout + refused.stderr   # spark-submit merges the driver's stderr into stdout
+        assert refused.returncode == 1 and "has lost the topics" in said and "skip" in said, said[-3000:]
+        assert not leftovers(tmp_path), "embedded services outlived the refused start"
+        return
+    proc = start(env, tmp_path / "standalone-2.log")
+    try:
+        rc, again = admin(env, "produce", "--collection", "books", "--messages", "4", "--rows", "100", "--deletes", "0")
+        assert rc == 0, again
+        deadline = time.monotonic() + 60
+        while committed_rows() < 2800:
+            assert time.monotonic() < deadline, (tmp_path / "standalone-2.log").read_text()[-3000:]
+            time.sleep(1)
+        rc, segments = admin(env, "show-segments", "--collection", "books")
+        assert sum(s["num_rows"] for s in segments) == 2800
+    finally:
+        rc = stop(proc)
+    assert rc == 0, (tmp_path / "standalone-2.log").read_text()[-3000:]
+
+
+def start(env: dict, log_path: Path) -> subprocess.Popen:
+    """``./spark-submit.sh standalone`` in its own session, once it logged "standalone up"."""
+    proc = subprocess.Popen([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
+                            cwd=ROOT, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "standalone up" not in log_path.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            raise AssertionError(log_path.read_text()[-3000:])
+        time.sleep(0.5)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> int:
+    """Ctrl-C in the terminal; its exit code."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except ProcessLookupError:   # it had exited, and everything it started with it
+        pass
+    try:
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def leftovers(tmp_path: Path) -> str:
+    return subprocess.run(["pgrep", "-f", str(tmp_path / "var")], capture_output=True, text=True).stdout.strip()

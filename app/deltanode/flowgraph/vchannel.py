@@ -88,6 +88,11 @@ class VchannelFlowgraph:
         self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
         self.read_size: float | None = None       # bytes per message of its last ranges, once read
         self.min_range = 0                        # messages its next range needs (pack order: to reach a tick)
+        # Set when it is loaded again after a refused commit while etcd confirmed this node owns it:
+        # the other writer is a node cut off from etcd. Its next commit then goes out at once, even
+        # with ticks only; waiting for the idle checkpoint interval as that node does, it would be
+        # outpaced by it at every turn, each refusing the other's commit, and that node never stops.
+        self.claim = False
         self.consumed = Consumed()
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -104,7 +109,7 @@ class VchannelFlowgraph:
         self.failures += 1
         self.retry_at = now + min(MAX_BACKOFF, 2.0 ** self.failures)
         self.last_error = error[:500]
-        self.status, self.pending, self.pending_since = FAILED, [], None
+        self.status, self.pending, self.pending_since, self.claim = FAILED, [], None, False
         return files
 
     def uncommitted_files(self) -> list[FileEntry]:
@@ -180,7 +185,7 @@ class VchannelFlowgraph:
 
     @property
     def urgent(self) -> bool:
-        return any(b.urgent for b in self.pending)
+        return self.claim or any(b.urgent for b in self.pending)
 
     def pending_bytes(self) -> int:
         return sum(f.size for f in self.uncommitted_files())
@@ -195,7 +200,7 @@ class VchannelFlowgraph:
         done = [b for b in self.pending if b.end <= sync.end]
         self.pending = self.pending[len(done):]
         self.committed, self.watermarks = sync.state, watermarks   # states are never changed in place
-        self.committed_at = now
+        self.committed_at, self.claim = now, False
         self.pending_since = now if any(not b.idle for b in self.pending) else None
 
     def snapshot(self) -> Snapshot:

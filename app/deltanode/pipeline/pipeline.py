@@ -356,6 +356,7 @@ class Pipeline:
                     continue
                 try:
                     self._load(fg)
+                    fg.claim = fg.last_error.startswith(COMMIT_REFUSED)   # etcd said it is ours (above)
                     log.info("%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
                 except Exception as e:  # noqa: BLE001 - retried after the next backoff
                     self._fail(fg, f"restart failed: {type(e).__name__}: {e}", now, report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from ..config import Conf
+from ..datacoord.catalog import list_collections
 from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
@@ -16,6 +17,7 @@ from ..storage.layout import StorageLayout
 from ..wire.positions import CODECS
 from ..wire.names import pchannel_name
 from .lifecycle import ServiceGroup
+from .services import ServiceError
 from .timeticks import TimeTicker
 
 log = logging.getLogger("deltanode.standalone")
@@ -26,18 +28,42 @@ def _stop_spark(spark) -> None:
         raise RuntimeError(f"Spark did not stop within {SPARK_STOP_TIMEOUT:.0f} s; going on with the rest")
 
 
+class LostTopics(ServiceError):
+    """The broker no longer has the pchannel topics of collections in the catalog."""
+
+
+def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> None:
+    """Raise LostTopics when a topic the broker had to create carries a collection of the catalog.
+
+    Its messages are gone, and its vchannels' positions (checkpoints in Delta, seek positions in
+    etcd) point into the old topic: reading the new one would fail while it is shorter and then
+    skip its first messages up to those offsets without a word. Tansu, the embedded Kafka
+    broker, keeps topics in memory, so a restart of standalone on Kafka comes here."""
+    lost = sorted({p for r in list_collections(client, conf.get("etcd.root")) for p in r.pchannels} & set(created))
+    if lost:
+        why = (" (the embedded Kafka broker keeps topics in memory only)"
+               if conf.get("embedded.broker") and conf.get("mq.type") == "kafka" else "")
+        raise LostTopics(
+            f"the {conf.get('mq.type')} broker has lost the topics {', '.join(lost)}, which carry collections of the "
+            f"catalog under {conf.get('etcd.root')}{why}; reading new topics from the old positions would skip "
+            f"messages. To start over, remove {conf.get('embedded.data.dir')} and {conf.get('storage.root')}; to keep "
+            f"data across restarts, use mq.type = pulsar (its embedded broker keeps topics on disk) or an external "
+            f"broker")
+
+
 def run(conf: Conf) -> int:
     with ServiceGroup(conf) as group:
         broker = Broker.from_conf(conf)
         pchannels = [pchannel_name(conf.get("mq.pchannel.prefix"), i) for i in range(conf.get("mq.pchannel.count"))]
+        client = EtcdClient(conf.get("etcd.endpoints"))
+        group.add("etcd client", client.close)
         created = broker.create_topics(pchannels)
         if created:
             log.info("created %d pchannel topics on %s", len(created), broker.address)
+            refuse_lost_topics(client, conf, created)
         if conf.get("standalone.timetick.interval") > 0:
             ticker = TimeTicker(broker, pchannels, conf.get("standalone.timetick.interval")).start()
             group.add("timeticks", ticker.stop)
-        client = EtcdClient(conf.get("etcd.endpoints"))
-        group.add("etcd client", client.close)
         coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
                           CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
                           balance=conf.get("datacoord.channel.balance")).start()
@@ -53,9 +79,7 @@ def run(conf: Conf) -> int:
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
         while not group.wait(1.0):
             if group.broker is not None and group.broker.name in group.check() and broker.kind == "kafka":
-                created = broker.create_topics(pchannels)
-                log.warning("the embedded broker keeps its topics in memory: re-created %d pchannel topics; "
-                            "vchannels whose positions it lost fail alone", len(created))
+                refuse_lost_topics(client, conf, broker.create_topics(pchannels))
             node.poll()
             reporter.maybe_report(node.progress, node.alerts, node.publish)
         log.info("stopping (%s)", group.stop_reason or "requested")
