@@ -65,15 +65,7 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         assert len(created["vchannels"]) == 2 and created["vchannels"][0].endswith(f"_{created['collection_id']}v0")
         rc, produced = admin(env, "produce", "--collection", "books", "--messages", "20", "--rows", "100")
         assert rc == 0 and produced["rows"] == 2000, produced
-
-        def committed_rows() -> int:
-            rc, segments = admin(env, "show-segments", "--collection", "books")
-            return sum(s["num_rows"] for s in segments) if rc == 0 else -1
-
-        deadline = time.monotonic() + 120
-        while committed_rows() < 2000:
-            assert time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-3000:]
-            time.sleep(2)
+        wait_for_rows(env, "books", 2000, 120, tmp_path / "standalone.log")
         rc, segments = admin(env, "show-segments", "--collection", "books")
         assert sum(s["num_rows"] for s in segments) == 2000
         assert all(s["binlog_rows"] == s["num_rows"] and s["binlog_files"] for s in segments)
@@ -105,10 +97,7 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         assert sum(s["num_rows"] for s in flushed["segments"]) == 2000
         rc, more = admin(env, "produce", "--collection", "books", "--messages", "4", "--rows", "100", "--deletes", "0")
         assert rc == 0 and not set(more["segments"]) & set(produced["segments"])
-        deadline = time.monotonic() + 60
-        while committed_rows() < 2400:
-            assert time.monotonic() < deadline, (tmp_path / "standalone.log").read_text()[-3000:]
-            time.sleep(1)
+        wait_for_rows(env, "books", 2400, 60, tmp_path / "standalone.log")
         rc, segments = admin(env, "show-segments", "--collection", "books")
         assert {s["segment_id"]: s["state"] for s in segments} == {
             **{s: "Flushed" for s in produced["segments"]}, **{s: "Growing" for s in more["segments"]}}
@@ -130,15 +119,23 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
     try:
         rc, again = admin(env, "produce", "--collection", "books", "--messages", "4", "--rows", "100", "--deletes", "0")
         assert rc == 0, again
-        deadline = time.monotonic() + 60
-        while committed_rows() < 2800:
-            assert time.monotonic() < deadline, (tmp_path / "standalone-2.log").read_text()[-3000:]
-            time.sleep(1)
+        wait_for_rows(env, "books", 2800, 60, tmp_path / "standalone-2.log")
         rc, segments = admin(env, "show-segments", "--collection", "books")
         assert sum(s["num_rows"] for s in segments) == 2800
     finally:
         rc = stop(proc)
     assert rc == 0, (tmp_path / "standalone-2.log").read_text()[-3000:]
+
+
+def wait_for_rows(env: dict, collection: str, rows: int, timeout: float, log_path: Path) -> None:
+    """Until ``admin show-segments`` counts ``rows`` rows in ``collection``; the log's tail if not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rc, segments = admin(env, "show-segments", "--collection", collection)
+        if rc == 0 and sum(s["num_rows"] for s in segments) >= rows:
+            return
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(1)
 
 
 def start(env: dict, log_path: Path) -> subprocess.Popen:
