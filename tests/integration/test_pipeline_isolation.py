@@ -147,3 +147,32 @@ def test_a_vchannel_with_no_message_after_its_start_stays_healthy(pipelines, mak
     coll.producer.flush_producer()
     wait_until(lambda: pks_of(coll, coll.vchannels[0]) == sorted(sent), 30, "the first message to commit")
     assert pipe.snapshots()[0].failures == 0
+
+
+def test_a_vchannel_whose_topic_was_created_again_is_not_read_from_its_old_offset(pipelines, make_collection, mq):
+    """Kafka (Tansu gives topic ids): the topic deleted and created again, then grown past the
+    checkpoint, is refused at the next load instead of read from the old offset (which would skip
+    the new topic's first messages)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from deltanode.flowgraph.recovery import TopicRecreated
+
+    coll = make_collection(shards=1, ticking=False)
+    (p,), (v,) = coll.pchannels, coll.vchannels
+    pipe = pipelines()
+    coll.watch(pipe)
+    sent = produce(coll, 5)[v]
+    coll.producer.tick(p)
+    coll.producer.flush_producer()
+    wait_until(all_committed(coll), 60, "the vchannel to commit")
+    checkpoint = coll.committed_offset(v)
+    pipe.remove(v)
+    admin = AdminClient({"bootstrap.servers": mq.address})
+    admin.delete_topics([p])[p].result(30)
+    wait_until(lambda: p not in admin.list_topics(timeout=10).topics, 30, "the topic to be deleted")
+    admin.create_topics([NewTopic(p, 1, 1)])[p].result(30)
+    produce(coll, 2 * checkpoint)               # the new topic grows past the old checkpoint
+    assert settled_watermark(coll, p) > checkpoint
+    with pytest.raises(TopicRecreated, match="deleted and created again"):
+        coll.watch(pipe)
+    assert v not in pipe.vchannels() and coll.committed_offset(v) == checkpoint
+    assert pks_of(coll, v) == sorted(sent)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltanode.datacoord.catalog import CollectionRecord
 from deltanode.datacoord.recovery import vchannel_info
-from deltanode.flowgraph.recovery import UnknownSegments, initial_state
+from deltanode.flowgraph.recovery import TopicRecreated, UnknownSegments, check_topic, initial_state
 from deltanode.storage import delta_log, meta
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import DROPPED, FLUSHED, ChannelState, SegmentMeta
@@ -208,3 +208,19 @@ def test_a_hand_overs_positions_name_the_vchannel(tmp_path):
     positions = [info.seek_position, info.unflushedSegments[0].dml_position, info.unflushedSegments[0].start_position]
     assert {p.channel_name for p in positions} == {"p_1v0"}
     assert CODECS["kafka"].from_msg_id(info.seek_position.msgID) == 10
+
+
+def test_the_topic_id_goes_with_the_checkpoint_and_a_new_one_is_refused(tmp_path):
+    """The id the broker gave the pchannel topic is committed with the vchannel's state; a load
+    that finds another id refuses (the topic was created again); no id on either side: no check."""
+    storage = StorageLayout(str(tmp_path))
+    state = ChannelState("v", 1, "p", checkpoint_offset=10, topic_id="A")
+    committer(storage).commit([VchannelSync(state, Watermarks(None), written(storage, [1]))])
+    committed = meta.channel_state(storage, 1, "v")
+    assert committed.topic_id == "A"
+    check_topic(committed, "A")
+    check_topic(committed, "")                            # the broker gives none (Pulsar) or cannot answer
+    check_topic(ChannelState("v", 1, "p", checkpoint_offset=10), "B")   # committed before ids were kept
+    check_topic(None, "B")                                # never committed: starts at its VchannelInfo
+    with pytest.raises(TopicRecreated, match="p was deleted and created again .* offset 10 was committed in A"):
+        check_topic(committed, "B")

@@ -18,6 +18,24 @@ class UnknownSegments(ValueError):
     """The VchannelInfo names segments by id only and Delta has no meta for them."""
 
 
+class TopicRecreated(RuntimeError):
+    """The pchannel topic is not the one the committed offsets are in (deleted and created again)."""
+
+
+def check_topic(committed: ChannelState | None, topic_id: str) -> None:
+    """Raise TopicRecreated when the broker's id of the pchannel topic (``topic_id``, "" if it gives
+    none) differs from the one the vchannel committed under. The old messages are gone and the
+    new topic's offsets restart at 0: read from the committed offset, once the new topic grew past
+    it, the vchannel would skip the new topic's first messages without a word."""
+    if committed is not None and committed.topic_id and topic_id and topic_id != committed.topic_id:
+        raise TopicRecreated(
+            f"{committed.vchannel}: the topic {committed.pchannel} was deleted and created again (its id is "
+            f"{topic_id}, the checkpoint at offset {committed.checkpoint_offset} was committed in {committed.topic_id}): "
+            f"its messages up to the checkpoint are gone, and reading the new topic from that offset would skip "
+            f"messages; the vchannel is not read. Restore the topic, or drop the collection's tables and "
+            f"checkpoints to start it over")
+
+
 def _segments_from_info(info: VchannelInfo, known: dict[int, SegmentMeta]) -> dict[int, SegmentMeta]:
     """The VchannelInfo's segments. Milvus 2.3/2.4's DataCoord fills only the id fields (7-9) and
     its DataNode fetches each segment's info; DeltaNode takes a segment named by id only from

@@ -20,7 +20,7 @@ from ..wire.names import check_safe, pchannel_of
 from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .context import RouteContext
-from .recovery import initial_state
+from .recovery import check_topic, initial_state
 from .seal_policy import SealSettings, seal_by_policies, seal_for_flush
 from .state_update import BatchOutcome
 
@@ -96,10 +96,14 @@ class VchannelFlowgraph:
         self.consumed = Consumed()
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float) -> None:
-        """Start (again) from Delta's state of the vchannel."""
+    def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float, topic_id: str = "") -> None:
+        """Start (again) from Delta's state of the vchannel; ``topic_id``: the broker's id of the
+        pchannel topic now (recovery.check_topic), recorded with the next commit."""
+        check_topic(committed, topic_id)
         self.committed, self.watermarks = committed, watermarks
         self.working = initial_state(committed, self.info, self.node_id, self.positions)
+        if topic_id:
+            self.working.topic_id = topic_id
         self.pending, self.pending_since, self.committed_at = [], None, now
         self.status = DROPPED if self.working.collection_dropped else RUNNING
 

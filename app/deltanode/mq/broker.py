@@ -32,6 +32,10 @@ class HighWatermarks(Protocol):
         """``high`` of every ``(topic, partition)``, in as few round trips as the broker allows; a
         partition the broker cannot answer for maps to its ``BrokerError``."""
 
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str:
+        """The id the broker gave ``topic`` when it created it ("" where the broker has none): a
+        topic deleted and created again under the same name gets a new one."""
+
     def close(self) -> None:
         ...
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
@@ -160,6 +160,16 @@ class Watermarks:
                 out[key] = BrokerError(f"cannot read the watermark of {tp.topic}[{tp.partition}] from "
                                        f"{self.bootstrap}: {e}")
         return out
+
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str:
+        """Kafka's topic id (KIP-516; Tansu gives one too)."""
+        if self._admin is None:
+            self._admin = _client(AdminClient, self.bootstrap, self._settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
+        try:
+            described = self._admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+            return str(described.result(timeout).topic_id or "")
+        except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
+            raise BrokerError(f"cannot describe {topic} on {self.bootstrap}: {e}") from None
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         try:

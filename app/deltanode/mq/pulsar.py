@@ -144,6 +144,10 @@ class Watermarks:
             log.debug("acknowledging %s on %s: %s", last, topic, e)
         return position(last.ledger_id(), last.entry_id()) + 1
 
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str:
+        """"": a Pulsar topic's name is all the client sees of it."""
+        return ""
+
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """``high`` of each topic in turn (the client asks for one last message id at a time)."""
         out: dict[tuple[str, int], int | BrokerError] = {}

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-pipeline"
 CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
+TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
 COMMIT_REFUSED = "CommitRefused"   # the error prefix of a vchannel whose Delta commit was refused
 
 
@@ -131,6 +132,7 @@ class Pipeline:
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._thread: threading.Thread | None = None
         self._highs_seen: dict[tuple[str, int], int] = {}
+        self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
         self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self._cycles = 0
         # collection id -> insert files committed since the compactor last looked at it (a new
@@ -167,6 +169,7 @@ class Pipeline:
             if not self._idle.wait_for(lambda: vchannel not in self._busy, timeout):
                 log.warning("%s: still in a cycle after %.0f s; removed anyway", vchannel, timeout)
         if fg is not None:
+            self._topic_ids.pop(fg.pchannel, None)   # watched again: ask the broker, not the cache
             discard(self.storage, fg.collection_id, fg.uncommitted_files())
             log.info("%s: flowgraph released", vchannel)
 
@@ -238,7 +241,26 @@ class Pipeline:
             insert_log = committer.insert_log()
             committed = meta.channel_state_in(insert_log, fg.vchannel) if insert_log is not None else None
             watermarks = committer.watermarks(fg.vchannel)
-        fg.load(committed, watermarks, time.monotonic())
+        fg.load(committed, watermarks, time.monotonic(), self._topic_id(fg.pchannel))
+
+    def _topic_id(self, pchannel: str) -> str:
+        """The broker's id of the pchannel topic ("" when it gives none or cannot answer now: the
+        check is skipped, the reads will tell), asked at most every TOPIC_ID_TTL seconds (a start
+        loads every vchannel of a pchannel in a burst) unless a vchannel of the pchannel failed or
+        left since."""
+        known = self._topic_ids.get(pchannel)
+        if known is not None and time.monotonic() - known[1] < TOPIC_ID_TTL:
+            return known[0]
+        client = self._watermarks
+        if client is None:
+            return ""
+        try:
+            topic_id = client.topic_id(pchannel)
+        except BrokerError as e:
+            log.warning("%s: cannot check the topic's id (%s); loading without the check", pchannel, e)
+            return ""
+        self._topic_ids[pchannel] = (topic_id, time.monotonic())
+        return topic_id
 
     # -- the loop --------------------------------------------------------------------------
     def start(self) -> Pipeline:
@@ -549,6 +571,7 @@ class Pipeline:
     def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
               at_once: bool = False) -> None:
         discard(self.storage, fg.collection_id, fg.fail(why, now))
+        self._topic_ids.pop(fg.pchannel, None)   # its reload asks the broker, not the cache
         if at_once:
             fg.retry_at = now
         if why.startswith(COMMIT_REFUSED) and self.fence is not None and not self.fence.reachable:

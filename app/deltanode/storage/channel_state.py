@@ -38,6 +38,7 @@ class ChannelState:
     partition: int = 0
     checkpoint_offset: int = 0   # next offset to consume on the pchannel partition
     checkpoint_ts: int = 0       # the last TimeTick consumed before it
+    topic_id: str = ""           # the broker's id of the pchannel topic the offsets are in ("": none known)
     segments: dict[int, SegmentMeta] = field(default_factory=dict)
     dropped_partitions: list[int] = field(default_factory=list)
     collection_dropped: bool = False
