@@ -43,12 +43,13 @@ def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> No
     if lost:
         why = (" (the embedded Kafka broker keeps topics in memory only)"
                if conf.get("embedded.broker") and conf.get("mq.type") == "kafka" else "")
+        data, storage = str(conf.get("embedded.data.dir")), str(conf.get("storage.root"))
+        remove = data if storage.startswith(data.rstrip("/") + "/") else f"{data} and {storage}"
         raise LostTopics(
             f"the {conf.get('mq.type')} broker has lost the topics {', '.join(lost)}, which carry collections of the "
             f"catalog under {conf.get('etcd.root')}{why}; reading new topics from the old positions would skip "
-            f"messages. To start over, remove {conf.get('embedded.data.dir')} and {conf.get('storage.root')}; to keep "
-            f"data across restarts, use mq.type = pulsar (its embedded broker keeps topics on disk) or an external "
-            f"broker")
+            f"messages. To start over, remove {remove}; to keep data across restarts, use mq.type = pulsar (its "
+            f"embedded broker keeps topics on disk) or an external broker")
 
 
 def run(conf: Conf) -> int:
