@@ -3,9 +3,10 @@
 ``python -m deltanode_bench.compaction STORAGE_ROOT`` (or after the largest point of
 ``build/bench.sh --scale``): counts the insert binlog files of every collection's insert_log
 table, reads a sample of collections whole (``storage.tables.read_table``: delta-rs's file list,
-read through pyarrow's filesystem, as a downstream reader would), then compacts every table with DeltaNode's own rewrite and commit
-(``storage.compaction``: the same planning, rewrite and OPTIMIZE commit the DataNode's compactor
-runs, here in one process once the DataNode has stopped), and counts and reads again.
+read through pyarrow's filesystem, as a downstream reader would), then compacts every table with
+DeltaNode's own rewrite and commit (``storage.compaction``: the same planning, rewrite and
+OPTIMIZE commit the DataNode's compactor runs, here in one process once the DataNode has
+stopped), and counts and reads again.
 """
 
 from __future__ import annotations

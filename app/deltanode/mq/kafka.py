@@ -143,11 +143,9 @@ class Watermarks:
         18-23 ms)."""
         if not keys:
             return {}
-        if self._admin is None:
-            self._admin = _client(AdminClient, self.bootstrap, self._settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
         try:
-            futures = self._admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in keys},
-                                               request_timeout=timeout)
+            futures = self._admin_client().list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}, request_timeout=timeout)
         except KafkaException as e:
             error = BrokerError(f"cannot read high watermarks from {self.bootstrap}: {e}")
             return {key: error for key in keys}
@@ -161,12 +159,15 @@ class Watermarks:
                                        f"{self.bootstrap}: {e}")
         return out
 
-    def topic_id(self, topic: str, timeout: float = 10.0) -> str:
-        """Kafka's topic id (KIP-516; Tansu gives one too)."""
+    def _admin_client(self) -> AdminClient:
         if self._admin is None:
             self._admin = _client(AdminClient, self.bootstrap, self._settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
+        return self._admin
+
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str:
+        """Kafka's topic id (KIP-516; Tansu gives one too)."""
         try:
-            described = self._admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
+            described = self._admin_client().describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
             return str(described.result(timeout).topic_id or "")
         except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
             raise BrokerError(f"cannot describe {topic} on {self.bootstrap}: {e}") from None
