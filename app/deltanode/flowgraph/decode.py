@@ -2,21 +2,26 @@
 
 The message type comes from ``MsgHeader.base.msg_type``; the payload is then parsed with that
 type's message class. Columns are built from the protobuf repeated fields in bulk
-(``np.asarray`` over a repeated scalar is a C loop; ``np.fromiter`` is ~10x slower), never row
-by row. Anything that does not fit the collection's schema raises ``Reject`` with a reason;
-the caller quarantines the message.
+(``np.asarray`` over a repeated scalar is a C loop; ``np.fromiter`` is ~10x slower), never value
+by value. Array and SparseFloatVector columns, which Milvus sends one message a row, take one
+loop over the rows to concatenate them; their values are then converted at once. Anything that
+does not fit the collection's schema raises ``Reject`` with a reason; the caller quarantines
+the message.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
-from ..wire.schema import FLOAT_LIST, CollectionLayout, DataType, FieldSpec
+from ..wire.schema import (FLOAT_LIST, SPARSE_MAP, VALUE_SLOTS, CollectionLayout, DataType, FieldSpec, arrow_type,
+                           type_name)
 
 MsgType = common_pb2.MsgType
 # Plain ints on the per-message paths: each attribute read of a protobuf enum wrapper costs
@@ -26,8 +31,11 @@ MSG_FLUSH, MSG_DROP_COLLECTION, MSG_DROP_PARTITION = MsgType.Flush, MsgType.Drop
 _BOOL, _INT8, _INT16, _INT32, _INT64 = DataType.Bool, DataType.Int8, DataType.Int16, DataType.Int32, DataType.Int64
 _FLOAT, _DOUBLE, _VARCHAR, _JSON = DataType.Float, DataType.Double, DataType.VarChar, DataType.JSON
 _FLOAT_VECTOR, _BINARY_VECTOR, _FLOAT16_VECTOR = DataType.FloatVector, DataType.BinaryVector, DataType.Float16Vector
+_BFLOAT16_VECTOR, _SPARSE_VECTOR, _ARRAY = DataType.BFloat16Vector, DataType.SparseFloatVector, DataType.Array
 _COLUMN_BASED = msg_pb2.ColumnBased
 _NARROW_INTS = {_INT8: np.int8, _INT16: np.int16, _INT32: np.int32}
+# A SparseFloatVector row: pairs of little-endian uint32 index and float32 value.
+_SPARSE_ENTRY = np.dtype([("index", "<u4"), ("value", "<f4")])
 
 PARSERS = {
     MsgType.Insert: msg_pb2.InsertRequest,
@@ -74,6 +82,13 @@ def _list_offsets(n: int, width: int) -> pa.Array:
     return pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
 
 
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    """int32 list offsets of rows of ``lengths``."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
 def _fixed_binary_rows(data: bytes, n: int, width: int, what: str) -> pa.Array:
     if len(data) != n * width:
         raise Reject(f"{what}: {len(data)} bytes for {n} rows of {width} bytes")
@@ -81,55 +96,188 @@ def _fixed_binary_rows(data: bytes, n: int, width: int, what: str) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _check_dim(spec: FieldSpec, v: schema_pb2.VectorField) -> None:
+    if v.dim != spec.dim:
+        raise Reject(f"field {spec.name!r}: dim {v.dim}, schema says {spec.dim}")
+
+
+def _float_vector(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    v = fd.vectors
+    _check_dim(spec, v)
+    values = np.asarray(v.float_vector.data, dtype=np.float32)
+    if values.size != n * spec.dim:
+        raise Reject(f"field {spec.name!r}: {values.size} floats for {n} rows of dim {spec.dim}")
+    return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), pa.array(values), type=FLOAT_LIST)
+
+
+def _binary_vector(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    _check_dim(spec, fd.vectors)
+    return _fixed_binary_rows(fd.vectors.binary_vector, n, spec.dim // 8, f"field {spec.name!r}")
+
+
+def _float16_vector(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    _check_dim(spec, fd.vectors)
+    return _fixed_binary_rows(fd.vectors.float16_vector, n, spec.dim * 2, f"field {spec.name!r}")
+
+
+def _bfloat16_vector(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    _check_dim(spec, fd.vectors)
+    return _fixed_binary_rows(fd.vectors.bfloat16_vector, n, spec.dim * 2, f"field {spec.name!r}")
+
+
+def _sparse_vector(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    """One map a row from ``sparse_float_vector.contents``: each row n x (uint32 index, float32
+    value), little-endian, indices increasing (Milvus 2.4+). All rows are parsed as one buffer:
+    0.13 ms per 1,000 rows of 4.5 entries on average."""
+    rows = fd.vectors.sparse_float_vector.contents
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    odd = np.flatnonzero(lengths % _SPARSE_ENTRY.itemsize)
+    if odd.size:
+        raise Reject(f"field {spec.name!r}: sparse row {odd[0]} has {lengths[odd[0]]} bytes, not a multiple of 8 "
+                     "(uint32 index + float32 value pairs)")
+    entries = np.frombuffer(b"".join(rows), dtype=_SPARSE_ENTRY)
+    offsets = _offsets(lengths // _SPARSE_ENTRY.itemsize)
+    indices = entries["index"].astype(np.int64)
+    _check_increasing(spec, indices, offsets)
+    return pa.MapArray.from_arrays(pa.array(offsets), pa.array(indices),
+                                   pa.array(np.ascontiguousarray(entries["value"])), type=SPARSE_MAP)
+
+
+def _check_increasing(spec: FieldSpec, indices: np.ndarray, offsets: np.ndarray) -> None:
+    """Within each row, sparse indices strictly increase (a map has each key once)."""
+    if indices.size < 2:
+        return
+    bad = np.diff(indices) <= 0
+    starts = offsets[1:-1]
+    bad[starts[(starts > 0) & (starts < indices.size)] - 1] = False    # row boundaries
+    if bad.any():
+        row = int(np.searchsorted(offsets, np.flatnonzero(bad)[0], side="right")) - 1
+        raise Reject(f"field {spec.name!r}: sparse row {row}: indices not strictly increasing")
+
+
+def _narrow_ints(spec: FieldSpec, raw, data_type: int) -> np.ndarray:
+    """Int8/16/32 values (int32 on the wire) as their own width, checked for range."""
+    wide = np.asarray(raw, dtype=np.int32)
+    cast = wide.astype(_NARROW_INTS[data_type])
+    if not np.array_equal(cast, wide):
+        raise Reject(f"field {spec.name!r}: values out of range for {DataType.Name(data_type)}")
+    return cast
+
+
+def _bool(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    return pa.array(np.asarray(fd.scalars.bool_data.data, dtype=np.bool_))
+
+
+def _narrow(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    return pa.array(_narrow_ints(spec, fd.scalars.int_data.data, spec.data_type))
+
+
+def _int64(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    return pa.array(np.asarray(fd.scalars.long_data.data, dtype=np.int64))
+
+
+def _float(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    return pa.array(np.asarray(fd.scalars.float_data.data, dtype=np.float32))
+
+
+def _double(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    return pa.array(np.asarray(fd.scalars.double_data.data, dtype=np.float64))
+
+
+def _varchar(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    """``max_length`` is left to Milvus's proxy, which checks it before sending: here it would cost
+    3.5 us (byte lengths from the offsets) to 10.5 us (``utf8_length``) per 1,000 values, 4-11% of
+    a 1,000-row Int64 + 128-dim FloatVector + VarChar insert's decode (90 us)."""
+    return pa.array(list(fd.scalars.string_data.data), type=pa.string())
+
+
+def _json(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    """The JSON text as sent. Arrow checks the UTF-8 in bulk: 55 us for 1,000 short values,
+    against 91 us for a ``bytes.decode`` of each."""
+    try:
+        return pa.array(list(fd.scalars.json_data.data), type=pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        raise Reject(f"field {spec.name!r}: JSON value is not UTF-8") from None
+
+
+def _array(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
+    """One list a row from ``scalars.array_data``: each row is a ScalarField of the element type.
+    Milvus 2.3.5's proxy leaves ``ArrayArray.element_type`` unset: the schema's is used.
+
+    About 0.75 ms per 1,000 rows of 2.5 Int64 elements on average, most of it protobuf objects:
+    a wrapper for each row's container (0.31 ms) and a Python int for each element (0.26 ms).
+    """
+    arrays = fd.scalars.array_data
+    element = spec.element_type
+    if arrays.element_type and arrays.element_type != element:
+        raise Reject(f"field {spec.name!r}: an Array of {type_name(arrays.element_type)}, "
+                     f"schema says Array of {spec.element_type_name}")
+    slot = VALUE_SLOTS[element]
+    rows = arrays.data
+    containers = [getattr(row, slot).data for row in rows]
+    lengths = np.fromiter(map(len, containers), dtype=np.int32, count=len(containers))
+    for i in np.flatnonzero(lengths == 0):   # an empty row, or one holding the wrong type
+        which = rows[i].WhichOneof("data")
+        if which not in (None, slot):
+            raise Reject(f"field {spec.name!r}: row {i} holds {which}, schema says Array of {spec.element_type_name}")
+    if spec.max_capacity and lengths.size and lengths.max() > spec.max_capacity:
+        raise Reject(f"field {spec.name!r}: an array of {lengths.max()} elements, max_capacity is {spec.max_capacity}")
+    flat = list(itertools.chain.from_iterable(containers))
+    list_type = arrow_type(spec)
+    if element in _NARROW_INTS:
+        values = pa.array(_narrow_ints(spec, flat, element))
+    else:
+        values = pa.array(flat, type=list_type.value_type)
+    return pa.ListArray.from_arrays(pa.array(_offsets(lengths)), values, type=list_type)
+
+
+_DECODERS = {
+    _FLOAT_VECTOR: _float_vector, _BINARY_VECTOR: _binary_vector, _FLOAT16_VECTOR: _float16_vector,
+    _BFLOAT16_VECTOR: _bfloat16_vector, _SPARSE_VECTOR: _sparse_vector,
+    _BOOL: _bool, _INT8: _narrow, _INT16: _narrow, _INT32: _narrow, _INT64: _int64, _FLOAT: _float,
+    _DOUBLE: _double, _VARCHAR: _varchar, _JSON: _json, _ARRAY: _array,
+}
+
+
 def field_column(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> pa.Array:
     """One FieldData as an Arrow column of ``n`` rows, checked against ``spec``."""
     if fd.type != spec.data_type:
-        raise Reject(f"field {spec.name!r}: got {DataType.Name(fd.type) if fd.type in DataType.values() else fd.type},"
-                     f" schema says {spec.type_name}")
-    t = spec.data_type
-    if t == _FLOAT_VECTOR:
-        v = fd.vectors
-        if v.dim != spec.dim:
-            raise Reject(f"field {spec.name!r}: dim {v.dim}, schema says {spec.dim}")
-        values = np.asarray(v.float_vector.data, dtype=np.float32)
-        if values.size != n * spec.dim:
-            raise Reject(f"field {spec.name!r}: {values.size} floats for {n} rows of dim {spec.dim}")
-        return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), pa.array(values), type=FLOAT_LIST)
-    if t in (_BINARY_VECTOR, _FLOAT16_VECTOR):
-        v = fd.vectors
-        if v.dim != spec.dim:
-            raise Reject(f"field {spec.name!r}: dim {v.dim}, schema says {spec.dim}")
-        if t == _BINARY_VECTOR:
-            return _fixed_binary_rows(v.binary_vector, n, spec.dim // 8, f"field {spec.name!r}")
-        return _fixed_binary_rows(v.float16_vector, n, spec.dim * 2, f"field {spec.name!r}")
-    s = fd.scalars
-    if t == _BOOL:
-        arr = pa.array(np.asarray(s.bool_data.data, dtype=np.bool_))
-    elif t in (_INT8, _INT16, _INT32):
-        raw = np.asarray(s.int_data.data, dtype=np.int32)
-        target = _NARROW_INTS[t]
-        cast = raw.astype(target)
-        if not np.array_equal(cast, raw):
-            raise Reject(f"field {spec.name!r}: values out of range for {spec.type_name}")
-        arr = pa.array(cast)
-    elif t == _INT64:
-        arr = pa.array(np.asarray(s.long_data.data, dtype=np.int64))
-    elif t == _FLOAT:
-        arr = pa.array(np.asarray(s.float_data.data, dtype=np.float32))
-    elif t == _DOUBLE:
-        arr = pa.array(np.asarray(s.double_data.data, dtype=np.float64))
-    elif t == _VARCHAR:
-        arr = pa.array(list(s.string_data.data), type=pa.string())
-    elif t == _JSON:
-        try:
-            arr = pa.array([b.decode("utf-8") for b in s.json_data.data], type=pa.string())
-        except UnicodeDecodeError:
-            raise Reject(f"field {spec.name!r}: JSON value is not UTF-8") from None
-    else:  # pragma: no cover - CollectionLayout.validate keeps other types out
-        raise Reject(f"field {spec.name!r}: unsupported type {spec.type_name}")
+        raise Reject(f"field {spec.name!r}: got {type_name(fd.type)}, schema says {spec.type_name}")
+    if fd.valid_data:   # 0.1 us a field when empty, as it is but for Milvus 2.5's nullable fields
+        valid = _nulls(spec, fd, n)
+        if valid is not None:
+            return _with_nulls(spec, fd, n, valid)
+    arr = _DECODERS[spec.data_type](spec, fd, n)
     if len(arr) != n:
         raise Reject(f"field {spec.name!r}: {len(arr)} values for {n} rows")
     return arr
+
+
+def _nulls(spec: FieldSpec, fd: schema_pb2.FieldData, n: int) -> np.ndarray | None:
+    """``valid_data`` (Milvus 2.5+, one bool a row) as a mask, or None when no row is null."""
+    valid = np.asarray(fd.valid_data, dtype=np.bool_)
+    if valid.size != n:
+        raise Reject(f"field {spec.name!r}: valid_data has {valid.size} entries for {n} rows")
+    nulls = n - int(np.count_nonzero(valid))
+    if not nulls:
+        return None
+    if not spec.nullable:
+        raise Reject(f"field {spec.name!r}: {nulls} null(s) in a field that is not nullable")
+    return valid
+
+
+def _with_nulls(spec: FieldSpec, fd: schema_pb2.FieldData, n: int, valid: np.ndarray) -> pa.Array:
+    """The column, null where ``valid`` is False. Its values come in the full form (a slot for
+    every row, as Milvus 2.5's proxy sends them: a zero value where null) or compact (the valid
+    values only)."""
+    arr = _DECODERS[spec.data_type](spec, fd, n)
+    k = int(np.count_nonzero(valid))
+    if len(arr) == n:
+        return pc.if_else(pa.array(valid), arr, pa.scalar(None, arr.type))
+    if len(arr) == k:
+        return arr.take(pa.array(np.cumsum(valid) - 1, mask=~valid))
+    raise Reject(f"field {spec.name!r}: {len(arr)} values for {n} rows of which {k} are valid "
+                 f"(expected {n}, or {k})")
 
 
 def insert_columns(layout: CollectionLayout, req: msg_pb2.InsertRequest) -> tuple[list[pa.Array], int]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 from ..wire.positions import now_ts
-from ..wire.schema import CollectionLayout, DataType
+from ..wire.schema import VALUE_SLOTS, VECTORS, CollectionLayout, DataType, FieldSpec
 from .broker import Broker
 
 MsgType = common_pb2.MsgType
@@ -36,35 +36,102 @@ class TsoClock:
             return first
 
 
-def field_data(spec, n: int, rng: np.random.Generator, first_pk: int) -> schema_pb2.FieldData:
-    fd = schema_pb2.FieldData(type=spec.data_type, field_name=spec.name, field_id=spec.field_id)
-    t = spec.data_type
-    if t == DataType.FloatVector:
-        fd.vectors.dim = spec.dim
-        fd.vectors.float_vector.data.extend(rng.random(n * spec.dim, dtype=np.float32))
-    elif t == DataType.BinaryVector:
-        fd.vectors.dim = spec.dim
-        fd.vectors.binary_vector = rng.bytes(n * spec.dim // 8)
-    elif t == DataType.Float16Vector:
-        fd.vectors.dim = spec.dim
-        fd.vectors.float16_vector = rng.random(n * spec.dim).astype(np.float16).tobytes()
-    elif t == DataType.Int64:
-        fd.scalars.long_data.data.extend(range(first_pk, first_pk + n) if spec.is_primary_key
-                                         else rng.integers(0, 1 << 40, n).tolist())
-    elif t in (DataType.Int8, DataType.Int16, DataType.Int32):
-        fd.scalars.int_data.data.extend(rng.integers(-100, 100, n).tolist())
-    elif t == DataType.Bool:
-        fd.scalars.bool_data.data.extend((rng.random(n) > 0.5).tolist())
-    elif t == DataType.Float:
-        fd.scalars.float_data.data.extend(rng.random(n, dtype=np.float32))
-    elif t == DataType.Double:
-        fd.scalars.double_data.data.extend(rng.random(n))
-    elif t == DataType.VarChar:
-        fd.scalars.string_data.data.extend(f"pk-{first_pk + i}" if spec.is_primary_key else f"row {first_pk + i}"
-                                           for i in range(n))
-    elif t == DataType.JSON:
-        fd.scalars.json_data.data.extend(f'{{"i": {first_pk + i}}}'.encode() for i in range(n))
+_SLOTS = {**VALUE_SLOTS, DataType.JSON: "json_data"}     # the ScalarField member of each type
+_ZEROS = {DataType.Bool: False, DataType.VarChar: "", DataType.JSON: b""}   # a null's slot (else 0)
+_SPARSE_ENTRY = np.dtype([("index", "<u4"), ("value", "<f4")])
+_NULL_SHARE = 0.25   # of the rows of a nullable field
+
+
+def field_data(spec: FieldSpec, n: int, rng: np.random.Generator, first_pk: int) -> schema_pb2.FieldData:
+    """``n`` rows of ``spec``'s field as Milvus's proxy sends them; a nullable field gets some nulls,
+    in Milvus 2.5's full form (a zero value in the slot of a null, ``valid_data`` one bool a row)."""
+    fd = schema_pb2.FieldData(type=spec.data_type, field_name=spec.name, field_id=spec.field_id,
+                              is_dynamic=spec.is_dynamic)
+    if spec.data_type in VECTORS:
+        _vectors(fd.vectors, spec, n, rng)
+        return fd
+    valid = (rng.random(n) >= _NULL_SHARE).tolist() if spec.nullable else None
+    if spec.data_type == DataType.Array:
+        _arrays(fd.scalars.array_data, spec, n, rng, valid)
+    else:
+        values = _scalars(spec, n, rng, first_pk)
+        if valid is not None:
+            zero = _ZEROS.get(spec.data_type, 0)
+            values = [v if ok else zero for v, ok in zip(values, valid)]
+        getattr(fd.scalars, _SLOTS[spec.data_type]).data.extend(values)
+    if valid is not None:
+        fd.valid_data.extend(valid)
     return fd
+
+
+def _scalars(spec: FieldSpec, n: int, rng: np.random.Generator, first_pk: int) -> list:
+    t = spec.data_type
+    if spec.is_primary_key:
+        return list(range(first_pk, first_pk + n)) if t == DataType.Int64 else [f"pk-{first_pk + i}" for i in range(n)]
+    if t == DataType.VarChar:
+        return [f"row {first_pk + i}" for i in range(n)]
+    if t == DataType.JSON:
+        key = "extra" if spec.is_dynamic else "i"
+        return [f'{{"{key}": {first_pk + i}}}'.encode() for i in range(n)]
+    return _random_values(t, n, rng)
+
+
+def _random_values(t: int, n: int, rng: np.random.Generator) -> list:
+    """``n`` random values of the scalar type ``t`` (a field's or an Array's elements)."""
+    if t == DataType.Int64:
+        return rng.integers(0, 1 << 40, n).tolist()
+    if t in (DataType.Int8, DataType.Int16, DataType.Int32):
+        return rng.integers(-100, 100, n).tolist()
+    if t == DataType.Bool:
+        return (rng.random(n) > 0.5).tolist()
+    if t == DataType.Float:
+        return rng.random(n, dtype=np.float32).tolist()
+    if t == DataType.Double:
+        return rng.random(n).tolist()
+    return [f"e{i}" for i in rng.integers(0, 1000, n)]    # VarChar elements
+
+
+def _arrays(out: schema_pb2.ArrayArray, spec: FieldSpec, n: int, rng: np.random.Generator,
+            valid: list[bool] | None) -> None:
+    """Rows of 0 to 5 elements (fewer if max_capacity says so); a null row is an empty one."""
+    out.element_type = spec.element_type
+    slot = VALUE_SLOTS[spec.element_type]
+    lengths = rng.integers(0, min(spec.max_capacity or 5, 5) + 1, n)
+    if valid is not None:
+        lengths[~np.asarray(valid)] = 0
+    values = _random_values(spec.element_type, int(lengths.sum()), rng)
+    start = 0
+    for length in lengths.tolist():
+        row = out.data.add()
+        getattr(row, slot).data.extend(values[start:start + length])
+        start += length
+
+
+def _vectors(v: schema_pb2.VectorField, spec: FieldSpec, n: int, rng: np.random.Generator) -> None:
+    t = spec.data_type
+    v.dim = spec.dim
+    if t == DataType.FloatVector:
+        v.float_vector.data.extend(rng.random(n * spec.dim, dtype=np.float32))
+    elif t == DataType.BinaryVector:
+        v.binary_vector = rng.bytes(n * spec.dim // 8)
+    elif t == DataType.Float16Vector:
+        v.float16_vector = rng.random(n * spec.dim).astype(np.float16).tobytes()
+    elif t == DataType.BFloat16Vector:   # the high half of each float32
+        v.bfloat16_vector = (rng.random(n * spec.dim, dtype=np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    else:
+        _sparse_rows(v, n, rng)
+
+
+def _sparse_rows(v: schema_pb2.VectorField, n: int, rng: np.random.Generator) -> None:
+    """Rows of 1 to 8 entries with increasing indices below 1,000; ``dim`` is the batch's largest."""
+    sparse = v.sparse_float_vector
+    for _ in range(n):
+        entries = np.empty(rng.integers(1, 9), dtype=_SPARSE_ENTRY)
+        entries["index"] = np.sort(rng.choice(1000, entries.size, replace=False))
+        entries["value"] = rng.random(entries.size, dtype=np.float32)
+        sparse.contents.append(entries.tobytes())
+        sparse.dim = max(sparse.dim, int(entries["index"][-1]) + 1)
+    v.dim = sparse.dim
 
 
 def _serial(method):

@@ -28,10 +28,13 @@ from .layout import QUARANTINE_SCHEMA, StorageLayout
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
-# of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain.
-VECTOR_TYPES = (pa.list_(pa.float32()), pa.binary())
+# of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain:
+# FloatVector, the binary ones (Binary/Float16/BFloat16Vector) and SparseFloatVector. An
+# Array(Float) column has FloatVector's Arrow type and is written plain as well.
+VECTOR_TYPES = (pa.list_(pa.float32()), pa.binary(), pa.map_(pa.int64(), pa.float32()))
 # Statistics kept per table (Delta add-action stats, parquet column statistics), and the
-# columns whose value is the same for a whole file (the last ones of their schema).
+# columns whose value is the same for a whole file (the last ones of their schema). Only
+# system columns, which are never null: every nullCount is 0.
 INSERT_STATS = ("_ts", "_row_id", "_segment_id", "_partition_id")
 INSERT_CONSTANTS = ("_segment_id", "_partition_id")
 DELETE_STATS = ("_ts", "_partition_id")
@@ -89,9 +92,28 @@ class _FileFormat:
     @staticmethod
     @functools.lru_cache(maxsize=4096)
     def of(schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = ()) -> _FileFormat:
-        plain = {f.name for f in schema if f.type in VECTOR_TYPES}
-        return _FileFormat(schema, stat_cols, {f.name: "none" if f.name in plain else "snappy" for f in schema},
-                           constants)
+        return _FileFormat(schema, stat_cols, _compression(schema), constants)
+
+
+def _compression(schema: pa.Schema) -> dict[str, str]:
+    """The codec of each parquet leaf column: none for vectors, snappy for the rest.
+
+    Keyed by leaf path: the values of a list or map column are leaves such as
+    ``vec.list.element`` or ``sparse.key_value.key``, which a codec keyed by the column's name
+    does not reach (pyarrow then writes them uncompressed, whatever that codec). The paths are
+    pyarrow's own, read from an empty file written with the schema (0.2 ms, once per schema
+    and worker).
+    """
+    plain = {f.name for f in schema if f.type in VECTOR_TYPES}
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink)
+    leaves = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    codecs = {}
+    for i in range(len(leaves)):
+        path = leaves.column(i).path
+        top = next(f.name for f in schema if path == f.name or path.startswith(f"{f.name}."))
+        codecs[path] = "none" if top in plain else "snappy"
+    return codecs
 
 
 class _File:
