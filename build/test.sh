@@ -8,6 +8,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 bash build/bootstrap.sh || { echo "build/test.sh: bootstrap failed" >&2; exit 1; }
+bash build/milvus_env.sh || { echo "build/test.sh: the real-Milvus environment failed" >&2; exit 1; }
 
 TARGET=(tests)
 for arg in "$@"; do

@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="administration: create-collection, show-channels, show-segments, flush, health, produce",
+        help="administration: create-collection, show-collections, show-channels, show-segments, flush, health, "
+             "produce",
         description="Administrative commands against the configured etcd, message queue and "
                     "storage.")
     p.add_argument("--conf", metavar="FILE", default=None, help="conf file (required; before or after COMMAND)")
@@ -121,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--schema", required=True, metavar="FILE.json", help="schema as JSON")
     a.add_argument("--shards", type=int, default=1, metavar="K",
                    help="number of shards (virtual channels), default 1")
+    _common(a, default_conf=None, admin=True)
+
+    a = admin.add_parser("show-collections", formatter_class=_Formatter,
+                         help="list the collections DeltaNode persists (in mirror mode: the Milvus's)",
+                         description="List the collections of the catalog (with milvus.meta.root set: every "
+                                     "collection of that Milvus) with their vchannels, state, fields, the rows "
+                                     "DeltaNode committed, and any start gap (milvus.start = checkpoint).")
     _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("show-channels", formatter_class=_Formatter,

@@ -245,7 +245,17 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("etcd.endpoints", "hostports", "127.0.0.1:2379",
        "etcd client endpoints, comma-separated host:port"),
     _k("etcd.root", "str", "by-dev/meta",
-       "etcd key prefix of the Milvus meta (Milvus etcd.rootPath/etcd.metaSubPath)"),
+       "etcd key prefix of DeltaNode's meta: sessions, channel watch, catalog (Milvus's MetaRoot layout); "
+       "in mirror mode not equal to or inside milvus.meta.root"),
+    _k("milvus.meta.root", "str", None,
+       "mirror mode: the meta root of a running Milvus (its etcd.rootPath/etcd.metaSubPath, e.g. by-dev/meta), "
+       "whose collections are mirrored from its own meta and streams, read only; unset: DeltaNode's own catalog"),
+    _k("milvus.etcd.endpoints", "hostports", None,
+       "mirror mode: the etcd of that Milvus; unset: etcd.endpoints"),
+    _k("milvus.start", "enum", "creation",
+       "mirror mode: where a vchannel DeltaNode never committed starts: creation (right after the collection's "
+       "CreateCollection message; the vchannel fails when the broker no longer holds it) or checkpoint (there, "
+       "else at Milvus's own channel checkpoint, the skipped range recorded)", choices=("creation", "checkpoint")),
     _k("mq.type", "enum", "kafka", "message queue that carries the DML channels",
        choices=("kafka", "pulsar")),
     _k("mq.kafka.bootstrap.servers", "hostports", "127.0.0.1:9092",
@@ -604,6 +614,16 @@ def _check_cross(conf: Conf) -> None:
     if scheme not in ("file", "s3"):
         fail("storage.root", f"{root!r}: Delta commits need an atomic put-if-absent, which DeltaNode has for a "
                              f"local or mounted filesystem (a path or file://) and for S3 (s3://bucket/prefix)")
+    milvus_root = conf.get("milvus.meta.root")
+    if milvus_root is not None:
+        own, theirs = conf.get("etcd.root").strip("/"), milvus_root.strip("/")
+        if not theirs:
+            fail("milvus.meta.root", "empty: give the Milvus meta root, e.g. by-dev/meta")
+        if own == theirs or own.startswith(theirs + "/"):
+            blamed = "milvus.meta.root" if conf.source("etcd.root") == "default" else "etcd.root"
+            fail(blamed, f"etcd.root {conf.get('etcd.root')!r} ({conf.source('etcd.root')}) is {'the' if own == theirs else 'inside the'} Milvus "
+                              f"meta root {milvus_root!r} (milvus.meta.root): DeltaNode never writes under Milvus's "
+                              f"keys; give it a root of its own, e.g. deltanode/meta")
     if conf.get("embedded.etcd"):
         eps = conf.hostports("etcd.endpoints")
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:

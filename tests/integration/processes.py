@@ -32,8 +32,8 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def start(what: str, conf: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(ROOT / "spark-submit.sh"), what, "--conf", str(conf)], cwd=ROOT,
+def start(what: str, conf: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([str(ROOT / "spark-submit.sh"), what, "--conf", str(conf)], cwd=ROOT, env=env,
                             stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
 
 

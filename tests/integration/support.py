@@ -13,6 +13,7 @@ import pytest
 
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import create_collection
+from deltanode.datacoord.catalogs import open_catalog
 from deltanode.datacoord.coordinator import DataCoord
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
@@ -219,7 +220,7 @@ def data_files_added(table_root: str) -> int:
 def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
     """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
     return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
-                     watch_timeout=30, refresh_interval=0.5, balance=balance).start()
+                     open_catalog(conf, client), watch_timeout=30, refresh_interval=0.5, balance=balance).start()
 
 
 class TwoShards:

@@ -1,11 +1,12 @@
 """The driver's commit protocol on real Delta tables (no Spark): txn CAS per vchannel, one commit for
 several vchannels, a refused vchannel alone, drops, recovery of each vchannel's state."""
 
+import functools
 import threading
 
 import pyarrow as pa
 import pytest
-from deltanode.datacoord.catalog import CollectionRecord
+from deltanode.datacoord.catalog import CollectionRecord, OwnCatalog
 from deltanode.datacoord.recovery import vchannel_info
 from deltanode.flowgraph.recovery import TopicRecreated, UnknownSegments, check_topic, initial_state
 from deltanode.storage import delta_log, meta
@@ -199,12 +200,13 @@ def test_a_hand_overs_positions_name_the_vchannel(tmp_path):
     """Milvus's MsgPosition.channel_name holds the vchannel; the msgID is its pchannel's offset."""
     storage = StorageLayout(str(tmp_path))
     record = CollectionRecord(1, "c", "", 1, ["p_1v0"], ["p"], {"p": 4}, 77)
-    fresh = vchannel_info(storage, record, "p_1v0")
+    start = functools.partial(OwnCatalog(None, "r").start_position, record, "p_1v0")
+    fresh = vchannel_info(storage, record, "p_1v0", start)
     assert fresh.seek_position.channel_name == "p_1v0"
     assert CODECS["kafka"].from_msg_id(fresh.seek_position.msgID) == 5 and fresh.seek_position.timestamp == 77
     committer(storage).commit([sync("p_1v0", None, 10, written(storage, [1]),
                                     segments={5: SegmentMeta(5, 1, num_rows=1, dml_offset=10, dml_ts=101)})])
-    info = vchannel_info(storage, record, "p_1v0")
+    info = vchannel_info(storage, record, "p_1v0", start)
     positions = [info.seek_position, info.unflushedSegments[0].dml_position, info.unflushedSegments[0].start_position]
     assert {p.channel_name for p in positions} == {"p_1v0"}
     assert CODECS["kafka"].from_msg_id(info.seek_position.msgID) == 10

@@ -53,6 +53,9 @@ def test_shipped_conf_files_load():
     assert conf.spark_conf() == {"spark.master": "local[2]", "spark.ui.enabled": "false",
                                  "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
     assert load_conf(ROOT / "conf" / "datanode.conf", {}).get("embedded.etcd") is False
+    mirror = load_conf(ROOT / "conf" / "milvus-mirror.conf", {}, base_dir=ROOT)
+    assert (mirror.get("milvus.meta.root"), mirror.get("etcd.root")) == ("by-dev/meta", "deltanode/meta")
+    assert mirror.get("embedded.etcd") is False and mirror.get("embedded.broker") is False
 
 
 def test_defaults_types_and_sources(tmp_path):
@@ -158,6 +161,19 @@ def test_cross_key_checks(tmp_path):
     assert msg.startswith("FILE:4: bad value for 'mq.pulsar.service.url'") and "loopback" in msg
 
 
+def test_mirror_mode_refuses_an_etcd_root_at_or_under_the_milvus_meta_root(tmp_path):
+    """DeltaNode never writes under Milvus's keys: its etcd.root may not be Milvus's meta root (the
+    default etcd.root is by-dev/meta, Milvus's default), nor inside it."""
+    msg = error(tmp_path, "storage.root = x\nmilvus.meta.root = by-dev/meta\n")
+    assert msg.startswith("FILE:2: bad value for 'milvus.meta.root'") and "etcd.root 'by-dev/meta' (default)" in msg
+    msg = error(tmp_path, "storage.root = x\nmilvus.meta.root = by-dev/meta/\netcd.root = by-dev/meta/deltanode\n")
+    assert msg.startswith("FILE:3: bad value for 'etcd.root'") and "inside the Milvus meta root" in msg
+    conf = load(tmp_path, "storage.root = x\nmilvus.meta.root = by-dev/meta\netcd.root = by-dev/deltanode\n")
+    assert conf.get("milvus.start") == "creation" and conf.get("milvus.etcd.endpoints") is None
+    assert "is not one of creation | checkpoint" in error(
+        tmp_path, "storage.root = x\nmilvus.meta.root = m\netcd.root = d\nmilvus.start = latest\n")
+
+
 def test_spark_keys_pass_through_untouched(tmp_path):
     conf = load(tmp_path, "storage.root = x\nspark.master = local[2]\n"
                           "spark.driver.extraJavaOptions = -Dx=1 -Dy='a b'\n"
@@ -214,6 +230,7 @@ def test_from_dict_and_overrides(tmp_path):
 
 def test_key_table_is_documented():
     table = keys_markdown()
+    assert table in (ROOT / "README.md").read_text(), "README's configuration table: paste python -m deltanode.config"
     for name, key in KEYS.items():
         assert f"`{name}`" in table and key.doc
         if key.default is not None:

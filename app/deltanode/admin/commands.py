@@ -9,13 +9,10 @@ import threading
 import time
 
 from ..config import Conf
-from ..datacoord.catalog import (
-    CatalogError,
-    CollectionRecord,
-    find_collection,
-    list_collections,
-)
+from ..datacoord.catalog import DROPPED, CatalogError, CollectionRecord, find_record
 from ..datacoord.catalog import create_collection as catalog_create
+from ..datacoord.catalogs import open_catalog
+from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
 from ..etcd import flush_request, keys
 from ..etcd.client import EtcdClient
@@ -29,7 +26,7 @@ from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.names import pchannel_name
 from ..wire.positions import now_ts
-from ..wire.schema import SchemaError, load_schema_file
+from ..wire.schema import FIRST_USER_FIELD_ID, DataType, SchemaError, load_schema_file
 
 
 def _print(doc) -> None:
@@ -46,7 +43,27 @@ def _client(conf: Conf) -> EtcdClient:
     return EtcdClient(conf.get("etcd.endpoints"))
 
 
+def _records(conf: Conf, client: EtcdClient) -> list[CollectionRecord]:
+    """The collections of the conf's catalog (DeltaNode's, or the mirrored Milvus's)."""
+    catalog = open_catalog(conf, client)
+    try:
+        return catalog.collections()
+    finally:
+        catalog.close()
+
+
+def _refuse_in_mirror_mode(conf: Conf, what: str) -> str | None:
+    """Why ``what`` cannot be done against a mirrored Milvus (None outside mirror mode)."""
+    root = conf.get("milvus.meta.root")
+    if root is None:
+        return None
+    return (f"{what}: the collections are mirrored from the Milvus whose meta is at {root} (milvus.meta.root); "
+            f"DeltaNode only reads that Milvus's meta and channels: do this through Milvus (pymilvus)")
+
+
 def create_collection(conf: Conf, args: argparse.Namespace) -> int:
+    if (why := _refuse_in_mirror_mode(conf, "create-collection")) is not None:
+        return _fail(why)
     try:
         schema = load_schema_file(args.schema, args.name)
         with _client(conf) as client:
@@ -75,9 +92,8 @@ def show_channels(conf: Conf, args: argparse.Namespace) -> int:
     storage = StorageLayout.from_conf(conf)
     try:
         with _client(conf) as client:
-            root = conf.get("etcd.root")
-            watches = _watch_keys(client, root)
-            records = list_collections(client, root)
+            watches = _watch_keys(client, conf.get("etcd.root"))
+            records = _records(conf, client)
     except EtcdError as e:
         return _fail(str(e))
     rows = []
@@ -106,15 +122,38 @@ class AdminError(RuntimeError):
 def _collection(conf: Conf, name_or_id: str) -> CollectionRecord:
     try:
         with _client(conf) as client:
-            root = conf.get("etcd.root")
-            record = find_collection(client, root, name_or_id)
-            if record is None and name_or_id.isdigit():
-                record = next((c for c in list_collections(client, root) if c.collection_id == int(name_or_id)), None)
+            record = find_record(_records(conf, client), name_or_id)
     except EtcdError as e:
         raise AdminError(str(e)) from None
     if record is None:
         raise AdminError(f"no collection named {name_or_id!r}")
     return record
+
+
+def show_collections(conf: Conf, args: argparse.Namespace) -> int:
+    """Every collection of the catalog (in mirror mode: of the Milvus), with what DeltaNode made of it."""
+    storage = StorageLayout.from_conf(conf)
+    try:
+        with _client(conf) as client:
+            records = _records(conf, client)
+            gaps = read_gaps(client, conf.get("etcd.root"))
+    except (EtcdError, CatalogError) as e:
+        return _fail(str(e))
+    rows = []
+    for record in records:
+        states = [meta.channel_state(storage, record.collection_id, v) for v in record.vchannels]
+        dropped = record.state == DROPPED or (all(states) and all(s.collection_dropped for s in states))
+        rows.append({
+            "collection_id": record.collection_id, "name": record.name, "database": record.database,
+            "state": DROPPED if dropped else record.state, "vchannels": record.vchannels,
+            "pchannels": record.pchannels, "partitions": record.partitions,
+            "fields": [{"name": f.name, "data_type": DataType.Name(f.data_type)} for f in record.schema.fields
+                       if f.fieldID >= FIRST_USER_FIELD_ID],
+            "rows": sum(s.rows for s in states if s),
+            "gaps": [gaps[v] for v in record.vchannels if v in gaps],
+        })
+    _print(rows)
+    return 0
 
 
 def show_segments(conf: Conf, args: argparse.Namespace) -> int:
@@ -158,6 +197,8 @@ def _flush_pending(state, flush_ts: int) -> str | None:
 def flush(conf: Conf, args: argparse.Namespace) -> int:
     """Milvus's Flush: seal the collection's segments at a flush ts (now), have each vchannel
     record them Flushed once its checkpoint passes it, and wait for that in Delta."""
+    if (why := _refuse_in_mirror_mode(conf, "flush")) is not None:
+        return _fail(why)
     storage = StorageLayout.from_conf(conf)
     try:
         record = _collection(conf, args.collection)
@@ -192,6 +233,8 @@ def flush(conf: Conf, args: argparse.Namespace) -> int:
 def produce(conf: Conf, args: argparse.Namespace) -> int:
     from ..mq.milvus_producer import MilvusProducer, Proxy, ticker
     from ..wire.schema import CollectionLayout
+    if (why := _refuse_in_mirror_mode(conf, "produce")) is not None:
+        return _fail(why)
     try:
         record = _collection(conf, args.collection)
     except AdminError as e:

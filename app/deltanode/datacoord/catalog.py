@@ -1,8 +1,13 @@
-"""The collection catalog in etcd: what rootcoord records when a collection is created.
+"""Where collections come from: DeltaNode's own catalog in etcd, or a Milvus's meta (mirror mode).
 
-Key ``{root}/deltanode/collections/{collectionID}`` holds JSON: name, schema (base64
+Both are a ``Catalog``: the collections with their schema, vchannels and start positions, a
+watch that tells when they change, and where a vchannel that never committed starts.
+
+DeltaNode's own catalog is what rootcoord records when a collection is created: key
+``{root}/deltanode/collections/{collectionID}`` holds JSON: name, schema (base64
 ``schema.CollectionSchema``), shard count, vchannels, pchannels, start positions (the
-offset of the CreateCollection message broadcast to each pchannel) and state.
+offset of the CreateCollection message broadcast to each pchannel) and state. The Milvus
+source is ``milvus_catalog.MilvusCatalog``.
 """
 
 from __future__ import annotations
@@ -10,16 +15,19 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
-
-from ..etcd.client import EtcdClient
+from ..etcd.client import EtcdClient, PrefixWatch
 from ..mq.broker import Broker, BrokerError
 from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
-from ..wire.names import check_safe, pchannel_name, vchannel_name
+from ..wire.names import check_safe, pchannel_name, pchannel_of, vchannel_name
 from ..wire.positions import now_ts
 
-CREATED, DROPPED = "created", "dropped"
+# A collection's state: DROPPING is a Milvus collection being dropped (its vchannels run on until
+# they read the DropCollection message).
+CREATED, DROPPING, DROPPED = "created", "dropping", "dropped"
 
 
 class CatalogError(RuntimeError):
@@ -37,10 +45,83 @@ class CollectionRecord:
     start_offsets: dict[str, int] = field(default_factory=dict)  # pchannel -> offset
     start_ts: int = 0
     state: str = CREATED
+    database: str = "default"
+    partitions: dict[str, int] = field(default_factory=dict)  # name -> ID, where the source knows them
 
     @property
     def schema(self) -> schema_pb2.CollectionSchema:
         return schema_pb2.CollectionSchema.FromString(base64.b64decode(self.schema_b64))
+
+
+def encode_schema(schema: schema_pb2.CollectionSchema) -> str:
+    """``CollectionRecord.schema_b64`` of ``schema``."""
+    return base64.b64encode(schema.SerializeToString()).decode()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartPosition:
+    """Where a vchannel that never committed starts: the first offset to read, and the seek ts
+    (messages at or before it are skipped until a TimeTick reaches it)."""
+
+    offset: int
+    ts: int
+
+
+class Catalog(Protocol):
+    """A source of collections for the coordinator and the admin commands."""
+
+    kind: str   # "deltanode" or "milvus"
+
+    def describe(self) -> str:
+        """Where the collections come from, for logs and errors."""
+
+    def collections(self) -> list[CollectionRecord]:
+        """Every collection, dropped ones included while the source keeps them."""
+
+    def watch(self, on_change: Callable[[], None]) -> PrefixWatch:
+        """Call ``on_change`` (on a watch thread) whenever the collections may have changed."""
+
+    def start_position(self, record: CollectionRecord, vchannel: str) -> StartPosition:
+        """Where ``vchannel`` of ``record`` starts when it has no checkpoint."""
+
+    def close(self) -> None:
+        """Release what the catalog opened itself (not the client it was given)."""
+
+
+class OwnCatalog:
+    """DeltaNode's own catalog under ``{root}/deltanode/collections/`` (``admin create-collection``)."""
+
+    kind = "deltanode"
+
+    def __init__(self, client: EtcdClient, root: str) -> None:
+        self.client, self.root = client, root
+
+    def describe(self) -> str:
+        return f"DeltaNode's catalog under {catalog_prefix(self.root)}"
+
+    def collections(self) -> list[CollectionRecord]:
+        return list_collections(self.client, self.root)
+
+    def watch(self, on_change: Callable[[], None]) -> PrefixWatch:
+        return self.client.watch_prefix(catalog_prefix(self.root), lambda _event: on_change())
+
+    def start_position(self, record: CollectionRecord, vchannel: str) -> StartPosition:
+        """Right after the CreateCollection message the catalog broadcast to the pchannel."""
+        return StartPosition(offset=record.start_offsets.get(pchannel_of(vchannel), -1) + 1, ts=record.start_ts)
+
+    def close(self) -> None:
+        pass
+
+
+def find_record(records: list[CollectionRecord], name_or_id: str) -> CollectionRecord | None:
+    """The live collection named ``name_or_id`` (else the newest of that name), or the one with that ID."""
+    named = [r for r in records if r.name == name_or_id]
+    live = [r for r in named if r.state != DROPPED]
+    if live or named:
+        return (live or named)[-1]
+    if name_or_id.isdigit():
+        return next((r for r in records if r.collection_id == int(name_or_id)), None)
+    return None
 
 
 def catalog_prefix(root: str) -> str:
@@ -54,10 +135,6 @@ def _id_key(root: str) -> str:
 
 def list_collections(client: EtcdClient, root: str) -> list[CollectionRecord]:
     return [CollectionRecord(**json.loads(value)) for _, value, _ in client.get_prefix(catalog_prefix(root))]
-
-
-def find_collection(client: EtcdClient, root: str, name: str) -> CollectionRecord | None:
-    return next((c for c in list_collections(client, root) if c.name == name), None)
 
 
 def _allocate_id(client: EtcdClient, root: str) -> int:

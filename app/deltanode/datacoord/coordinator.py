@@ -1,8 +1,8 @@
 """DataCoord's channel side: the catalog and the Delta meta feed MEP 7's ChannelManager.
 
-Which vchannels exist comes from the catalog in etcd; whether a collection was dropped,
-and where each channel resumes, from the Delta meta the DataNodes commit. DataNodes never
-wait on this process: it only hands channels out.
+Which vchannels exist comes from the catalog (DeltaNode's own, or a Milvus's meta in mirror
+mode); whether a collection was dropped, and where each channel resumes, from the Delta meta
+the DataNodes commit. DataNodes never wait on this process: it only hands channels out.
 """
 
 from __future__ import annotations
@@ -10,14 +10,16 @@ from __future__ import annotations
 import logging
 import time
 
+from ..config import Conf
 from ..etcd.client import EtcdClient
 from ..storage import meta
 from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
-from ..wire.positions import PositionCodec
-from .catalog import DROPPED, CollectionRecord, catalog_prefix, list_collections
+from ..wire.positions import CODECS, PositionCodec
+from .catalog import DROPPED, Catalog, CollectionRecord
+from .catalogs import open_catalog
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
 
@@ -26,9 +28,11 @@ log = logging.getLogger(__name__)
 
 class DataCoord:
     def __init__(self, client: EtcdClient, root: str, storage: StorageLayout, positions: PositionCodec,
-                 watch_timeout: float = 300.0, refresh_interval: float = 5.0, balance: bool = True) -> None:
+                 catalog: Catalog, watch_timeout: float = 300.0, refresh_interval: float = 5.0,
+                 balance: bool = True) -> None:
         """``positions``: the broker's (``wire.positions.CODECS[mq.type]``), for the seek positions it hands out."""
         self.client, self.root, self.storage, self.positions = client, root, storage, positions
+        self.catalog = catalog
         self.refresh_interval = refresh_interval
         self._records: dict[str, CollectionRecord] = {}     # vchannel -> record
         self._dropped: set[str] = set()                     # vchannels whose collection Delta says was dropped
@@ -38,7 +42,14 @@ class DataCoord:
         self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
                                       watch_timeout=watch_timeout, balance=balance)
 
-    def _catalog_changed(self, _event) -> None:
+    @classmethod
+    def from_conf(cls, conf: Conf, client: EtcdClient) -> "DataCoord":
+        """The coordinator a conf describes, on DeltaNode's etcd ``client`` (not started)."""
+        return cls(client, conf.get("etcd.root"), StorageLayout.from_conf(conf), CODECS[conf.get("mq.type")],
+                   open_catalog(conf, client), watch_timeout=conf.get("datacoord.watch.timeout"),
+                   balance=conf.get("datacoord.channel.balance"))
+
+    def _catalog_changed(self) -> None:
         self._refreshed = 0.0
         self.manager.wake()
 
@@ -46,7 +57,7 @@ class DataCoord:
         if time.monotonic() - self._refreshed < self.refresh_interval and self._records:
             return
         self._refreshed = time.monotonic()
-        records = list_collections(self.client, self.root)
+        records = self.catalog.collections()
         self._records = {v: r for r in records for v in r.vchannels}
         for r in records:
             insert_log = self._logs.get(r.collection_id)
@@ -69,19 +80,22 @@ class DataCoord:
 
     def recovery(self, vchannel: str) -> VchannelInfo:
         self._refresh()
-        return vchannel_info(self.storage, self._records[vchannel], vchannel, self.positions)
+        record = self._records[vchannel]
+        return vchannel_info(self.storage, record, vchannel, lambda: self.catalog.start_position(record, vchannel),
+                             self.positions)
 
     def schema(self, vchannel: str) -> schema_pb2.CollectionSchema | None:
         record = self._records.get(vchannel)
         return record.schema if record else None
 
     def start(self) -> "DataCoord":
-        self._catalog_watch = self.client.watch_prefix(catalog_prefix(self.root), self._catalog_changed)
+        self._catalog_watch = self.catalog.watch(self._catalog_changed)
         self.manager.start()
-        log.info("channel manager up under %s/channelwatch/", self.root)
+        log.info("channel manager up under %s/channelwatch/, collections from %s", self.root, self.catalog.describe())
         return self
 
     def stop(self) -> None:
         if self._catalog_watch is not None:
             self._catalog_watch.cancel()
         self.manager.stop()
+        self.catalog.close()

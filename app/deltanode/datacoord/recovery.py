@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..storage import meta
 from ..storage.channel_state import DROPPED, FLUSHED, SEALED, ChannelState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
-from ..wire.names import pchannel_of
 from ..wire.positions import CODECS, PositionCodec
-from .catalog import CollectionRecord
+from .catalog import CollectionRecord, StartPosition
 
 SegmentState = common_pb2.SegmentState
 
 
 def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str,
-                  positions: PositionCodec = CODECS["kafka"]) -> VchannelInfo:
-    """Seek position: the channel checkpoint, else the collection's start position (``positions``:
-    the broker's msgID encoding). Every position names the vchannel, as Milvus's do (the msgID is
-    the pchannel's: the vchannel's name says which pchannel that is)."""
-    pchannel = pchannel_of(vchannel)
+                  start: Callable[[], StartPosition], positions: PositionCodec = CODECS["kafka"]) -> VchannelInfo:
+    """Seek position: the channel checkpoint, else ``start()`` (the catalog's start position; asked
+    only then), in the broker's msgID encoding (``positions``). Every position names the vchannel,
+    as Milvus's do (the msgID is the pchannel's: the vchannel's name says which pchannel that is)."""
 
     def _position(offset: int, ts: int) -> msg_pb2.MsgPosition:
         return msg_pb2.MsgPosition(channel_name=vchannel, msgID=positions.to_msg_id(offset), timestamp=ts)
@@ -27,9 +27,8 @@ def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: st
     info = VchannelInfo(collectionID=record.collection_id, channelName=vchannel)
     state: ChannelState | None = meta.channel_state(storage, record.collection_id, vchannel)
     if state is None:
-        # The CreateCollection message itself is at the start offset: start right after it.
-        info.seek_position.CopyFrom(_position(record.start_offsets.get(pchannel, -1) + 1,
-                                              record.start_ts))
+        first = start()
+        info.seek_position.CopyFrom(_position(first.offset, first.ts))
         return info
     info.seek_position.CopyFrom(_position(state.checkpoint_offset, state.checkpoint_ts))
     for seg in state.segments.values():

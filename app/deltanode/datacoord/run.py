@@ -4,27 +4,25 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
+import time
 
 from ..config import Conf
 from ..etcd.client import EtcdClient
-from ..storage.layout import StorageLayout
-from ..wire.positions import CODECS
 from .coordinator import DataCoord
 
 log = logging.getLogger("deltanode.datacoord")
 
 
 def run(conf: Conf) -> int:
-    stop = threading.Event()
+    # The handler only appends (see datanode/run.py: setting an Event from it can deadlock).
+    signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: signals.append(signum))
     with EtcdClient(conf.get("etcd.endpoints")) as client:
-        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
-                          CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance")).start()
+        coord = DataCoord.from_conf(conf, client).start()
         try:
-            stop.wait()
+            while not signals:
+                time.sleep(0.5)
             log.info("stopping")
         finally:
             coord.stop()

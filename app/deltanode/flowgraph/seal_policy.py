@@ -34,6 +34,9 @@ FLUSH_REQUEST, FLUSH_MESSAGE = "flush", "flush message"
 
 @dataclass(frozen=True)
 class SealSettings:
+    # False in mirror mode: Milvus's DataCoord seals the segments its proxies write to, and a
+    # segment DeltaNode sealed on its own would quarantine the rows Milvus still sends it.
+    by_policies: bool = True
     max_size: int = 1024 << 20            # dataCoord.segment.maxSize (1024 MB)
     seal_proportion: float = 0.12         # dataCoord.segment.sealProportion
     max_life: float = 86400.0             # dataCoord.segment.maxLife (s)
@@ -89,7 +92,7 @@ def seal_by_policies(state: ChannelState, settings: SealSettings) -> ChannelStat
     """The state with the Growing segments a policy seals, at the vchannel's clock (its last
     TimeTick) or their last row's ts if later; None if none is due."""
     now = state.checkpoint_ts
-    if now <= 0:
+    if now <= 0 or not settings.by_policies:
         return None
     reasons = {}
     for seg in _growing(state):

@@ -28,6 +28,9 @@ class HighWatermarks(Protocol):
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         """The position after the last message of ``topic[partition]`` the broker reports."""
 
+    def first(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        """The position of the first message the broker still holds (the high watermark when none)."""
+
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """``high`` of every ``(topic, partition)``, in as few round trips as the broker allows; a
         partition the broker cannot answer for maps to its ``BrokerError``."""

@@ -173,11 +173,17 @@ class Watermarks:
             raise BrokerError(f"cannot describe {topic} on {self.bootstrap}: {e}") from None
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        return self._watermarks(topic, partition, timeout)[1]
+
+    def first(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        """The low watermark: the first offset retention left."""
+        return self._watermarks(topic, partition, timeout)[0]
+
+    def _watermarks(self, topic: str, partition: int, timeout: float) -> tuple[int, int]:
         try:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+            return self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         except KafkaException as e:
-            raise BrokerError(f"cannot read the watermark of {topic}[{partition}] from {self.bootstrap}: {e}") from None
-        return high
+            raise BrokerError(f"cannot read the watermarks of {topic}[{partition}] from {self.bootstrap}: {e}") from None
 
     def list_topics(self, timeout: float = 10.0) -> list[str]:
         try:
@@ -259,6 +265,15 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
         consumer.close()
 
 
+def _first_offset(consumer: Consumer, key: tuple[str, int]) -> str:
+    """"its first offset is N", for an error message."""
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(*key), timeout=5.0)
+    except KafkaException as e:
+        return f"its first offset is unknown: {e}"
+    return f"its first offset is {low}"
+
+
 def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk_messages: int, chunk_bytes: int,
                 stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
     by_tp = {(r.topic, r.partition): (i, r) for i, r in ranges}
@@ -289,7 +304,7 @@ def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk
                     at = next_offset[key]
                     finish(key)
                     yield i, BrokerError(f"{r.topic}[{r.partition}] offset {at} is no longer on the broker "
-                                         f"(retention?): refusing to skip data")
+                                         f"({_first_offset(consumer, key)}; retention?): refusing to skip data")
                 elif not (err.retriable() or err.code() == KafkaError._PARTITION_EOF):
                     finish(key)
                     yield i, BrokerError(f"reading {r.topic}[{r.partition}]: {err}")

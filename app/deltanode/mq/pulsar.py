@@ -144,6 +144,23 @@ class Watermarks:
             log.debug("acknowledging %s on %s: %s", last, topic, e)
         return position(last.ledger_id(), last.entry_id()) + 1
 
+    def first(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
+        """The first message a reader from the earliest id gets (retention may have removed ledgers)."""
+        try:
+            reader = self._client.create_reader(topic_name(topic, self.tenant, self.namespace),
+                                                pulsar.MessageId.earliest, receiver_queue_size=1)
+        except pulsar.PulsarException as e:
+            raise BrokerError(f"cannot read {topic} from {self.service_url}: {e}") from None
+        try:
+            msg = reader.read_next(int(timeout * 1000))
+            return position(msg.message_id().ledger_id(), msg.message_id().entry_id())
+        except pulsar.Timeout:
+            return self.high(topic, partition, timeout)
+        except pulsar.PulsarException as e:
+            raise BrokerError(f"cannot read the first message of {topic} from {self.service_url}: {e}") from None
+        finally:
+            reader.close()
+
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
         """"": a Pulsar topic's name is all the client sees of it."""
         return ""

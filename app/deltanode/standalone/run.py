@@ -1,5 +1,9 @@
 """``./spark-submit.sh standalone``: embedded services, rootcoord's TimeTicks, a channel assigner
-and one DataNode."""
+and one DataNode.
+
+In mirror mode (``milvus.meta.root`` set) it runs beside a Milvus: the collections, their
+topics and the TimeTicks on them are Milvus's, so standalone creates no topic and writes no tick.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,6 @@ from ..datanode.progress import ProgressReporter
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 from ..etcd.client import EtcdClient
 from ..mq.broker import Broker
-from ..storage.layout import StorageLayout
-from ..wire.positions import CODECS
 from ..wire.names import pchannel_name
 from .lifecycle import ServiceGroup
 from .services import ServiceError
@@ -53,21 +55,21 @@ def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> No
 
 
 def run(conf: Conf) -> int:
+    mirror = conf.get("milvus.meta.root") is not None
     with ServiceGroup(conf) as group:
         broker = Broker.from_conf(conf)
         pchannels = [pchannel_name(conf.get("mq.pchannel.prefix"), i) for i in range(conf.get("mq.pchannel.count"))]
         client = EtcdClient(conf.get("etcd.endpoints"))
         group.add("etcd client", client.close)
-        created = broker.create_topics(pchannels)
-        if created:
-            log.info("created %d pchannel topics on %s", len(created), broker.address)
-            refuse_lost_topics(client, conf, created)
-        if conf.get("standalone.timetick.interval") > 0:
-            ticker = TimeTicker(broker, pchannels, conf.get("standalone.timetick.interval")).start()
-            group.add("timeticks", ticker.stop)
-        coord = DataCoord(client, conf.get("etcd.root"), StorageLayout.from_conf(conf),
-                          CODECS[conf.get("mq.type")], watch_timeout=conf.get("datacoord.watch.timeout"),
-                          balance=conf.get("datacoord.channel.balance")).start()
+        if not mirror:
+            created = broker.create_topics(pchannels)
+            if created:
+                log.info("created %d pchannel topics on %s", len(created), broker.address)
+                refuse_lost_topics(client, conf, created)
+            if conf.get("standalone.timetick.interval") > 0:
+                ticker = TimeTicker(broker, pchannels, conf.get("standalone.timetick.interval")).start()
+                group.add("timeticks", ticker.stop)
+        coord = DataCoord.from_conf(conf, client).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
         spark = spark_session(conf, "deltanode-standalone")
@@ -75,11 +77,13 @@ def run(conf: Conf) -> int:
         node = DataNode(conf, spark)
         group.add("datanode", node.stop)
         node.start()
-        log.info("standalone up: etcd %s, %s broker %s, Delta tables under %s; Ctrl-C to stop",
-                 conf.get("etcd.endpoints"), broker.kind, broker.address, conf.get("storage.root"))
+        log.info("standalone up: etcd %s, %s broker %s, Delta tables under %s, collections from %s; Ctrl-C to stop",
+                 conf.get("etcd.endpoints"), broker.kind, broker.address, conf.get("storage.root"),
+                 coord.catalog.describe())
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
         while not group.wait(1.0):
-            if group.broker is not None and group.broker.name in group.check() and broker.kind == "kafka":
+            if group.broker is not None and group.broker.name in group.check() and broker.kind == "kafka" \
+                    and not mirror:
                 refuse_lost_topics(client, conf, broker.create_topics(pchannels))
             node.poll()
             reporter.maybe_report(node.progress, node.alerts, node.publish)

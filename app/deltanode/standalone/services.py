@@ -60,7 +60,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log: Path, time
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: get SIGTERM when the parent dies, however it dies (Linux),
     so an embedded service never outlives a killed standalone run."""
     try:
@@ -82,7 +82,7 @@ class _Process:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         _wait_for_port(port, self.proc, self.name, log, timeout)
 
     def stop(self) -> None:

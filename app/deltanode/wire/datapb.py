@@ -9,19 +9,9 @@ reads are left out; protobuf skips unknown fields, so that is wire compatible.
 
 from __future__ import annotations
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
-from .milvus_proto import common_pb2, msg_pb2, schema_pb2
-
-_F = descriptor_pb2.FieldDescriptorProto
-
-
-def _field(name: str, number: int, ftype: int, *, repeated: bool = False, type_name: str = "") -> _F:
-    label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-    field = _F(name=name, number=number, type=ftype, label=label)
-    if type_name:
-        field.type_name = type_name
-    return field
+from .descriptors import DEPENDENCIES, FieldProto as F, field, load
 
 
 def _build() -> descriptor_pb2.FileDescriptorProto:
@@ -29,7 +19,7 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         name="deltanode/data_coord_subset.proto",
         package="milvus.proto.data",
         syntax="proto3",
-        dependency=["common.proto", "msg.proto", "schema.proto"],
+        dependency=DEPENDENCIES,
     )
     state = f.enum_type.add(name="ChannelWatchState")
     for name, value in [("Uncomplete", 0), ("Complete", 1), ("ToWatch", 2), ("WatchSuccess", 3),
@@ -39,78 +29,63 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
 
     binlog = f.message_type.add(name="Binlog")
     binlog.field.extend([
-        _field("entries_num", 1, _F.TYPE_INT64),
-        _field("timestamp_from", 2, _F.TYPE_UINT64),
-        _field("timestamp_to", 3, _F.TYPE_UINT64),
-        _field("log_path", 4, _F.TYPE_STRING),
-        _field("log_size", 5, _F.TYPE_INT64),
-        _field("logID", 6, _F.TYPE_INT64),
+        field("entries_num", 1, F.TYPE_INT64),
+        field("timestamp_from", 2, F.TYPE_UINT64),
+        field("timestamp_to", 3, F.TYPE_UINT64),
+        field("log_path", 4, F.TYPE_STRING),
+        field("log_size", 5, F.TYPE_INT64),
+        field("logID", 6, F.TYPE_INT64),
     ])
     field_binlog = f.message_type.add(name="FieldBinlog")
     field_binlog.field.extend([
-        _field("fieldID", 1, _F.TYPE_INT64),
-        _field("binlogs", 2, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.Binlog"),
+        field("fieldID", 1, F.TYPE_INT64),
+        field("binlogs", 2, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.Binlog"),
     ])
     seg = f.message_type.add(name="SegmentInfo")
     seg.field.extend([
-        _field("ID", 1, _F.TYPE_INT64),
-        _field("collectionID", 2, _F.TYPE_INT64),
-        _field("partitionID", 3, _F.TYPE_INT64),
-        _field("insert_channel", 4, _F.TYPE_STRING),
-        _field("num_of_rows", 5, _F.TYPE_INT64),
-        _field("state", 6, _F.TYPE_ENUM, type_name=".milvus.proto.common.SegmentState"),
-        _field("max_row_num", 7, _F.TYPE_INT64),
-        _field("last_expire_time", 8, _F.TYPE_UINT64),
-        _field("start_position", 9, _F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
-        _field("dml_position", 10, _F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
-        _field("binlogs", 11, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
-        _field("statslogs", 12, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
-        _field("deltalogs", 13, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
-        _field("dropped_at", 16, _F.TYPE_UINT64),
+        field("ID", 1, F.TYPE_INT64),
+        field("collectionID", 2, F.TYPE_INT64),
+        field("partitionID", 3, F.TYPE_INT64),
+        field("insert_channel", 4, F.TYPE_STRING),
+        field("num_of_rows", 5, F.TYPE_INT64),
+        field("state", 6, F.TYPE_ENUM, type_name=".milvus.proto.common.SegmentState"),
+        field("max_row_num", 7, F.TYPE_INT64),
+        field("last_expire_time", 8, F.TYPE_UINT64),
+        field("start_position", 9, F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
+        field("dml_position", 10, F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
+        field("binlogs", 11, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
+        field("statslogs", 12, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
+        field("deltalogs", 13, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
+        field("dropped_at", 16, F.TYPE_UINT64),
     ])
     vchan = f.message_type.add(name="VchannelInfo")
     vchan.field.extend([
-        _field("collectionID", 1, _F.TYPE_INT64),
-        _field("channelName", 2, _F.TYPE_STRING),
-        _field("seek_position", 3, _F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
-        _field("unflushedSegments", 4, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
-        _field("flushedSegments", 5, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
-        _field("dropped_segments", 6, _F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
-        _field("unflushedSegmentIds", 7, _F.TYPE_INT64, repeated=True),
-        _field("flushedSegmentIds", 8, _F.TYPE_INT64, repeated=True),
-        _field("dropped_segmentIds", 9, _F.TYPE_INT64, repeated=True),
-        _field("indexed_segmentIds", 10, _F.TYPE_INT64, repeated=True),
-        _field("level_zero_segment_ids", 12, _F.TYPE_INT64, repeated=True),
+        field("collectionID", 1, F.TYPE_INT64),
+        field("channelName", 2, F.TYPE_STRING),
+        field("seek_position", 3, F.TYPE_MESSAGE, type_name=".milvus.proto.msg.MsgPosition"),
+        field("unflushedSegments", 4, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
+        field("flushedSegments", 5, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
+        field("dropped_segments", 6, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.SegmentInfo"),
+        field("unflushedSegmentIds", 7, F.TYPE_INT64, repeated=True),
+        field("flushedSegmentIds", 8, F.TYPE_INT64, repeated=True),
+        field("dropped_segmentIds", 9, F.TYPE_INT64, repeated=True),
+        field("indexed_segmentIds", 10, F.TYPE_INT64, repeated=True),
+        field("level_zero_segment_ids", 12, F.TYPE_INT64, repeated=True),
     ])
     watch = f.message_type.add(name="ChannelWatchInfo")
     watch.field.extend([
-        _field("vchan", 1, _F.TYPE_MESSAGE, type_name=".milvus.proto.data.VchannelInfo"),
-        _field("startTs", 2, _F.TYPE_INT64),
-        _field("state", 3, _F.TYPE_ENUM, type_name=".milvus.proto.data.ChannelWatchState"),
-        _field("timeoutTs", 4, _F.TYPE_INT64),
-        _field("schema", 5, _F.TYPE_MESSAGE, type_name=".milvus.proto.schema.CollectionSchema"),
-        _field("progress", 6, _F.TYPE_INT32),
-        _field("opID", 7, _F.TYPE_INT64),
+        field("vchan", 1, F.TYPE_MESSAGE, type_name=".milvus.proto.data.VchannelInfo"),
+        field("startTs", 2, F.TYPE_INT64),
+        field("state", 3, F.TYPE_ENUM, type_name=".milvus.proto.data.ChannelWatchState"),
+        field("timeoutTs", 4, F.TYPE_INT64),
+        field("schema", 5, F.TYPE_MESSAGE, type_name=".milvus.proto.schema.CollectionSchema"),
+        field("progress", 6, F.TYPE_INT32),
+        field("opID", 7, F.TYPE_INT64),
     ])
     return f
 
 
-def _load():
-    # The generated milvus modules live in protobuf's default pool; our file must join it
-    # so that its references to MsgPosition, SegmentState and CollectionSchema resolve.
-    pool = descriptor_pool.Default()
-    for module in (common_pb2, msg_pb2, schema_pb2):  # make sure the dependencies are loaded
-        assert module.DESCRIPTOR.name in ("common.proto", "msg.proto", "schema.proto")
-    try:
-        fd = pool.FindFileByName("deltanode/data_coord_subset.proto")
-    except KeyError:
-        fd = pool.Add(_build())
-        fd = pool.FindFileByName("deltanode/data_coord_subset.proto")
-    classes = message_factory.GetMessages([descriptor_pb2.FileDescriptorProto.FromString(fd.serialized_pb)], pool=pool)
-    return classes, fd
-
-
-_classes, _file = _load()
+_classes, _file = load(_build())
 
 Binlog = _classes["milvus.proto.data.Binlog"]
 FieldBinlog = _classes["milvus.proto.data.FieldBinlog"]

@@ -1,0 +1,231 @@
+"""Mirror mode: the collections of a running Milvus, read from its own etcd meta (read only).
+
+RootCoord keeps every collection under ``{meta}/root-coord/`` (docs/milvus-facts.md §7):
+
+- ``database/collection-info/{dbID}/{collID}`` (``root-coord/collection/{collID}`` before
+  databases): an ``etcdpb.CollectionInfo`` whose schema has no fields;
+- ``fields/{collID}/{fieldID}``: one ``schema.FieldSchema`` each, joined into the schema here;
+- ``partitions/{collID}/{partID}``: ``etcdpb.PartitionInfo``; ``database/db-info/{dbID}``.
+
+One range read of that prefix gives every collection, whatever their number. A removed key
+may be left as a tombstone value; ``snapshots/`` (history) is never read. A collection still
+being created is left out until RootCoord marks it created: its start positions are written
+with that step.
+
+Where a mirrored vchannel starts when DeltaNode has no checkpoint for it: right after the
+collection's CreateCollection message (``CollectionInfo.start_positions``), so every row since
+creation is mirrored. With ``milvus.start = checkpoint`` and a broker that no longer holds that
+position, it starts at Milvus's own channel checkpoint (``datacoord-meta/channel-cp/{vchannel}``,
+whose rows Milvus has already persisted) and the skipped range is recorded under
+``{etcd.root}/deltanode/gaps/{vchannel}`` and logged. DeltaNode never writes under the Milvus
+root, and never uses Milvus's sessions or consumer groups.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from ..etcd.client import EtcdClient, PrefixWatch
+from ..mq.broker import Broker, BrokerError
+from ..wire.etcdpb import CollectionInfo, CollectionState, DatabaseInfo, PartitionInfo, PartitionState
+from ..wire.milvus_proto import msg_pb2, schema_pb2
+from ..wire.names import pchannel_of
+from ..wire.positions import PositionCodec
+from .catalog import CREATED, DROPPING, CatalogError, CollectionRecord, StartPosition, encode_schema
+
+log = logging.getLogger(__name__)
+
+#: The value Milvus's snapshot KV writes for a removed key.
+TOMBSTONE = b"\xe2\x9b\xbc"
+START_CREATION, START_CHECKPOINT = "creation", "checkpoint"
+
+
+def gap_key(root: str, vchannel: str) -> str:
+    """Where DeltaNode records the range a mirrored vchannel skipped (under its own ``etcd.root``)."""
+    return f"{root}/deltanode/gaps/{vchannel}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartGap:
+    """Messages of a vchannel that DeltaNode never read: they were gone from the broker when the
+    vchannel first started, and Milvus's channel checkpoint was taken instead."""
+
+    vchannel: str
+    from_offset: int          # the position asked for (right after CreateCollection)
+    to_offset: int            # where the vchannel started (Milvus's channel checkpoint)
+    to_ts: int
+    broker_first_offset: int  # the first position the broker still held
+    recorded_at_ms: int
+
+
+def start_after_retention(vchannel: str, created: StartPosition, first: int, checkpoint: StartPosition | None,
+                          meta_root: str) -> tuple[StartPosition, StartGap]:
+    """``milvus.start = checkpoint`` when the broker's ``first`` offset is past the collection's
+    start: Milvus's channel ``checkpoint`` (its rows are in Milvus's binlogs), and the gap that
+    leaves. Raises CatalogError when Milvus has no checkpoint, or one the broker no longer holds."""
+    if checkpoint is None or checkpoint.offset < first:
+        held = "none" if checkpoint is None else f"offset {checkpoint.offset}, also gone"
+        raise CatalogError(
+            f"{vchannel}: the broker's first offset on its pchannel is {first}, past the collection's start "
+            f"position {created.offset}, and Milvus's channel checkpoint ({meta_root}/datacoord-meta/channel-cp/"
+            f"{vchannel}) is {held}: nowhere to start without losing rows silently")
+    return checkpoint, StartGap(vchannel=vchannel, from_offset=created.offset, to_offset=checkpoint.offset,
+                                to_ts=checkpoint.ts, broker_first_offset=first, recorded_at_ms=int(time.time() * 1000))
+
+
+def _parse(message_type, value: bytes, key: str):
+    try:
+        return message_type.FromString(value)
+    except DecodeError as e:
+        log.warning("ignoring %s: not a %s (%s)", key, message_type.DESCRIPTOR.name, e)
+        return None
+
+
+class MilvusCatalog:
+    """The collections of the Milvus whose meta is at ``meta_root`` in ``client``'s etcd.
+
+    ``own_client``/``own_root``: DeltaNode's etcd and root, where start gaps are recorded; a
+    ``client`` other than ``own_client`` is closed with the catalog.
+    ``broker`` and ``positions``: to find whether a start position is still on the broker and to
+    read Milvus's msgID bytes.
+    """
+
+    kind = "milvus"
+
+    def __init__(self, client: EtcdClient, meta_root: str, *, own_client: EtcdClient, own_root: str,
+                 broker: Broker, positions: PositionCodec, start: str = START_CREATION) -> None:
+        self.client, self.meta_root = client, meta_root.rstrip("/")
+        self.own_client, self.own_root = own_client, own_root
+        self.broker, self.positions, self.start = broker, positions, start
+
+    def close(self) -> None:
+        if self.client is not self.own_client:   # a client of Milvus's own etcd cluster, opened for it
+            self.client.close()
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.meta_root}/root-coord/"
+
+    def describe(self) -> str:
+        return f"the Milvus meta under {self.meta_root}"
+
+    # -- collections ------------------------------------------------------------------
+    def collections(self) -> list[CollectionRecord]:
+        """Every created (or dropping) collection, with its fields and partitions joined in."""
+        infos: dict[int, tuple[str, object]] = {}
+        fields: dict[int, list[schema_pb2.FieldSchema]] = defaultdict(list)
+        partitions: dict[int, dict[str, int]] = defaultdict(dict)
+        databases: dict[int, str] = {}
+        for key, value, _ in self.client.get_prefix(self.prefix):
+            if value == TOMBSTONE:
+                continue
+            parts = key[len(self.prefix):].split("/")
+            if parts[:2] == ["database", "collection-info"] and len(parts) == 4 or parts[0] == "collection" \
+                    and len(parts) == 2:
+                info = _parse(CollectionInfo, value, key)
+                if info is not None:
+                    infos[info.ID] = (key, info)
+            elif parts[0] == "fields" and len(parts) == 3:
+                field = _parse(schema_pb2.FieldSchema, value, key)
+                if field is not None:
+                    fields[int(parts[1])].append(field)
+            elif parts[0] == "partitions" and len(parts) == 3:
+                part = _parse(PartitionInfo, value, key)
+                if part is not None and part.state in (PartitionState.CREATED, PartitionState.CREATING):
+                    partitions[int(parts[1])][part.partitionName] = part.partitionID
+            elif parts[:2] == ["database", "db-info"] and len(parts) == 3:
+                db = _parse(DatabaseInfo, value, key)
+                if db is not None:
+                    databases[db.id] = db.name
+        records = []
+        for collection_id, (key, info) in sorted(infos.items()):
+            record = self._record(key, info, fields.get(collection_id, []), partitions.get(collection_id, {}),
+                                  databases)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _record(self, key: str, info, fields: list, partitions: dict[str, int],
+                databases: dict[int, str]) -> CollectionRecord | None:
+        if info.state in (CollectionState.CREATING, CollectionState.DROPPED):
+            return None
+        schema = schema_pb2.CollectionSchema()
+        schema.CopyFrom(info.schema)
+        if not schema.fields:   # 2.3+: fields are keys of their own
+            schema.fields.extend(sorted(fields, key=lambda f: f.fieldID))
+        vchannels, pchannels = list(info.virtual_channel_names), list(info.physical_channel_names)
+        if not vchannels or len(vchannels) != len(pchannels):
+            log.warning("ignoring %s: %d vchannels for %d pchannels", key, len(vchannels), len(pchannels))
+            return None
+        starts = {}
+        for pair in info.start_positions:
+            try:
+                starts[pair.key] = self.positions.from_msg_id(pair.data)
+            except ValueError as e:
+                log.warning("%s: start position of %s unreadable (%s); its vchannel starts at offset 0", key,
+                            pair.key, e)
+        if not partitions:   # before 2.3 partitions lived in the CollectionInfo
+            partitions = dict(zip(info.partitionNames, info.partitionIDs))
+        return CollectionRecord(
+            collection_id=info.ID, name=schema.name, schema_b64=encode_schema(schema), shards=info.shards_num or len(vchannels),
+            vchannels=vchannels, pchannels=pchannels, start_offsets=starts, start_ts=info.create_time,
+            state=DROPPING if info.state == CollectionState.DROPPING else CREATED,
+            database=databases.get(info.db_id, "default"), partitions=partitions)
+
+    def watch(self, on_change: Callable[[], None]) -> PrefixWatch:
+        """Call ``on_change`` whenever RootCoord's meta changes (a collection created or dropped, ...)."""
+        return self.client.watch_prefix(self.prefix, lambda _event: on_change())
+
+    # -- where a vchannel starts ------------------------------------------------------
+    def start_position(self, record: CollectionRecord, vchannel: str) -> StartPosition:
+        created = StartPosition(offset=record.start_offsets.get(pchannel_of(vchannel), -1) + 1, ts=record.start_ts)
+        if self.start != START_CHECKPOINT:
+            return created
+        first = self._first_offset(pchannel_of(vchannel))
+        if first is None or first <= created.offset:
+            return created
+        start, gap = start_after_retention(vchannel, created, first, self._milvus_checkpoint(vchannel), self.meta_root)
+        self._record_gap(gap)
+        return start
+
+    def _first_offset(self, pchannel: str) -> int | None:
+        watermarks = self.broker.watermarks()
+        try:
+            return watermarks.first(pchannel)
+        except BrokerError as e:
+            log.warning("cannot read the first offset of %s (%s): starting from the collection's start", pchannel, e)
+            return None
+        finally:
+            watermarks.close()
+
+    def _milvus_checkpoint(self, vchannel: str) -> StartPosition | None:
+        key = f"{self.meta_root}/datacoord-meta/channel-cp/{vchannel}"
+        found = self.client.get(key)
+        if found is None:
+            return None
+        position = _parse(msg_pb2.MsgPosition, found[0], key)
+        if position is None or not position.msgID:
+            return None
+        return StartPosition(offset=self.positions.from_msg_id(position.msgID), ts=position.timestamp)
+
+    def _record_gap(self, gap: StartGap) -> None:
+        key = gap_key(self.own_root, gap.vchannel)
+        if self.own_client.get(key) is None:
+            self.own_client.put(key, json.dumps(vars(gap)))
+        log.warning("%s: offsets %d..%d of its pchannel are gone from the broker (first offset %d); starting at "
+                    "Milvus's channel checkpoint %d (milvus.start = checkpoint): the rows in between are not mirrored",
+                    gap.vchannel, gap.from_offset, gap.to_offset - 1, gap.broker_first_offset, gap.to_offset)
+
+
+def read_gaps(client: EtcdClient, root: str) -> dict[str, dict]:
+    """vchannel -> its recorded start gap (``StartGap`` fields)."""
+    prefix = gap_key(root, "")
+    return {key[len(prefix):]: json.loads(value) for key, value, _ in client.get_prefix(prefix)}
+
