@@ -149,7 +149,7 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
             "pchannels": record.pchannels, "partitions": record.partitions,
             "fields": [{"name": f.name, "data_type": DataType.Name(f.data_type)} for f in record.schema.fields
                        if f.fieldID >= FIRST_USER_FIELD_ID],
-            "rows": sum(s.rows for s in states if s),
+            "inserted_rows": sum(s.rows for s in states if s),
             "gaps": [gaps[v] for v in record.vchannels if v in gaps],
         })
     _print(rows)
