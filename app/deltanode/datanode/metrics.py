@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..flowgraph.vchannel import FAILED, RUNNING, Snapshot
-from ..pipeline.pipeline import CycleReport
+from ..pipeline.cycle_report import CycleReport
 from ..wire.positions import physical_ms
 
 log = logging.getLogger(__name__)

@@ -25,8 +25,8 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from dataclasses import dataclass
+from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -34,21 +34,22 @@ from ..faults import crash_point
 from ..flowgraph.results import Portion, ReadStats
 from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
-from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, Snapshot, VchannelFlowgraph
+from ..flowgraph.vchannel import FAILED, RUNNING, Snapshot, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..storage import meta
-from ..storage.binlog_writer import INSERT_TABLE
 from ..storage.channel_state import DROPPED as SEGMENT_DROPPED
 from ..storage.channel_state import SEALED
-from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, discard
+from ..storage.commit import CollectionCommitter, discard
 from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
-from ..wire.positions import CODECS, physical_ms
+from ..wire.positions import CODECS
 from .compactor import CompactionTarget, Compactor
+from .cycle_report import CycleReport
 from .plan import MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
-from .sync_policy import Candidate, SyncSelector, SyncSettings
+from .sync_manager import COMMIT_REFUSED, Fence, SyncManager
+from .sync_policy import SyncSettings
 from .task import TaskOutput, TaskSpec, run_task
 
 log = logging.getLogger(__name__)
@@ -56,18 +57,6 @@ JOB_GROUP = "deltanode-pipeline"
 CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
 TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
-COMMIT_REFUSED = "CommitRefused"   # the error prefix of a vchannel whose Delta commit was refused
-
-
-class Fence(Protocol):
-    """The ownership check before a commit (``etcd.fence.OwnershipFence``)."""
-
-    @property
-    def reachable(self) -> bool:
-        """False while the source of ownership (etcd) cannot be asked."""
-
-    def check(self, vchannels: list[str]) -> dict[str, str]:
-        """The vchannels this node may no longer write, each with the reason."""
 
 
 @dataclass(frozen=True)
@@ -77,35 +66,6 @@ class PipelineSettings:
     trigger_interval: float = 1.0
     compaction: CompactionSettings = CompactionSettings()
     seal: SealSettings = SealSettings()
-
-
-@dataclass
-class CycleReport:
-    """What one cycle did and where its time went (its log line; ``Pipeline.cycles`` keeps the last ones)."""
-
-    number: int
-    started: float = 0.0         # wall clock
-    plan_s: float = 0.0          # watermarks and ranges
-    job_s: float = 0.0           # the Spark job (read, route, write binlogs)
-    task_s: float = 0.0          # its tasks' wall clock, summed
-    task_cpu_s: float = 0.0      # their Python workers' CPU, summed
-    apply_s: float = 0.0         # the tasks' portions applied to the vchannels' states
-    sync_s: float = 0.0          # fence and Delta commits
-    seconds: float = 0.0         # the whole cycle
-    ranges: int = 0
-    tasks: int = 0
-    messages: int = 0
-    bytes: int = 0
-    rows: int = 0
-    deletes: int = 0
-    quarantined: int = 0
-    commits: int = 0
-    vchannels_committed: int = 0
-    failed: list[str] = field(default_factory=list)
-    commit_seconds: list[float] = field(default_factory=list)              # each Delta commit's duration
-    # Per vchannel that committed rows: the commit's wall clock minus its new checkpoint's TimeTick
-    # (ticks come every 200 ms, so this is insert -> durable for the last rows, within a tick).
-    commit_lag: list[tuple[str, float]] = field(default_factory=list)
 
 
 CycleObserver = Callable[[CycleReport], None]
@@ -120,13 +80,11 @@ class Pipeline:
         self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
         self.node_id, self.fence, self.on_cycle = node_id, fence, on_cycle
         self._members: dict[str, VchannelFlowgraph] = {}
-        self._committers: dict[int, CollectionCommitter] = {}
-        self._quarantine = QuarantineLog(storage)
+        self._syncs = SyncManager(storage, settings.sync, fence, self._fail, settings.compaction.min_files)
         self._lock = threading.Lock()
         self._busy: set[str] = set()                 # vchannels of the running cycle
         self._idle = threading.Condition(self._lock)
         self._averages: dict[str, float] = {}        # pchannel -> bytes per DML message
-        self._selector = SyncSelector(settings.sync, time.monotonic())
         self._watermarks: HighWatermarks | None = None
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
@@ -135,9 +93,6 @@ class Pipeline:
         self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
         self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self._cycles = 0
-        # collection id -> insert files committed since the compactor last looked at it (a new
-        # collection starts at the threshold: its files from before this node are looked at once)
-        self._new_files: dict[int, int] = {}
         self.compactor = Compactor(spark, storage, self, settings.compaction)
         self._flushes: dict[int, int] = {}          # collection id -> the latest flush ts requested
 
@@ -187,14 +142,7 @@ class Pipeline:
         return self._highs_seen.get((pchannel, partition))
 
     def _committer(self, fg: VchannelFlowgraph) -> CollectionCommitter:
-        with self._lock:
-            found = self._committers.get(fg.collection_id)
-            if found is None:
-                self._new_files[fg.collection_id] = self.settings.compaction.min_files
-                found = self._committers[fg.collection_id] = CollectionCommitter(
-                    self.storage, fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema(),
-                    self._quarantine)
-            return found
+        return self._syncs.committer(fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema())
 
     # -- compaction (``Compactor`` asks, from its own thread) ---------------------------------------
     def collection_ids(self) -> list[int]:
@@ -205,12 +153,9 @@ class Pipeline:
     def compaction_targets(self, min_new_files: int) -> list[CompactionTarget]:
         """Collections into which ``min_new_files`` insert files or more were committed since they
         were last returned, with the live segments of their running vchannels."""
+        committers = self._syncs.take_due(min_new_files)
         with self._lock:
-            due = [cid for cid, n in self._new_files.items() if n >= min_new_files]
-            for cid in due:
-                self._new_files[cid] = 0
-            members = [fg for fg in self._members.values() if fg.collection_id in due and fg.status == RUNNING]
-            committers = {cid: self._committers[cid] for cid in due}
+            members = [fg for fg in self._members.values() if fg.collection_id in committers and fg.status == RUNNING]
         targets: dict[int, CompactionTarget] = {}
         for fg in members:
             state = fg.working
@@ -356,7 +301,9 @@ class Pipeline:
             self._apply(outputs, members, apply_started, report)
             report.apply_s = time.monotonic() - apply_started
         sync_started = time.monotonic()
-        self._sync(members, sync_started, report)
+        with self._lock:
+            current = {v: fg for v, fg in self._members.items() if members.get(v) is fg}
+        self._syncs.sync(current, sync_started, report)
         report.sync_s = time.monotonic() - sync_started
         crash_point("after_commit")
         report.seconds = time.monotonic() - now
@@ -505,68 +452,6 @@ class Pipeline:
             own = fg.message_size() or MAX_MESSAGE_BYTES
             sizes[fg.pchannel] = max(sizes.get(fg.pchannel, 0.0), own)
         return {p: size for p, size in sizes.items() if size}
-
-    def _sync(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
-        with self._lock:
-            current = {v: fg for v, fg in self._members.items() if members.get(v) is fg}
-        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (RUNNING, DROPPED)]
-        chosen = set(self._selector.select([
-            Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
-                      fg.committed_at) for fg in waiting], now))
-        syncing = [fg for fg in waiting if fg.collection_id in chosen]
-        if not syncing:
-            return
-        if self.fence is not None:
-            for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
-                self._fail(current[vchannel], f"OwnershipLost: {why}", now, report)
-            syncing = [fg for fg in syncing if fg.status != FAILED]
-        for cid in sorted({fg.collection_id for fg in syncing}):
-            group = [fg for fg in syncing if fg.collection_id == cid]
-            syncs = {fg.vchannel: fg.sync() for fg in group}
-            committer = self._committer(group[0])
-            commit_started = time.monotonic()
-            try:
-                with committer.lock:
-                    result = committer.commit(list(syncs.values()))
-            except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
-                for fg in group:
-                    self._fail(fg, f"commit failed: {type(e).__name__}: {e}", now, report)
-                continue
-            if result.version is not None:
-                with self._lock:
-                    self._new_files[cid] = self._new_files.get(cid, 0) + sum(
-                        len(syncs[v].table_files(INSERT_TABLE)) for v in result.committed)
-                report.commits += 1
-                report.commit_seconds.append(time.monotonic() - commit_started)
-                self._log_commit(cid, result.version, group, syncs, result.committed)
-            for fg in group:
-                if fg.vchannel in result.committed:
-                    had_rows = fg.pending_since is not None
-                    fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
-                    tick = syncs[fg.vchannel].state.checkpoint_ts
-                    if had_rows and tick:
-                        report.commit_lag.append((fg.vchannel, time.time() - physical_ms(tick) / 1000))
-                    report.vchannels_committed += 1
-                elif fg.vchannel in result.refused:
-                    # etcd confirmed just now that this node owns the vchannel: the other writer is
-                    # a node cut off from etcd, which stops at its next refused commit; restart at once.
-                    owner = self.fence is not None and self.fence.reachable
-                    self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner)
-
-    @staticmethod
-    def _log_commit(cid: int, version: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync],
-                    committed: dict) -> None:
-        """One line per Delta commit: INFO when it carries rows or events, DEBUG when it only moves
-        idle checkpoints (at 1,000 idle vchannels those are up to ``checkpoint.max.rate`` a second)."""
-        moved = [(fg, syncs[fg.vchannel]) for fg in group if fg.vchannel in committed]
-        if not moved:
-            return
-        level = logging.INFO if any(sync.files or sync.dropped_segments for _, sync in moved) else logging.DEBUG
-        if log.isEnabledFor(level):
-            log.log(level, "collection %d: Delta version %d: %s", cid, version, "; ".join(
-                f"{fg.vchannel} {fg.committed.checkpoint_offset if fg.committed else '-'}->{sync.end} "
-                f"(ts {sync.state.checkpoint_ts}, {sum(f.rows for f in sync.files)} rows in {len(sync.files)} files)"
-                for fg, sync in moved))
 
     def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
               at_once: bool = False) -> None:

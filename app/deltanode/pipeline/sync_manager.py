@@ -1,0 +1,144 @@
+"""The sync step of a cycle (driver): which collections to commit, the fence, the Delta commits.
+
+After a cycle's batches are applied, the sync policies (``sync_policy``) pick collections;
+one fence check (one etcd read) covers every vchannel about to commit, and each chosen
+collection gets one Delta commit for all its vchannels on this node
+(``storage.commit.CollectionCommitter``, one per collection, kept here). A vchannel refused by
+the fence or by Delta fails alone, through the pipeline's failure callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+import pyarrow as pa
+
+from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, VchannelFlowgraph
+from ..storage.binlog_writer import INSERT_TABLE
+from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync
+from ..storage.layout import StorageLayout
+from ..wire.positions import physical_ms
+from .cycle_report import CycleReport
+from .sync_policy import Candidate, SyncSelector, SyncSettings
+
+log = logging.getLogger(__name__)
+COMMIT_REFUSED = "CommitRefused"   # the error prefix of a vchannel whose Delta commit was refused
+
+
+class Fence(Protocol):
+    """The ownership check before a commit (``etcd.fence.OwnershipFence``)."""
+
+    @property
+    def reachable(self) -> bool:
+        """False while the source of ownership (etcd) cannot be asked."""
+
+    def check(self, vchannels: list[str]) -> dict[str, str]:
+        """The vchannels this node may no longer write, each with the reason."""
+
+
+class FailVchannel(Protocol):
+    def __call__(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
+                 at_once: bool = False) -> None:
+        """Fail ``fg`` (its uncommitted files dropped, a reload after a backoff, or ``at_once``)."""
+
+
+class SyncManager:
+    """Runs on the driver, in the pipeline's loop; ``committer`` and ``take_due`` from any thread."""
+
+    def __init__(self, storage: StorageLayout, settings: SyncSettings, fence: Fence | None, fail: FailVchannel,
+                 new_collection_files: int) -> None:
+        """``new_collection_files``: what a collection seen for the first time counts as committed
+        files, for ``take_due`` (the compactor then looks at its files from before this node once)."""
+        self.storage, self.fence, self._fail = storage, fence, fail
+        self._selector = SyncSelector(settings, time.monotonic())
+        self._quarantine = QuarantineLog(storage)
+        self._committers: dict[int, CollectionCommitter] = {}
+        self._new_files: dict[int, int] = {}      # collection id -> insert files committed since take_due
+        self._first_count = new_collection_files
+        self._lock = threading.Lock()
+
+    def committer(self, collection_id: int, insert_schema: pa.Schema, delete_schema: pa.Schema) -> CollectionCommitter:
+        """The collection's committer, made on first use."""
+        with self._lock:
+            found = self._committers.get(collection_id)
+            if found is None:
+                self._new_files[collection_id] = self._first_count
+                found = self._committers[collection_id] = CollectionCommitter(
+                    self.storage, collection_id, insert_schema, delete_schema, self._quarantine)
+            return found
+
+    def take_due(self, min_new_files: int) -> dict[int, CollectionCommitter]:
+        """The collections into which ``min_new_files`` insert files or more were committed since
+        they were last taken, with their committers; their counts start again from 0."""
+        with self._lock:
+            due = [cid for cid, n in self._new_files.items() if n >= min_new_files]
+            for cid in due:
+                self._new_files[cid] = 0
+            return {cid: self._committers[cid] for cid in due}
+
+    def sync(self, current: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
+        """Commit the collections the policies pick among ``current`` (the cycle's live vchannels)."""
+        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (RUNNING, DROPPED)]
+        chosen = set(self._selector.select([
+            Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
+                      fg.committed_at) for fg in waiting], now))
+        syncing = [fg for fg in waiting if fg.collection_id in chosen]
+        if not syncing:
+            return
+        if self.fence is not None:
+            for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
+                self._fail(current[vchannel], f"OwnershipLost: {why}", now, report)
+            syncing = [fg for fg in syncing if fg.status != FAILED]
+        for cid in sorted({fg.collection_id for fg in syncing}):
+            self._commit_collection(cid, [fg for fg in syncing if fg.collection_id == cid], now, report)
+
+    def _commit_collection(self, cid: int, group: list[VchannelFlowgraph], now: float, report: CycleReport) -> None:
+        syncs = {fg.vchannel: fg.sync() for fg in group}
+        committer = self.committer(cid, group[0].layout.insert_schema(), group[0].layout.delete_schema())
+        commit_started = time.monotonic()
+        try:
+            with committer.lock:
+                result = committer.commit(list(syncs.values()))
+        except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
+            for fg in group:
+                self._fail(fg, f"commit failed: {type(e).__name__}: {e}", now, report)
+            return
+        if result.version is not None:
+            with self._lock:
+                self._new_files[cid] = self._new_files.get(cid, 0) + sum(
+                    len(syncs[v].table_files(INSERT_TABLE)) for v in result.committed)
+            report.commits += 1
+            report.commit_seconds.append(time.monotonic() - commit_started)
+            _log_commit(cid, result.version, group, syncs, result.committed)
+        for fg in group:
+            if fg.vchannel in result.committed:
+                had_rows = fg.pending_since is not None
+                fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
+                tick = syncs[fg.vchannel].state.checkpoint_ts
+                if had_rows and tick:
+                    report.commit_lag.append((fg.vchannel, time.time() - physical_ms(tick) / 1000))
+                report.vchannels_committed += 1
+            elif fg.vchannel in result.refused:
+                # etcd confirmed just now that this node owns the vchannel: the other writer is
+                # a node cut off from etcd, which stops at its next refused commit; restart at once.
+                owner = self.fence is not None and self.fence.reachable
+                self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner)
+
+
+def _log_commit(cid: int, version: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync],
+                committed: dict) -> None:
+    """One line per Delta commit: INFO when it carries rows or events, DEBUG when it only moves
+    idle checkpoints (at 1,000 idle vchannels those are up to ``checkpoint.max.rate`` a second)."""
+    moved = [(fg, syncs[fg.vchannel]) for fg in group if fg.vchannel in committed]
+    if not moved:
+        return
+    level = logging.INFO if any(sync.files or sync.dropped_segments for _, sync in moved) else logging.DEBUG
+    if log.isEnabledFor(level):
+        log.log(level, "collection %d: Delta version %d: %s", cid, version, "; ".join(
+            f"{fg.vchannel} {fg.committed.checkpoint_offset if fg.committed else '-'}->{sync.end} "
+            f"(ts {sync.state.checkpoint_ts}, {sum(f.rows for f in sync.files)} rows in {len(sync.files)} files)"
+            for fg, sync in moved))
+
