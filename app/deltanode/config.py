@@ -342,6 +342,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "how long a binlog file no commit added (written before a crash, a refused commit) stays on disk "
        "before the hourly sweep deletes it; at least datanode.compaction.retention "
        "(Milvus dataCoord.gc.missingTolerance)", min=3600),
+    _k("datanode.compaction.deleted.ratio", "float", "0.2",
+       "a binlog file whose deletion vector deletes this share of its rows is rewritten without them, alone "
+       "or with its segment's small files; above 1: never (Milvus dataCoord.compaction.single.ratio.threshold)",
+       min=0.0001),
     _k("datanode.warmup", "bool", "true",
        "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
        "Spark's Python workers to start"),

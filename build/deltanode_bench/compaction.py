@@ -4,14 +4,15 @@
 ``build/bench.sh --scale``): counts the insert binlog files of every collection's insert_log
 table, reads a sample of collections whole (``storage.tables.read_table``: delta-rs's file list,
 read through pyarrow's filesystem, as a downstream reader would), then compacts every table with
-DeltaNode's own rewrite and commit (``storage.compaction``: the same planning, rewrite and
-OPTIMIZE commit the DataNode's compactor runs, here in one process once the DataNode has
-stopped), and counts and reads again.
+DeltaNode's own rewrite and commit (``storage.compaction``: the same planning from the live
+files and their deletion vectors, rewrite and OPTIMIZE commit the DataNode's compactor runs,
+here in one process once the DataNode has stopped), and counts and reads again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from deltanode.storage.compaction import CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment, \
-    rewrite, segment_of
+from deltanode.storage.actions import AddFile
+from deltanode.storage.binlog_writer import INSERT_STATS
+from deltanode.storage.compaction import CompactionSettings, Rewrite, commit_rewrites, plan_segment, rewrite, \
+    segment_files, segment_of
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
@@ -58,29 +61,28 @@ def _read_seconds(storage: StorageLayout, uris: list[str]) -> list[float]:
     return out
 
 
+def _primary_key(add: AddFile) -> str:
+    """The key column of an insert binlog: the one its stats cover besides ``INSERT_STATS``."""
+    return next(c for c in json.loads(add.stats)["minValues"] if c not in INSERT_STATS)
+
+
 def _compact(storage: StorageLayout, collection_id: int, settings: CompactionSettings) -> int:
     """Every segment of one collection, as one round of the DataNode's compactor would (no
     DataNode runs meanwhile, so no vchannel txn is expected)."""
     uri = storage.insert_log(collection_id)
     insert_log = DeltaLog.open(uri)
-    version = insert_log.version
-    actions = pa.table(DeltaTable(uri, version=version).get_add_actions(flatten=True))
-    by_segment: dict[tuple[int, int], list[SegmentFile]] = {}
-    for path, size, rows in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
-                                actions.column("num_records").to_pylist()):
-        where = segment_of(path)
-        if where is not None:
-            by_segment.setdefault(where, []).append(SegmentFile(path, size, rows))
-    if not by_segment:
+    binlogs = [add for add in insert_log.live_files().values() if segment_of(add.path) is not None]
+    if not binlogs:
         return 0
-    schema = pq.read_schema(os.path.join(uri, actions.column("path")[0].as_py())).remove_metadata()
+    schema = pq.read_schema(os.path.join(uri, binlogs[0].path)).remove_metadata()
+    pk = _primary_key(binlogs[0])
     done = []
-    for (partition, segment), files in sorted(by_segment.items()):
+    for (partition, segment), files in sorted(segment_files(binlogs).items()):
         for group in plan_segment(files, settings):
-            task = Rewrite(collection_id, "", segment, partition, group, schema, storage)
+            task = Rewrite(collection_id, "", segment, partition, group, schema, pk, storage)
             done.append((task, rewrite(task)))
     if done:
-        commit_rewrites(insert_log, version, done, expected={})
+        commit_rewrites(insert_log, done, expected={})
     return len(done)
 
 

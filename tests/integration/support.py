@@ -53,7 +53,7 @@ class Collection:
         return (table.transaction_version(vchannel) or 0) if table else 0
 
     def insert_rows(self) -> list[dict]:
-        table = read_table(self.storage, self.storage.insert_log(self.collection_id))
+        table = read_table(self.storage, self.storage.insert_log(self.collection_id), include_deleted=True)
         return table.to_pylist() if table else []
 
     def state(self, vchannel: str):
@@ -194,7 +194,8 @@ spark.log.level = ERROR
 
     def rows(self) -> list[int]:
         """The primary keys in the collection's insert_log."""
-        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"])
+        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"],
+                           include_deleted=True)
         return table.column("pk").to_pylist() if table else []
 
     def wait_committed(self, timeout: float, what: str) -> None:
@@ -247,6 +248,7 @@ class TwoShards:
         self.producer.flush_producer()
 
     def rows(self) -> list[tuple[int, int]]:
-        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"])
+        table = read_table(self.storage, self.storage.insert_log(self.record.collection_id), ["pk"],
+                           include_deleted=True)
         return [(self.record.collection_id, pk) for pk in table.column("pk").to_pylist()] \
             if table else []

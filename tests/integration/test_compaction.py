@@ -1,6 +1,8 @@
 """Compaction racing the shared pipeline's commits: a minute of traffic on 4 vchannels (two
-collections of two shards) with deletes and a dropped partition, the compactor running every
-2 seconds. Every row exactly once, deletes intact, segment meta true, the file count down."""
+collections of two shards) with deletes (marked as deletion vectors by the pipeline) and a
+dropped partition, the compactor running every 2 seconds. Every row not deleted exactly once,
+every deleted row gone from what readers see (compaction drops deleted rows from the files,
+keeps or carries over the others' marks), deletes intact, segment meta true, the file count down."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
         coll.watch(pipe)
     produced: dict[int, list[int]] = {c.collection_id: [] for c in colls}
     deleted: dict[int, list[int]] = {c.collection_id: [] for c in colls}
+    inserted: dict[int, collections.Counter] = {c.collection_id: collections.Counter() for c in colls}   # by segment
     dropped_partition: dict[int, int] = {}
     stop = threading.Event()
 
@@ -46,6 +49,7 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
                     partition = 3 if coll is colls[0] and n % 4 == 3 and n < 100 else 1
                     segment = coll.collection_id * 100 + k * 10 + (n % 2) + (5 if partition == 3 else 0)
                     first = coll.producer.insert(p, v, segment_id=segment, partition_id=partition, rows=20)
+                    inserted[coll.collection_id][segment] += 20
                     if partition == 1:
                         produced[coll.collection_id].extend(range(first, first + 20))
                     if n % 7 == 6 and partition == 1:
@@ -75,21 +79,26 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
     before = {c.collection_id: sum(segment_files(c).values()) for c in colls}
     pipe.compactor.run_once(every_collection=True)   # what is left after the traffic
     for coll in colls:
-        pks = [r["pk"] for r in coll.insert_rows()]
-        dupes = [pk for pk, n in collections.Counter(pks).items() if n > 1]
+        stored = [r["pk"] for r in coll.insert_rows()]      # what the files hold, deleted rows included
+        pks = read_table(coll.storage, coll.storage.insert_log(coll.collection_id), ["pk"]).column("pk").to_pylist()
+        dupes = [pk for pk, n in collections.Counter(stored).items() if n > 1]
         assert not dupes, f"{len(dupes)} rows twice, e.g. {dupes[:5]}"
-        assert sorted(pks) == sorted(produced[coll.collection_id]), \
-            f"{len(set(produced[coll.collection_id]) - set(pks))} rows lost"
+        expected = set(produced[coll.collection_id]) - set(deleted[coll.collection_id])
+        assert sorted(pks) == sorted(expected), \
+            f"{len(expected - set(pks))} rows lost, {len(set(pks) - expected)} deleted rows back"
+        assert expected <= set(stored) <= set(produced[coll.collection_id])
+        assert len(stored) < len(produced[coll.collection_id]), "no deleted row left the files"
         deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).column("pk").to_pylist()
         assert sorted(deletes) == sorted(deleted[coll.collection_id])
         per_segment = segment_files(coll)
-        rows = collections.Counter(r["_segment_id"] for r in coll.insert_rows())
+        rows = inserted[coll.collection_id]      # the meta counts rows inserted: compaction's drops change none
         for v in coll.vchannels:
             for seg in coll.state(v).segments.values():
                 if seg.state != "Dropped":
                     assert seg.num_rows == rows[seg.segment_id], f"segment {seg.segment_id} meta"
         assert all(n < COMPACTION.min_files for n in per_segment.values()), per_segment
-        print(f"collection {coll.collection_id}: {len(pks)} rows, {len(deletes)} deletes; "
+        print(f"collection {coll.collection_id}: {len(pks)} rows, {len(deletes)} deletes, "
+              f"{len(produced[coll.collection_id]) - len(stored)} deleted rows compacted away; "
               f"{data_files_added(coll.storage.insert_log(coll.collection_id))} binlog files committed, "
               f"{before[coll.collection_id]} left before the last round, {sum(per_segment.values())} after "
               f"({len(per_segment)} segments); {totals.rewrites} rewrites, "

@@ -73,7 +73,8 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
     assert result.get("rc") == 0, capsys.readouterr().err[-2000:]
     report = json.loads(capsys.readouterr().out)
     flush_ts = report["flush_ts"]
-    rows = read_table(storage, storage.insert_log(record.collection_id), ["pk", "_segment_id", "_ts"]).to_pylist()
+    rows = read_table(storage, storage.insert_log(record.collection_id), ["pk", "_segment_id", "_ts"],
+                      include_deleted=True).to_pylist()
     by_segment = collections.Counter(r["_segment_id"] for r in rows)
     states = {seg.segment_id: seg for v in record.vchannels
               for seg in meta.channel_state(storage, record.collection_id, v).segments.values()}

@@ -99,7 +99,7 @@ def test_the_shared_pipeline_persists_to_s3_exactly_once_across_a_restart(spark,
     produce(10)   # while no pipeline runs: the next one resumes from the checkpoints on S3
     run_until_committed()
     uri = storage.insert_log(coll.collection_id)
-    pks = read_table(storage, uri).column("pk").to_pylist()
+    pks = read_table(storage, uri, include_deleted=True).column("pk").to_pylist()
     dupes = [pk for pk, n in collections.Counter(pks).items() if n > 1]
     print(f"S3 (moto): produced {len(produced)}, in Delta {len(pks)}, {len(dupes)} duplicated")
     assert not dupes and sorted(pks) == sorted(produced)

@@ -43,7 +43,7 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
         producer.flush_producer()
 
     def pks() -> list[int]:
-        table = read_table(storage, storage.insert_log(CID), ["pk"])
+        table = read_table(storage, storage.insert_log(CID), ["pk"], include_deleted=True)
         return table.column("pk").to_pylist() if table else []
 
     def run_until_all_committed() -> None:

@@ -28,6 +28,7 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 from deltanode.wire.positions import now_ts
 
+from ..delta_readers import READERS
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
 from .processes import start as start_process
@@ -111,15 +112,23 @@ def as_milvus(row: dict, fields: list[dict]) -> dict:
     return out
 
 
-def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict]) -> dict:
+def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict], reader=None) -> dict:
+    """The collection's rows as Milvus's query gives them, by primary key: from the tables by
+    Milvus's rules (``current_rows``), or as a Delta reader of ``delta_readers`` reads them."""
     pk = next(f["name"] for f in fields if f.get("is_primary_key"))
-    table = current_rows(storage, collection_id, pk)
+    if reader is None:
+        table = current_rows(storage, collection_id, pk)
+    else:
+        uri = storage.insert_log(collection_id)
+        table = reader(uri, [f["name"] for f in fields] + (["$meta"] if "$meta" in read_table(
+            storage, uri, include_deleted=True).column_names else []))
     rows = table.to_pylist() if table is not None else []
     return {r[pk]: as_milvus(r, fields) for r in rows}
 
 
 def table_rows(storage: StorageLayout, uri: str, column: str = "_ts") -> int:
-    table = read_table(storage, uri, [column])
+    """Every row the table's live files hold, deleted ones included."""
+    table = read_table(storage, uri, [column], include_deleted=True)
     return len(table) if table is not None else 0
 
 
@@ -256,13 +265,16 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, mil
     mc.upsert("by_key", [by_key_row(i, version=2) for i in range(0, 400, 40)])
     mirror.wait_caught_up(made, now_ts())
 
-    print("\ncollection  Milvus count(*)  Delta current rows  insert_log rows  delta_log rows")
+    print("\ncollection  Milvus count(*)  Delta current rows  insert_log rows (deleted too)  delta_log rows")
     for name, fields in (("every_type", EVERY_TYPE), ("by_key", BY_KEY), ("sharded", SHARDED), ("binary", BINARY),
                          ("late", SHARDED)):
         expected = mc.query(name, output_fields=["*"])
         pk = next(f["name"] for f in fields if f.get("is_primary_key"))
         delta = mirrored(mirror.storage, made[name]["collection_id"], fields)
         assert_same_rows(expected, delta, pk, name)
+        for reader_name, reader in READERS.items():   # deletion vectors applied by every Delta reader
+            assert_same_rows(expected, mirrored(mirror.storage, made[name]["collection_id"], fields, reader), pk,
+                             f"{name}, read by {reader_name}")
         assert len(expected) == mc.count(name) > 0
         cid = made[name]["collection_id"]
         print(f"{name:11} {len(expected):16,} {len(delta):19,} {table_rows(mirror.storage, mirror.storage.insert_log(cid)):16,}"

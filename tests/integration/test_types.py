@@ -53,7 +53,10 @@ def test_every_type_is_stored_value_for_value_and_survives_compaction(pipelines,
     quarantine = read_table(coll.storage, coll.storage.quarantine())
     assert quarantine is None or v not in quarantine.column("vchannel").to_pylist()
 
+    current = read_table(coll.storage, coll.storage.insert_log(coll.collection_id), ["pk"]).column("pk").to_pylist()
+    assert sorted(current) == sorted(r["pk"] for r in expected if r["pk"] != "pk-1")   # its deletion vector
+
     report = pipe.compactor.run_once(every_collection=True)
     assert (report.rewrites, report.files_in, report.files_out, report.failed) == (1, 2, 1, 0), report
     assert len(segment_files(coll)) == 1
-    assert stored() == expected
+    assert stored() == [r for r in expected if r["pk"] != "pk-1"]   # the deleted row left with the rewrite

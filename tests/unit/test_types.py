@@ -12,7 +12,8 @@ from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.compaction import Rewrite, SegmentFile, rewrite
-from deltanode.storage.delta_log import AddFile, DeltaLog
+from deltanode.storage.actions import AddFile
+from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import schema_pb2
@@ -295,10 +296,10 @@ def test_binlogs_of_every_type_compact_and_read_back_through_delta(tmp_path):
     assert codecs["fv.list.element"] == codecs["bf"] == codecs["sv.key_value.value"] == "UNCOMPRESSED"
     assert codecs["a_int64.list.element"] == codecs["$meta"] == codecs["s"] == "SNAPPY"
     task = Rewrite(1, "v", 5, 1, tuple(SegmentFile(e.path, e.size, e.rows) for e in entries), LAYOUT.insert_schema(),
-                   storage)
+                   LAYOUT.primary_key.name, storage)
     compacted = rewrite(task)
     log = DeltaLog(uri, LAYOUT.insert_schema())
-    log.commit(adds=[AddFile(compacted.path, compacted.size, compacted.stats)], txns={}, expected={}, info={})
+    log.commit(adds=[AddFile(path=compacted.path, size=compacted.size, stats=compacted.stats)], txns={}, expected={}, info={})
     table = read_table(storage, uri)
     expected = sorted((r | {"_segment_id": 5, "_partition_id": 1} for req in reqs for r in rows_of(LAYOUT, req)),
                       key=lambda r: r["_ts"])

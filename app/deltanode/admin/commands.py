@@ -258,8 +258,10 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
             if i % 50 == 49:
                 print(f"admin: produced {i + 1}/{args.messages} InsertRequests", file=sys.stderr)
         deleted = first_pks[:args.deletes]
-        if deleted:
-            producer.delete(record.pchannels[0], record.vchannels[0], record.collection_id, deleted)
+        for shard in range(record.shards):   # each key's delete to the vchannel of its insert, as Milvus's proxy
+            keys = deleted[shard::record.shards]
+            if keys:
+                producer.delete(record.pchannels[shard], record.vchannels[shard], record.collection_id, keys)
         time.sleep(0.5)  # a few more ticks, so consumers see the last batch as closed
     finally:
         stop.set()

@@ -133,7 +133,11 @@ class VchannelRouter:
             return
         keys, ts, n = decode.delete_columns(self.layout, msg)
         if offset < self.ctx.delete_watermark:
-            return  # committed by an earlier attempt of this range
+            # In delta_log already (an earlier attempt of this range committed it there, then
+            # stopped before its insert_log commit): not recorded again, but its rows are still
+            # to be marked deleted in the insert binlogs.
+            self._write(partial(self.writer.add_delete, msg.partitionID, keys, ts, replayed=True))
+            return
         self._write(partial(self.writer.add_delete, msg.partitionID, keys, ts))
         self.deleted += n
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, FileEntry
+from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, REPLAYED_DELETES, FileEntry
 from ..storage.channel_state import DROPPED, FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
 from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, Portion, PortionStats
 from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST
@@ -59,7 +59,7 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
             continue
 
         def gone(f: FileEntry) -> bool:
-            return f.table in (INSERT_TABLE, DELETE_TABLE) and (everything or f.partition_id in parts)
+            return f.table in (INSERT_TABLE, DELETE_TABLE, REPLAYED_DELETES) and (everything or f.partition_id in parts)
 
         retracted = [f for f in p.files if gone(f)]
         discarded += retracted

@@ -185,11 +185,16 @@ class MilvusProducer:
     def _base(self, msg_type: int, ts: int) -> common_pb2.MsgBase:
         return common_pb2.MsgBase(msg_type=msg_type, msgID=next(self._msg_id), timestamp=ts, sourceID=1)
 
-    def insert_request(self, vchannel: str, segment_id: int, partition_id: int, rows: int) -> msg_pb2.InsertRequest:
-        first_pk = next(self._pk)
-        for _ in range(rows - 1):
-            next(self._pk)
-        ts0 = self.clock.next(rows)
+    def insert_request(self, vchannel: str, segment_id: int, partition_id: int, rows: int,
+                       first_pk: int | None = None, ts0: int | None = None) -> msg_pb2.InsertRequest:
+        """``first_pk``: rows with keys from it on (an upsert's), else new keys; ``ts0``: the
+        first row's ts, else new ones."""
+        if first_pk is None:
+            first_pk = next(self._pk)
+            for _ in range(rows - 1):
+                next(self._pk)
+        if ts0 is None:
+            ts0 = self.clock.next(rows)
         req = msg_pb2.InsertRequest(
             base=self._base(MsgType.Insert, ts0 + rows - 1), shardName=vchannel,
             collection_name=self.collection_name, collectionID=self.collection_id,
@@ -206,21 +211,36 @@ class MilvusProducer:
         return req.rowIDs[0]
 
     @_serial
+    def upsert(self, pchannel: str, vchannel: str, segment_id: int, partition_id: int, first_pk: int,
+               rows: int) -> None:
+        """Milvus's upsert of keys ``first_pk``..: an Insert of new rows, then a Delete of the same
+        keys with the same timestamps (it removes the older rows, not these: docs/milvus-facts.md §8)."""
+        ts0 = self.clock.next(rows)
+        insert = self.insert_request(vchannel, segment_id, partition_id, rows, first_pk, ts0)
+        pk = self.layout.primary_key
+        keys = next(fd for fd in insert.fields_data if fd.field_id == pk.field_id).scalars
+        self._send(pchannel, insert.SerializeToString())
+        self._send(pchannel, self._delete_request(vchannel, partition_id, list(
+            keys.long_data.data if pk.data_type == DataType.Int64 else keys.string_data.data), ts0).SerializeToString())
+
+    @_serial
     def send_raw(self, pchannel: str, payload: bytes) -> None:
         self._send(pchannel, payload)
 
     @_serial
     def delete(self, pchannel: str, vchannel: str, partition_id: int, pks: list) -> None:
-        ts0 = self.clock.next(len(pks))
+        self._send(pchannel, self._delete_request(vchannel, partition_id, pks,
+                                                  self.clock.next(len(pks))).SerializeToString())
+
+    def _delete_request(self, vchannel: str, partition_id: int, pks: list, ts0: int) -> msg_pb2.DeleteRequest:
         ids = schema_pb2.IDs()
         if self.layout.primary_key.data_type == DataType.Int64:
             ids.int_id.data.extend(pks)
         else:
             ids.str_id.data.extend(pks)
-        req = msg_pb2.DeleteRequest(base=self._base(MsgType.Delete, ts0), shardName=vchannel,
-                                    collectionID=self.collection_id, partitionID=partition_id,
-                                    timestamps=range(ts0, ts0 + len(pks)), num_rows=len(pks), primary_keys=ids)
-        self._send(pchannel, req.SerializeToString())
+        return msg_pb2.DeleteRequest(base=self._base(MsgType.Delete, ts0), shardName=vchannel,
+                                     collectionID=self.collection_id, partitionID=partition_id,
+                                     timestamps=range(ts0, ts0 + len(pks)), num_rows=len(pks), primary_keys=ids)
 
     @_serial
     def tick(self, pchannel: str) -> int:

@@ -1,15 +1,18 @@
-"""The DataNode's compactor: a driver thread that has its segments' small binlog files rewritten.
+"""The DataNode's compactor: a driver thread that has its segments' binlog files rewritten.
 
 Every ``interval`` it looks at the collections into which this node committed ``min_files``
 insert files or more since it last looked (and at every collection once after the start),
-lists their tables' files at the version its commit log knows, plans each live segment's
-rewrites (``storage.compaction.plan_segment``), runs them on executors as Spark jobs in a
-scheduler pool of their own (``POOL``: the pipeline's cycles keep their share of the cores),
-and commits each collection's rewrites under the collection's commit lock, so that in this
-process the pipeline's commits and the compaction's never interleave; other writers are kept
-out by the commit's own checks. A refused or failed rewrite deletes what it wrote and stops
-nothing: the files stay and are tried again in a later round. Files replaced by a rewrite are
-deleted ``retention`` seconds after its commit. A sweep at the first round and every hour (or
+takes their insert_log tables' live files with their deletion vectors from the committer's log
+(``DeltaLog.live_files``, under the collection's commit lock: delta-rs lists no DVs), plans
+each live segment's rewrites (``storage.compaction.plan_segment``: small files, and files with
+many deleted rows), runs them on executors as Spark jobs in a scheduler pool of their own
+(``POOL``: the pipeline's cycles keep their share of the cores), and commits each collection's
+rewrites under the collection's commit lock, so that in this process the pipeline's commits
+and the compaction's never interleave (rows deleted meanwhile are carried over to the output:
+``storage.compaction.commit_rewrites``); other writers are kept out by the commit's own checks.
+A refused or failed rewrite deletes what it wrote and stops nothing: the files stay and are
+tried again in a later round. Files replaced by a rewrite, and their bloom filters, are deleted
+``retention`` seconds after its commit. A sweep at the first round and every hour (or
 ``retention``, if longer) deletes what any process's commits removed (rewrites, dropped
 segments and partitions) more than ``retention`` ago on this node's collections, what a
 restart kept the in-memory queue from deleting: the tables' tombstones, as delta-rs's vacuum
@@ -17,7 +20,10 @@ lists them (``vacuum(dry_run=True)``: it lists, DeltaNode deletes, no commit is 
 same sweep deletes the files no commit ever added once they are ``orphan_retention`` old (a
 crash between a batch's write and its commit, a refused commit; Milvus's garbage collector
 does the same after ``dataCoord.gc.missingTolerance``): delta-rs's full vacuum lists them by
-their modification time.
+their modification time. Every insert binlog the sweep deletes goes with its bloom filter
+(``layout.pk_bloom_path``). delta-rs's vacuum lists no filter (they live under ``_pk_bloom/``,
+a directory it skips), so the filters a crash left without their binlog are found by listing
+them: deleted once ``orphan_retention`` old when their binlog is neither live nor on disk.
 """
 
 from __future__ import annotations
@@ -35,10 +41,10 @@ from pyspark.sql import SparkSession
 
 from ..storage.binlog_writer import INSERT_TABLE, FileEntry
 from ..storage.commit import CollectionCommitter, delete_files, delete_paths
-from ..storage.compaction import CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment, \
-    rewrite, segment_of
+from ..storage.compaction import CompactionSettings, Rewrite, commit_rewrites, orphaned_filters, plan_segment, \
+    rewrite, segment_files
 from ..storage.delta_log import FilesRemoved, TxnMoved
-from ..storage.layout import StorageLayout
+from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.tables import open_table
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,7 @@ class CompactionTarget:
     collection_id: int
     committer: CollectionCommitter
     insert_schema: pa.Schema
+    pk: str                                    # the primary key's column
     segments: dict[int, str]                   # segment id -> its vchannel
 
 
@@ -96,7 +103,7 @@ class RoundReport:
 class _Replaced:
     due: float                     # wall clock after which the files may be deleted
     root: str                      # table root
-    files: list[FileEntry] = field(default_factory=list)
+    files: list[FileEntry] = field(default_factory=list)   # insert binlogs: their bloom filters go too
 
 
 class Compactor:
@@ -146,20 +153,20 @@ class Compactor:
         returns what it did."""
         started = time.monotonic()
         report = RoundReport()
-        planned: list[tuple[CompactionTarget, int, list[Rewrite]]] = []
+        planned: list[tuple[CompactionTarget, list[Rewrite]]] = []
         for target in self.members.compaction_targets(0 if every_collection else self.settings.min_files):
-            version, rewrites = self._plan(target)
+            rewrites = self._plan(target)
             if rewrites:
-                planned.append((target, version, rewrites))
+                planned.append((target, rewrites))
         report.collections = len(planned)
         for batch in _batches(planned, REWRITES_PER_TASK * TASKS_PER_JOB):
             if self._stopping.is_set():
                 break
-            done = self._rewrite([r for _, _, rewrites in batch for r in rewrites], report)
-            for target, version, rewrites in batch:
+            done = self._rewrite([r for _, rewrites in batch for r in rewrites], report)
+            for target, rewrites in batch:
                 mine = [(r, done[id(r)]) for r in rewrites if id(r) in done]
                 if mine:
-                    self._commit(target, version, mine, report)
+                    self._commit(target, mine, report)
         report.seconds = time.monotonic() - started
         self.rounds.append(report)
         self.totals.add(report)
@@ -169,32 +176,21 @@ class Compactor:
                      report.failed, report.seconds)
         return report
 
-    def _plan(self, target: CompactionTarget) -> tuple[int, list[Rewrite]]:
-        with target.committer.lock:      # a version whose txns and files are the committer's own
+    def _plan(self, target: CompactionTarget) -> list[Rewrite]:
+        """The rewrites of a collection's live segments, from its live files and their DVs at the
+        version its committer knows (the file records are immutable: read after the lock)."""
+        with target.committer.lock:
             insert_log = target.committer.insert_log()
-            version = insert_log.version if insert_log is not None else 0
-        if insert_log is None:
-            return 0, []
-        table = open_table(insert_log.uri, insert_log.storage_options, version=version)
-        if table is None:
-            return 0, []
-        actions = pa.table(table.get_add_actions(flatten=True))
-        by_segment: dict[int, list[SegmentFile]] = {}
-        partitions: dict[int, int] = {}
-        for path, size, rows in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
-                                    actions.column("num_records").to_pylist()):
-            where = segment_of(path)
-            if where is not None and where[1] in target.segments:
-                partitions[where[1]] = where[0]
-                by_segment.setdefault(where[1], []).append(SegmentFile(path, size, rows))
-        rewrites = [Rewrite(target.collection_id, target.segments[seg], seg, partitions[seg], group, target.insert_schema,
-                            self.storage)
-                    for seg, files in sorted(by_segment.items()) for group in plan_segment(files, self.settings)]
-        return version, rewrites
+            live = list(insert_log.live_files().values()) if insert_log is not None else []
+        return [Rewrite(target.collection_id, target.segments[seg], seg, partition, group, target.insert_schema,
+                        target.pk, self.storage)
+                for (partition, seg), files in sorted(segment_files(live, target.segments).items())
+                for group in plan_segment(files, self.settings)]
 
-    def _rewrite(self, rewrites: list[Rewrite], report: RoundReport) -> dict[int, FileEntry]:
-        """The rewrites on executors; by ``id`` of the rewrite, the files written. A failed job fails
-        only this batch (its files, if any were written, are never committed: ``vacuum`` territory)."""
+    def _rewrite(self, rewrites: list[Rewrite], report: RoundReport) -> dict[int, FileEntry | None]:
+        """The rewrites on executors; by ``id`` of the rewrite, the file written (None: every row
+        was deleted). A failed job fails only this batch (its files, if any were written, are
+        never committed: the sweep's orphans)."""
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.scheduler.pool", POOL)
         sc.setJobGroup(JOB_GROUP, f"deltanode compaction: {len(rewrites)} segment rewrite(s)", interruptOnCancel=True)
@@ -208,24 +204,24 @@ class Compactor:
             return {}
         return {id(r): f for r, f in zip(rewrites, files)}
 
-    def _commit(self, target: CompactionTarget, version: int, done: list[tuple[Rewrite, FileEntry]],
+    def _commit(self, target: CompactionTarget, done: list[tuple[Rewrite, FileEntry | None]],
                 report: RoundReport) -> None:
         committer = target.committer
         with committer.lock:
             locked = time.monotonic()
             try:
-                self._commit_locked(target, version, done, report)
+                self._commit_locked(target, done, report)
             finally:
                 report.locked_s = max(report.locked_s, time.monotonic() - locked)
 
-    def _commit_locked(self, target: CompactionTarget, version: int, done: list[tuple[Rewrite, FileEntry]],
+    def _commit_locked(self, target: CompactionTarget, done: list[tuple[Rewrite, FileEntry | None]],
                        report: RoundReport) -> None:
         committer = target.committer
         live = {}
         for r, entry in done:
             txn = self.members.compactable(r.vchannel, r.segment_id)
             if txn is None:   # released, failed or dropped since it was planned
-                delete_files(self.storage, committer.insert_log_uri, [entry])
+                delete_files(self.storage, committer.insert_log_uri, _written([(r, entry)]))
             else:
                 live[id(r)] = txn
         kept = [(r, entry) for r, entry in done if id(r) in live]
@@ -233,40 +229,58 @@ class Compactor:
             return
         insert_log = committer.insert_log()
         try:
-            commit_rewrites(insert_log, version, kept, {r.vchannel: live[id(r)] for r, _ in kept})
+            commit_rewrites(insert_log, kept, {r.vchannel: live[id(r)] for r, _ in kept})
         except (FilesRemoved, TxnMoved) as e:
             report.refused += len(kept)
-            delete_files(self.storage, insert_log.uri, [entry for _, entry in kept])
+            delete_files(self.storage, insert_log.uri, _written(kept))
             log.info("compaction of collection %d refused: %s", target.collection_id, e)
             return
         report.rewrites += len(kept)
         report.files_in += sum(len(r.inputs) for r, _ in kept)
-        report.files_out += len(kept)
+        report.files_out += len(_written(kept))
         inputs = [FileEntry(INSERT_TABLE, f.path, f.size, f.rows, "") for r, _ in kept for f in r.inputs]
         self._replaced.append(_Replaced(time.time() + self.settings.retention, insert_log.uri, inputs))
 
     def sweep(self) -> int:
         """Delete the files this node's tables removed more than ``retention`` ago, and the files no
         commit added that are older than ``orphan_retention`` (delta-rs counts both in whole hours:
-        rounded up); how many. A full vacuum also lists the removed files older than its retention,
-        hence never less than ``retention`` for it."""
+        rounded up), each insert binlog with its bloom filter, and the filters older than that whose
+        binlog is gone; how many (a filter deleted with its binlog not counted). A full vacuum also
+        lists the removed files older than its retention, hence never less than ``retention`` for it."""
         hours = math.ceil(self.settings.retention / 3600)
         orphan_hours = max(hours, math.ceil(self.settings.orphan_retention / 3600))
-        removed = orphans = 0
+        removed = orphans = filters = 0
         for collection_id in self.members.collection_ids():
-            for uri in (self.storage.insert_log(collection_id), self.storage.delta_log(collection_id)):
-                table = open_table(uri, self.storage.delta_options(uri))
-                if table is None:
-                    continue
-                tombstones = set(table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False))
-                unknown = set(table.vacuum(retention_hours=orphan_hours, dry_run=True, enforce_retention_duration=False,
-                                           full=True)) - tombstones
-                delete_paths(self.storage, uri, sorted(tombstones | unknown))
-                removed, orphans = removed + len(tombstones), orphans + len(unknown)
-        if removed or orphans:
-            log.info("compaction: deleted %d file(s) removed from the tables over %d h ago and %d file(s) no commit "
-                     "added, over %d h old", removed, hours, orphans, orphan_hours)
-        return removed + orphans
+            for uri, filtered in ((self.storage.insert_log(collection_id), True),
+                                  (self.storage.delta_log(collection_id), False)):
+                found = self._sweep_table(uri, hours, orphan_hours, filtered)
+                removed, orphans, filters = removed + found[0], orphans + found[1], filters + found[2]
+        if removed or orphans or filters:
+            log.info("compaction: deleted %d file(s) removed from the tables over %d h ago, %d file(s) no commit "
+                     "added and %d bloom filter(s) of no binlog, over %d h old", removed, hours, orphans, filters,
+                     orphan_hours)
+        return removed + orphans + filters
+
+    def _sweep_table(self, uri: str, hours: int, orphan_hours: int, filtered: bool) -> tuple[int, int, int]:
+        """One table's sweep: how many removed files, files no commit added and orphaned bloom
+        filters it deleted. ``filtered``: its files have bloom filters (insert_log). Binlogs go
+        before their filters: a filter a crash then leaves is an orphan for a later sweep."""
+        table = open_table(uri, self.storage.delta_options(uri))
+        if table is None:
+            return 0, 0, 0
+        # delta-rs lists no live path (a DV update removes a path and adds it back); never one here either
+        live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+        tombstones = set(table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)) - live
+        unknown = set(table.vacuum(retention_hours=orphan_hours, dry_run=True, enforce_retention_duration=False,
+                                   full=True)) - tombstones - live
+        paths = sorted(tombstones | unknown)
+        delete_paths(self.storage, uri, paths + ([pk_bloom_path(p) for p in paths] if filtered else []))
+        stale = []
+        if filtered:
+            fs, base = self.storage.filesystem(uri)
+            stale = orphaned_filters(fs, base, live, time.time() - orphan_hours * 3600)
+            delete_paths(self.storage, uri, stale)
+        return len(tombstones), len(unknown), len(stale)
 
     def vacuum(self, now: float) -> int:
         """Delete the files rewrites replaced ``retention`` seconds ago or earlier; how many."""
@@ -278,15 +292,20 @@ class Compactor:
         return deleted
 
 
+def _written(done: list[tuple[Rewrite, FileEntry | None]]) -> list[FileEntry]:
+    """The files rewrites wrote (one that deleted every row wrote none)."""
+    return [entry for _, entry in done if entry is not None]
+
+
 def _batches(planned: list, max_rewrites: int) -> list[list]:
     """Planned collections in batches of about ``max_rewrites`` rewrites (one Spark job each)."""
     out, batch, n = [], [], 0
     for item in planned:
-        if batch and n + len(item[2]) > max_rewrites:
+        if batch and n + len(item[1]) > max_rewrites:
             out.append(batch)
             batch, n = [], 0
         batch.append(item)
-        n += len(item[2])
+        n += len(item[1])
     if batch:
         out.append(batch)
     return out

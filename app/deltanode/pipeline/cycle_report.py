@@ -16,7 +16,8 @@ class CycleReport:
     task_s: float = 0.0          # its tasks' wall clock, summed
     task_cpu_s: float = 0.0      # their Python workers' CPU, summed
     apply_s: float = 0.0         # the tasks' portions applied to the vchannels' states
-    sync_s: float = 0.0          # fence and Delta commits
+    sync_s: float = 0.0          # fence, marking deletes and Delta commits
+    mark_s: float = 0.0          # the Spark job marking the rows deletes remove (part of sync_s)
     seconds: float = 0.0         # the whole cycle
     ranges: int = 0
     tasks: int = 0
@@ -25,6 +26,9 @@ class CycleReport:
     rows: int = 0
     deletes: int = 0
     quarantined: int = 0
+    marked_files: int = 0        # files given a new deletion vector
+    marked_rows: int = 0         # rows newly marked deleted
+    marked_dv_bytes: int = 0     # the size of those new deletion vectors (what the commits rewrite)
     commits: int = 0
     vchannels_committed: int = 0
     failed: list[str] = field(default_factory=list)

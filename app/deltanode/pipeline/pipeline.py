@@ -47,13 +47,13 @@ from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS
 from .compactor import CompactionTarget, Compactor
 from .cycle_report import CycleReport
+from .jobs import JOB_GROUP
 from .plan import MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
 from .sync_manager import COMMIT_REFUSED, Fence, SyncManager
 from .sync_policy import SyncSettings
 from .task import TaskOutput, TaskSpec, run_task
 
 log = logging.getLogger(__name__)
-JOB_GROUP = "deltanode-pipeline"
 CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
 TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
@@ -80,7 +80,8 @@ class Pipeline:
         self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
         self.node_id, self.fence, self.on_cycle = node_id, fence, on_cycle
         self._members: dict[str, VchannelFlowgraph] = {}
-        self._syncs = SyncManager(storage, settings.sync, fence, self._fail, settings.compaction.min_files)
+        self._syncs = SyncManager(spark, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
+                                  settings.limits.splits)
         self._lock = threading.Lock()
         self._busy: set[str] = set()                 # vchannels of the running cycle
         self._idle = threading.Condition(self._lock)
@@ -164,7 +165,8 @@ class Pipeline:
             target = targets.get(fg.collection_id)
             if target is None:
                 target = targets[fg.collection_id] = CompactionTarget(fg.collection_id, committers[fg.collection_id],
-                                                                      fg.layout.insert_schema(), {})
+                                                                      fg.layout.insert_schema(),
+                                                                      fg.layout.primary_key.name, {})
             dropped_partitions = set(state.dropped_partitions)
             target.segments.update((seg.segment_id, fg.vchannel) for seg in state.segments.values()
                                    if seg.state != SEGMENT_DROPPED and seg.partition_id not in dropped_partitions)
@@ -454,8 +456,10 @@ class Pipeline:
         return {p: size for p, size in sizes.items() if size}
 
     def _fail(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
-              at_once: bool = False) -> None:
-        discard(self.storage, fg.collection_id, fg.fail(why, now))
+              at_once: bool = False, keep_files: bool = False) -> None:
+        files = fg.fail(why, now)
+        if not keep_files:
+            discard(self.storage, fg.collection_id, files)
         self._topic_ids.pop(fg.pchannel, None)   # its reload asks the broker, not the cache
         if at_once:
             fg.retry_at = now

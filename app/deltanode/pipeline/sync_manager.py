@@ -1,10 +1,11 @@
 """The sync step of a cycle (driver): which collections to commit, the fence, the Delta commits.
 
 After a cycle's batches are applied, the sync policies (``sync_policy``) pick collections;
-one fence check (one etcd read) covers every vchannel about to commit, and each chosen
-collection gets one Delta commit for all its vchannels on this node
-(``storage.commit.CollectionCommitter``, one per collection, kept here). A vchannel refused by
-the fence or by Delta fails alone, through the pipeline's failure callback.
+one fence check (one etcd read) covers every vchannel about to commit; the rows their deletes
+remove are marked (``delete_marking``: one Spark job), and each chosen collection gets one
+Delta commit for all its vchannels on this node (``storage.commit.CollectionCommitter``, one
+per collection, kept here). A vchannel refused by the fence or by Delta, or whose deletes
+could not be marked, fails alone, through the pipeline's failure callback.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from typing import Protocol
 
 import pyarrow as pa
+from pyspark.sql import SparkSession
 
 from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, VchannelFlowgraph
 from ..storage.binlog_writer import INSERT_TABLE
@@ -22,6 +24,7 @@ from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync
 from ..storage.layout import StorageLayout
 from ..wire.positions import physical_ms
 from .cycle_report import CycleReport
+from .delete_marking import DeleteMarker, with_marks
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 
 log = logging.getLogger(__name__)
@@ -41,18 +44,21 @@ class Fence(Protocol):
 
 class FailVchannel(Protocol):
     def __call__(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
-                 at_once: bool = False) -> None:
-        """Fail ``fg`` (its uncommitted files dropped, a reload after a backoff, or ``at_once``)."""
+                 at_once: bool = False, keep_files: bool = False) -> None:
+        """Fail ``fg``: a reload after a backoff, or ``at_once``; its uncommitted files are
+        deleted unless ``keep_files`` (a refused commit deleted those it had not committed)."""
 
 
 class SyncManager:
     """Runs on the driver, in the pipeline's loop; ``committer`` and ``take_due`` from any thread."""
 
-    def __init__(self, storage: StorageLayout, settings: SyncSettings, fence: Fence | None, fail: FailVchannel,
-                 new_collection_files: int) -> None:
+    def __init__(self, spark: SparkSession, storage: StorageLayout, settings: SyncSettings, fence: Fence | None,
+                 fail: FailVchannel, new_collection_files: int, max_tasks: int) -> None:
         """``new_collection_files``: what a collection seen for the first time counts as committed
-        files, for ``take_due`` (the compactor then looks at its files from before this node once)."""
+        files, for ``take_due`` (the compactor then looks at its files from before this node once);
+        ``max_tasks``: the Spark tasks marking deletes may use."""
         self.storage, self.fence, self._fail = storage, fence, fail
+        self._marker = DeleteMarker(spark, storage, max_tasks)
         self._selector = SyncSelector(settings, time.monotonic())
         self._quarantine = QuarantineLog(storage)
         self._committers: dict[int, CollectionCommitter] = {}
@@ -92,12 +98,31 @@ class SyncManager:
             for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
                 self._fail(current[vchannel], f"OwnershipLost: {why}", now, report)
             syncing = [fg for fg in syncing if fg.status != FAILED]
-        for cid in sorted({fg.collection_id for fg in syncing}):
-            self._commit_collection(cid, [fg for fg in syncing if fg.collection_id == cid], now, report)
+        groups = {cid: [fg for fg in syncing if fg.collection_id == cid]
+                  for cid in sorted({fg.collection_id for fg in syncing})}
+        syncs = {fg.vchannel: fg.sync() for fg in syncing}
+        tasks = [task for group in groups.values() for task in self._marker.plan(
+            self._committer_of(group[0]), group[0].layout.primary_key.name, [syncs[fg.vchannel] for fg in group])]
+        marked = self._marker.run(tasks, report)
+        for fg in syncing:
+            result = marked.get(fg.vchannel)
+            if result is not None and result.error:
+                self._fail(fg, result.error, now, report)
+            elif result is not None and result.stale:
+                log.info("%s: commit waits for the next cycle: %s", fg.vchannel, result.stale)
+        stale = {v for v, r in marked.items() if r.stale}
+        for cid, group in groups.items():
+            live = [fg for fg in group if fg.status != FAILED and fg.vchannel not in stale]
+            if live:
+                self._commit_collection(cid, live, {fg.vchannel: with_marks(syncs[fg.vchannel], marked.get(fg.vchannel))
+                                                    for fg in live}, now, report)
 
-    def _commit_collection(self, cid: int, group: list[VchannelFlowgraph], now: float, report: CycleReport) -> None:
-        syncs = {fg.vchannel: fg.sync() for fg in group}
-        committer = self.committer(cid, group[0].layout.insert_schema(), group[0].layout.delete_schema())
+    def _committer_of(self, fg: VchannelFlowgraph) -> CollectionCommitter:
+        return self.committer(fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema())
+
+    def _commit_collection(self, cid: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync], now: float,
+                           report: CycleReport) -> None:
+        committer = self._committer_of(group[0])
         commit_started = time.monotonic()
         try:
             with committer.lock:
@@ -113,6 +138,8 @@ class SyncManager:
             report.commits += 1
             report.commit_seconds.append(time.monotonic() - commit_started)
             _log_commit(cid, result.version, group, syncs, result.committed)
+        for vchannel, why in result.deferred.items():
+            log.info("%s: commit waits for the next cycle: %s", vchannel, why)
         for fg in group:
             if fg.vchannel in result.committed:
                 had_rows = fg.pending_since is not None
@@ -125,7 +152,8 @@ class SyncManager:
                 # etcd confirmed just now that this node owns the vchannel: the other writer is
                 # a node cut off from etcd, which stops at its next refused commit; restart at once.
                 owner = self.fence is not None and self.fence.reachable
-                self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner)
+                self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner,
+                           keep_files=True)
 
 
 def _log_commit(cid: int, version: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync],

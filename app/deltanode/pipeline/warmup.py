@@ -15,8 +15,9 @@ from pyspark.sql import SparkSession
 
 
 def _load_task_modules(_: int) -> int:
-    """Runs on executors: import what ``run_task`` imports, in the worker that will run it."""
+    """Runs on executors: import what ``run_task`` and delete marking import, in the worker that will run them."""
     from . import task  # noqa: F401
+    from ..storage import delete_marks  # noqa: F401
     return 1
 
 

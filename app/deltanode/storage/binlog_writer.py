@@ -1,9 +1,13 @@
 """Executor side of a sync: write one vchannel's rows of one task as binlog files.
 
 Insert rows go to one parquet file per segment per task (under ``{partition}/{segment}/`` in
-the insert_log table, the Milvus binlog path shape); delete rows to one file per partition
-per task in delta_log (so the driver can retract a partition's deletes after a drop);
-quarantine rows to the quarantine table. Rows are written as they arrive, in row groups of
+the insert_log table, the Milvus binlog path shape), each with a bloom filter of its primary
+keys beside it (``layout.pk_bloom_path``: Milvus's stats log), so that deletes find the files
+that may hold a key without reading them; delete rows to one file per partition per task in
+delta_log (so the driver can retract a partition's deletes after a drop), and deletes a
+replay reads again after their delta_log commit (a crash before the insert_log commit) to
+files of their own that only mark rows and are never committed; quarantine rows to the
+quarantine table. Rows are written as they arrive, in row groups of
 ``ROW_GROUP_BYTES``, so a task's memory does not grow with its offset range. Nothing is
 visible to readers until the driver commits the files.
 """
@@ -23,9 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .layout import QUARANTINE_SCHEMA, StorageLayout
+from .layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
+from .pk_bloom import PkBloom
 
 INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
+# Deletes read again by a replay and already in delta_log: written under delta_log's root to mark
+# the rows they delete (``delete_marks``), never committed, deleted after the sync.
+REPLAYED_DELETES = "replayed-deletes"
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
 # of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain:
@@ -33,8 +41,9 @@ ROW_GROUP_BYTES = 4 << 20
 # Array(Float) column has FloatVector's Arrow type and is written plain as well.
 VECTOR_TYPES = (pa.list_(pa.float32()), pa.binary(), pa.map_(pa.int64(), pa.float32()))
 # Statistics kept per table (Delta add-action stats, parquet column statistics), and the
-# columns whose value is the same for a whole file (the last ones of their schema). Only
-# system columns, which are never null: every nullCount is 0.
+# columns whose value is the same for a whole file (the last ones of their schema). System
+# columns and the primary key (the first column of the delete schema), which are never null:
+# every nullCount is 0.
 INSERT_STATS = ("_ts", "_row_id", "_segment_id", "_partition_id")
 INSERT_CONSTANTS = ("_segment_id", "_partition_id")
 DELETE_STATS = ("_ts", "_partition_id")
@@ -46,7 +55,7 @@ _made_dirs: set[str] = set()   # per Python worker: each directory is created on
 class FileEntry:
     """A written, not yet committed, binlog file."""
 
-    table: str         # INSERT_TABLE, DELETE_TABLE or QUARANTINE_TABLE
+    table: str         # INSERT_TABLE, DELETE_TABLE, REPLAYED_DELETES or QUARANTINE_TABLE
     path: str          # relative to the table root
     size: int
     rows: int
@@ -88,11 +97,23 @@ class _FileFormat:
     stat_cols: tuple[str, ...]     # min/max in the add action's stats (and parquet statistics)
     compression: dict[str, str]
     constants: tuple[str, ...] = ()  # columns with one value per file, appended at flush
+    bloom_key: str | None = None     # the column a bloom filter beside each file covers
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
-    def of(schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = ()) -> _FileFormat:
-        return _FileFormat(schema, stat_cols, _compression(schema), constants)
+    def of(schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = (),
+           bloom_key: str | None = None) -> _FileFormat:
+        return _FileFormat(schema, stat_cols, _compression(schema), constants, bloom_key)
+
+
+def insert_format(insert_schema: pa.Schema, pk: str) -> _FileFormat:
+    """An insert binlog's: stats of the system columns and the primary key, a bloom filter of the key."""
+    return _FileFormat.of(insert_schema, (pk, *INSERT_STATS), INSERT_CONSTANTS, pk)
+
+
+def delete_format(delete_schema: pa.Schema) -> _FileFormat:
+    """A delete binlog's: stats of its key (its first column), ``_ts`` and the partition."""
+    return _FileFormat.of(delete_schema, (delete_schema.names[0], *DELETE_STATS), DELETE_CONSTANTS)
 
 
 def _compression(schema: pa.Schema) -> dict[str, str]:
@@ -139,19 +160,21 @@ class _File:
         self.max: dict = dict(self.constants)
         self._pending: list[list[pa.Array]] = []
         self._pending_rows = self._pending_bytes = 0
+        self._keys: list[pa.ChunkedArray] = []   # the bloom filter's, when the format has one
 
-    def _open(self) -> pa.NativeFile:
-        parent = self.path.rsplit("/", 1)[0]
+    def _open(self, path: str | None = None) -> pa.NativeFile:
+        path = path or self.path
+        parent = path.rsplit("/", 1)[0]
         if self.fs.type_name == "s3":   # no directories in an object store: the file's key is all
-            return self.fs.open_output_stream(self.path)
+            return self.fs.open_output_stream(path)
         if parent not in _made_dirs:
             self.fs.create_dir(parent, recursive=True)
             _made_dirs.add(parent)
         try:
-            return self.fs.open_output_stream(self.path)
+            return self.fs.open_output_stream(path)
         except FileNotFoundError:   # removed since this worker created it
             self.fs.create_dir(parent, recursive=True)
-            return self.fs.open_output_stream(self.path)
+            return self.fs.open_output_stream(path)
 
     def write(self, columns: list[pa.Array], rows: int, nbytes: int) -> None:
         """Buffer one piece; ``nbytes`` is its size as far as the row-group bound goes."""
@@ -171,6 +194,8 @@ class _File:
         group = pa.Table.from_arrays(columns, schema=self.fmt.schema)
         self.writer.write_table(group)
         self.rows += n
+        if self.fmt.bloom_key is not None:
+            self._keys.append(group.column(self.fmt.bloom_key))
         for col in self.fmt.stat_cols:
             if col in self.constants:
                 continue
@@ -181,11 +206,16 @@ class _File:
                 self.max[col] = hi if col not in self.max else max(self.max[col], hi)
 
     def close(self) -> FileEntry:
-        """Write the footer and close the file (on an object store, close is what uploads it)."""
+        """Write the footer and close the file (on an object store, close is what uploads it), then
+        its bloom filter (a file whose filter is missing is read by every delete)."""
         self._flush()
         self.writer.close()
         size = self.sink.tell()
         self.sink.close()
+        if self._keys:
+            keys = pa.chunked_array([c for k in self._keys for c in k.chunks])
+            with self._open(self.path[: -len(self.rel)] + pk_bloom_path(self.rel)) as out:
+                out.write(PkBloom.build(keys).to_bytes())
         stats = json.dumps({"numRecords": self.rows, "minValues": self.min, "maxValues": self.max,
                             "nullCount": {c: 0 for c in self.min}})
         return FileEntry(self.table, self.rel, size, self.rows, stats, self.segment_id, self.partition_id)
@@ -196,17 +226,16 @@ class BinlogWriter:
 
     def __init__(self, storage: StorageLayout, collection_id: int, insert_schema: pa.Schema,
                  delete_schema: pa.Schema) -> None:
-        self.roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
-                      QUARANTINE_TABLE: storage.quarantine()}
-        self._formats = {INSERT_TABLE: _FileFormat.of(insert_schema, INSERT_STATS, INSERT_CONSTANTS),
-                         DELETE_TABLE: _FileFormat.of(delete_schema, DELETE_STATS, DELETE_CONSTANTS),
-                         QUARANTINE_TABLE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
+        self.roots = table_roots(storage, collection_id)
+        deletes = delete_format(delete_schema)
+        self._formats = {INSERT_TABLE: insert_format(insert_schema, delete_schema.names[0]), DELETE_TABLE: deletes,
+                         REPLAYED_DELETES: deletes, QUARANTINE_TABLE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
         self.storage = storage
         self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
         self._numbers = itertools.count()   # file names: part-{task_id}-{n}, unique per writer
         self._segments: dict[int, _File] = {}
-        self._deletes: dict[int, _File] = {}
+        self._deletes: dict[tuple[str, int], _File] = {}   # (table, partition) -> its file
         self._quarantine: _File | None = None
         self.segments: dict[int, SegmentStats] = {}
 
@@ -236,11 +265,13 @@ class BinlogWriter:
         if offset < st.first_offset:
             st.first_offset, st.first_ts = offset, min_ts
 
-    def add_delete(self, partition: int, keys: pa.Array, timestamps: pa.Array) -> None:
-        f = self._deletes.get(partition)
+    def add_delete(self, partition: int, keys: pa.Array, timestamps: pa.Array, replayed: bool = False) -> None:
+        """``replayed``: already in delta_log (read again after a crash): only marks rows."""
+        table = REPLAYED_DELETES if replayed else DELETE_TABLE
+        f = self._deletes.get((table, partition))
         if f is None:
-            f = self._deletes[partition] = self._new_file(DELETE_TABLE, "", {"_partition_id": partition},
-                                                          partition_id=partition)
+            f = self._deletes[(table, partition)] = self._new_file(table, "", {"_partition_id": partition},
+                                                                   partition_id=partition)
         f.write([keys, timestamps], len(keys), keys.nbytes + timestamps.nbytes)
 
     def add_quarantine(self, row: QuarantineRow) -> None:
@@ -259,19 +290,32 @@ class BinlogWriter:
     def abort(self) -> None:
         """Close and delete what was written (the task failed for this vchannel)."""
         for f in self.close():
-            fs, base = self.storage.filesystem(self.roots[f.table])
-            try:
-                fs.delete_file(f"{base}/{f.path}")
-            except FileNotFoundError:
-                pass
+            delete_written(self.storage, self.roots[f.table], f)
 
 
-def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema: pa.Schema, segment_id: int,
-                       partition_id: int, rows: pa.Table) -> FileEntry:
+def table_roots(storage: StorageLayout, collection_id: int) -> dict[str, str]:
+    """The root of each table kind's files."""
+    return {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
+            REPLAYED_DELETES: storage.delta_log(collection_id), QUARANTINE_TABLE: storage.quarantine()}
+
+
+def delete_written(storage: StorageLayout, root: str, entry: FileEntry) -> None:
+    """Delete a written file, and its bloom filter if it is an insert binlog; missing ones are no error."""
+    fs, base = storage.filesystem(root)
+    paths = [entry.path, pk_bloom_path(entry.path)] if entry.table == INSERT_TABLE else [entry.path]
+    for path in paths:
+        try:
+            fs.delete_file(f"{base}/{path}")
+        except FileNotFoundError:
+            pass
+
+
+def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema: pa.Schema, pk: str,
+                       segment_id: int, partition_id: int, rows: pa.Table) -> FileEntry:
     """Write ``rows`` (the insert schema's columns, all of one segment) as one binlog file of the
-    segment, in row groups of ``ROW_GROUP_BYTES``, with the stats its add action needs. Runs on
-    executors (compaction)."""
-    fmt = _FileFormat.of(insert_schema, INSERT_STATS, INSERT_CONSTANTS)
+    segment, in row groups of ``ROW_GROUP_BYTES``, with the stats its add action needs and the
+    bloom filter of its key ``pk``. Runs on executors (compaction)."""
+    fmt = insert_format(insert_schema, pk)
     fs, base = storage.filesystem(storage.insert_log(collection_id))
     rel = f"{partition_id}/{segment_id}/part-{uuid.uuid4().hex}-compacted.parquet"
     out = _File(fs, base, INSERT_TABLE, rel, fmt, {"_segment_id": segment_id, "_partition_id": partition_id},

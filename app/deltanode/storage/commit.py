@@ -8,9 +8,13 @@ read since its last commit: their binlog files and the ChannelState after them. 
    ``txn(vchannel, end)`` for the vchannels that have some; a crash after this point
    replays the batches, and the replay skips deletes/quarantine below those tables' txn;
 3. ONE commit to insert_log: the insert binlogs (``add``), the committed files of segments
-   dropped by these batches (``remove``), ``txn(vchannel, end)`` and the new ChannelState of
-   every synced vchannel in the commit metadata. Segment meta and checkpoint are therefore
-   never apart, and a checkpoint never covers data that is not committed.
+   dropped by these batches (``remove``), the deletion vectors of the rows the batches' deletes
+   remove (``delete_marks``: a ``remove`` of each marked file with its old DV and an ``add`` with
+   the new one; a new file is added with its DV), ``txn(vchannel, end)`` and the new
+   ChannelState of every synced vchannel in the commit metadata. Segment meta, deletions and
+   checkpoint are therefore never apart, and a checkpoint never covers data that is not
+   committed. A crash after step 2 replays the batch: its deletes, already in delta_log, are
+   read again to mark their rows (``binlog_writer.REPLAYED_DELETES``).
 
 Every commit is a compare-and-swap on each vchannel's txn (``delta_log.DeltaLog.commit``):
 it lands only if the txn is still the one this node last committed (or read at start). A
@@ -28,13 +32,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..faults import crash_point
-from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, FileEntry
+from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, REPLAYED_DELETES, FileEntry, \
+    delete_written, table_roots
 from .channel_state import STATES_KEY, ChannelState
-from .delta_log import AddFile, DeltaLog, RemoveFile, TxnMoved
+from .actions import AddFile, RemoveFile
+from .delete_marks import FileMark
+from .delta_log import DeltaLog, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout
-from .tables import open_table
 
 log = logging.getLogger(__name__)
+SIDE_TABLES = (DELETE_TABLE, QUARANTINE_TABLE)   # committed before insert_log, in this order
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class VchannelSync:
     watermarks: Watermarks
     files: tuple[FileEntry, ...]
     dropped_segments: frozenset[int] = frozenset()   # dropped by these batches: committed files are removed
+    marks: tuple[FileMark, ...] = ()                 # deletion vectors of the rows its deletes remove
 
     @property
     def vchannel(self) -> str:
@@ -74,11 +82,14 @@ class VchannelSync:
 class SyncResult:
     committed: dict[str, Watermarks] = field(default_factory=dict)   # vchannel -> its new watermarks
     refused: dict[str, str] = field(default_factory=dict)            # vchannel -> why
+    deferred: dict[str, str] = field(default_factory=dict)           # vchannel -> why it waits for the next cycle
     version: int | None = None                                       # insert_log version, if committed
 
 
 def delete_files(storage: StorageLayout, root: str, files: list[FileEntry]) -> None:
-    delete_paths(storage, root, [f.path for f in files])
+    """Delete written files of the table at ``root`` (an insert binlog's bloom filter with it)."""
+    for f in files:
+        delete_written(storage, root, f)
 
 
 def delete_paths(storage: StorageLayout, root: str, paths: list[str]) -> None:
@@ -93,29 +104,58 @@ def delete_paths(storage: StorageLayout, root: str, paths: list[str]) -> None:
 
 def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) -> None:
     """Delete uncommitted binlog files, each from its own table."""
-    roots = {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
-             QUARANTINE_TABLE: storage.quarantine()}
-    for table, root in roots.items():
-        delete_files(storage, root, [f for f in files if f.table == table])
+    roots = table_roots(storage, collection_id)
+    for f in files:
+        delete_written(storage, roots[f.table], f)
 
 
 def _adds(files: list[FileEntry]) -> list[AddFile]:
-    return [AddFile(f.path, f.size, f.stats) for f in files]
+    return [AddFile(path=f.path, size=f.size, stats=f.stats) for f in files]
+
+
+def _moved(live: list[VchannelSync], e: TxnMoved, table: str) -> dict[str, str]:
+    return {s.vchannel: f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this node last committed "
+                        f"{s.watermarks.of(table)}: another writer owns the channel" for s in live if s.vchannel in e.moved}
+
+
+def _stale_marks(insert_log: DeltaLog, syncs: list[VchannelSync]) -> dict[str, str]:
+    """The syncs whose marks extend a deletion vector their committed file no longer has (a
+    compaction rewrote the file after the marking read it), with the reason: they wait for the
+    next cycle, which marks their deletes again. Checked before any commit, under the lock that
+    keeps compactions out until this commit is done."""
+    if not any(s.marks for s in syncs):
+        return {}
+    insert_log.refresh()
+    current = insert_log.live_files()
+    stale = {}
+    for s in syncs:
+        new = {f.path for f in s.table_files(INSERT_TABLE)}
+        gone = next((m.path for m in s.marks if m.path not in new and (
+            m.path not in current or current[m.path].deletion_vector != m.base)), None)
+        if gone is not None:
+            stale[s.vchannel] = f"{gone}, where its deletes were marked, was compacted meanwhile"
+    return stale
+
+
+def _marked(insert_log: DeltaLog, live: list[VchannelSync], new: dict[str, AddFile],
+            removed: set[str]) -> dict[str, AddFile]:
+    """The files ``live``'s marks give a new deletion vector, as their ``add`` (``new``: this
+    commit's own files). Files this commit removes need none."""
+    current = insert_log.live_files() if any(s.marks for s in live) else {}
+    return {m.path: (new.get(m.path) or current[m.path]).with_deletion_vector(m.deletion_vector)
+            for s in live for m in s.marks if m.path not in removed}
 
 
 def _committed_segment_files(log: DeltaLog, segments: frozenset[int]) -> list[RemoveFile]:
-    """The committed insert binlogs of ``segments`` (path ``{partition}/{segment}/...``)."""
+    """The committed insert binlogs of ``segments`` (path ``{partition}/{segment}/...``), each
+    with its deletion vector (a remove without it would leave the file live)."""
     if not segments:
         return []
-    table = open_table(log.uri, log.storage_options)
-    if table is None:
-        return []
-    actions = pa.table(table.get_add_actions(flatten=True))
     out = []
-    for path, size in zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()):
+    for path, add in log.live_files().items():
         parts = path.split("/")
         if len(parts) >= 3 and parts[1].isdigit() and int(parts[1]) in segments:
-            out.append(RemoveFile(path, size))
+            out.append(add.removal())
     return out
 
 
@@ -154,7 +194,9 @@ class CollectionCommitter:
 
     def commit(self, syncs: list[VchannelSync]) -> SyncResult:
         result = SyncResult()
-        live = list(syncs)
+        insert_log = self._log(INSERT_TABLE)
+        result.deferred = _stale_marks(insert_log, syncs)
+        live = [s for s in syncs if s.vchannel not in result.deferred]
         delete_txn = self._side_commit(DELETE_TABLE, self._log(DELETE_TABLE) if any(
             s.table_files(DELETE_TABLE) for s in live) else None, live, result)
         live = [s for s in live if s.vchannel not in result.refused]
@@ -163,22 +205,26 @@ class CollectionCommitter:
                 s.table_files(QUARANTINE_TABLE) for s in live) else None, live, result)
         live = [s for s in live if s.vchannel not in result.refused]
         crash_point("after_side_commits")
-        insert_log = self._log(INSERT_TABLE)
         while live:
             dropped = frozenset().union(*(s.dropped_segments for s in live))
-            adds = [f for s in live for f in s.table_files(INSERT_TABLE) if f.segment_id not in dropped]
+            adds = _adds([f for s in live for f in s.table_files(INSERT_TABLE) if f.segment_id not in dropped])
+            removes = _committed_segment_files(insert_log, dropped)
+            marked = _marked(insert_log, live, {a.path: a for a in adds}, {r.path for r in removes})
+            committed = [path for path in marked if path not in {a.path for a in adds}]   # the others are new
             try:
                 result.version = insert_log.commit(
-                    adds=_adds(adds), removes=_committed_segment_files(insert_log, dropped),
+                    adds=[marked.get(a.path, a) for a in adds] + [marked[path] for path in committed],
+                    removes=removes + [insert_log.live_files()[path].removal() for path in committed],
                     txns={s.vchannel: s.end for s in live},
                     expected={s.vchannel: s.watermarks.insert for s in live},
                     info={STATES_KEY: json.dumps({s.vchannel: s.state.to_doc() for s in live},
                                                  separators=(",", ":"))})
             except TxnMoved as e:
-                live = self._refuse(live, e, INSERT_TABLE, result)
+                live = self._refuse(live, _moved(live, e, INSERT_TABLE), result, SIDE_TABLES)
                 continue
             delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
                                           if f.segment_id in dropped])
+            discard(self.storage, self.collection_id, [f for s in live for f in s.table_files(REPLAYED_DELETES)])
             self._own_txns.update((s.vchannel, s.end) for s in live)
             for s in live:
                 result.committed[s.vchannel] = Watermarks(
@@ -200,18 +246,20 @@ class CollectionCommitter:
                             expected={s.vchannel: s.watermarks.of(table) for s in writers}, info={})
                 return {s.vchannel: s.end for s in writers}
             except TxnMoved as e:
-                writers = self._refuse(writers, e, table, result)
+                writers = self._refuse(writers, _moved(writers, e, table), result, SIDE_TABLES[:SIDE_TABLES.index(table)])
         return {}
 
-    def _refuse(self, live: list[VchannelSync], e: TxnMoved, table: str, result: SyncResult) -> list[VchannelSync]:
+    def _refuse(self, live: list[VchannelSync], why: dict[str, str], result: SyncResult,
+                committed: tuple[str, ...] = ()) -> list[VchannelSync]:
+        """Drop the vchannels ``why`` names from the commit, with its reasons; their files are
+        deleted, but those of the ``committed`` tables (their side commits landed: a reload reads
+        the batch again and skips them)."""
         for s in live:
-            if s.vchannel in e.moved:
-                result.refused[s.vchannel] = (f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this "
-                                              f"node last committed {s.watermarks.of(table)}: another writer owns "
-                                              f"the channel")
-                log.warning("%s", result.refused[s.vchannel])
-                discard(self.storage, self.collection_id, list(s.files))
-        return [s for s in live if s.vchannel not in e.moved]
+            if s.vchannel in why:
+                result.refused[s.vchannel] = why[s.vchannel]
+                log.warning("%s", why[s.vchannel])
+                discard(self.storage, self.collection_id, [f for f in s.files if f.table not in committed])
+        return [s for s in live if s.vchannel not in why]
 
     def _existing(self, table: str) -> DeltaLog | None:
         found = self._logs.get(table)

@@ -1,63 +1,102 @@
-"""Compaction of a segment's binlog files: many small files rewritten as few of a target size.
+"""Compaction of a segment's binlog files: small files rewritten as few of a target size, and
+files with many deleted rows rewritten without them.
 
 DeltaNode commits every cycle for latency, so a vchannel that receives a few rows a second
 adds a small binlog file to its segment every cycle (at 1,000 vchannels, ~45,000 files in two
-minutes); readers open every one. Compaction rewrites a segment's small files into files of
-``target_bytes``, with a Delta commit that only rearranges data (``OPTIMIZE``: ``remove`` and
-``add`` with ``dataChange = false``, no ``txn``). Rules:
+minutes); readers open every one. Deletes mark rows with deletion vectors (DVs, inline in the
+log), which only grow. Compaction rewrites files with a Delta commit that only rearranges data
+(``OPTIMIZE``: ``remove`` and ``add`` with ``dataChange = false``, no ``txn``). Rules:
 
 - Only within a segment (so within a partition): a file's path says its segment
   (``{partition}/{segment}/``), and segment meta (binlog lists from the add actions, row counts
   in the ChannelState) stays true after it.
 - Only segments of vchannels this node runs, that are not dropped (neither the segment, its
   partition nor its collection): only the owner adds files to a segment or removes them.
-- Concurrently with the flowgraphs: files added meanwhile are not touched; the commit lands
-  only while none of the files it rewrites was removed since it read them (Delta's
-  concurrent-delete conflict, ``delta_log.ReadFiles``), and only while the vchannel's ``txn``
-  is still the one this node last committed (another node took the channel: refused). A
-  refused compaction deletes the file it wrote; the small files stay and are tried again later.
-- The rewritten files stay on disk for ``retention`` (readers of older versions may still open
-  them), then they are deleted.
+- What is rewritten (``plan_segment``): a segment's small files (below ``target_bytes``) once
+  it has ``min_files`` of them, in groups up to the target size of two files or more; and every
+  file whose DV deletes ``deleted_ratio`` of its rows or more (Milvus's single compaction,
+  ``dataCoord.compaction.single.ratio.threshold``): alone when it is not small, else with the
+  segment's small files, however few. Deleted rows then leave the storage, and DVs stay small:
+  a DV is what every further delete of its file writes again in the log.
+- The rewrite drops the rows each input's DV, as planned, deletes, and keeps the others in
+  input order, inputs by their least ``_ts`` (stats), so the output is roughly time-ordered. No
+  sort: row ``p`` of input ``i`` is then output row ``sum(rows_j - planned_j for j < i) + p -
+  (planned positions of i below p)``. A group whose rows are all deleted writes no file: its
+  commit only removes the inputs.
+- Concurrently with the flowgraphs, which keep deleting rows (a DV update removes a file and
+  adds it back with a bigger DV): the commit, under the collection committer's lock, needs every
+  input still live (else it is refused: a drop, another compaction); the positions an input's
+  DV gained since planning are mapped to the output's rows as above and committed as its inline
+  DV; each input's ``remove`` carries its current DV. Refused as well when the vchannel's
+  ``txn`` is no longer the one this node last committed (another node took the channel), or when
+  another process's version touched an input between that check and the commit
+  (``delta_log.ReadFiles`` from the checked version). A refused compaction deletes what it
+  wrote; the files stay and are tried again later.
+- The rewritten files (with their bloom filters) stay on disk for ``retention`` (readers of
+  older versions may still open them), then they are deleted.
 
-Pure planning is here (``plan_segment``), the executor's rewrite (``rewrite``) and the driver's
-commit (``commit_rewrites``); ``pipeline.compactor`` schedules them.
+Pure planning is here (``plan_segment``), the executor's rewrite (``rewrite``), the driver's
+commit (``commit_rewrites``) and the bloom filters a sweep deletes (``orphaned_filters``);
+``pipeline.compactor`` schedules them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 
 from ..faults import crash_point
+from .actions import AddFile
 from .binlog_writer import FileEntry, write_segment_file
-from .delta_log import AddFile, DeltaLog, ReadFiles, RemoveFile
-from .layout import StorageLayout
+from .deletion_vectors import DeletionVector, inline, keep_mask, positions
+from .delta_log import DeltaLog, FilesRemoved, ReadFiles
+from .layout import PK_BLOOM_DIR, StorageLayout, pk_bloom_path
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompactionSettings:
     interval: float = 600.0          # seconds between rounds; 0: no compaction
     min_files: int = 16              # small files a segment needs before it is rewritten
     target_bytes: int = 64 << 20     # size of the rewritten files; larger files are left alone
     retention: float = 3 * 3600.0    # seconds rewritten files stay on disk
     orphan_retention: float = 86400.0  # seconds a file no commit added stays on disk (a crash between write and commit)
+    deleted_ratio: float = 0.2       # a file whose DV deletes this share of its rows is rewritten; above 1: never
 
 
 @dataclass(frozen=True)
 class SegmentFile:
+    """A live insert binlog as planned (positional: tests build it from written files)."""
+
     path: str      # relative to the table root
     size: int
-    rows: int
+    rows: int      # the file's (``numRecords``), deleted ones included
+    min_ts: int = 0                                # its least ``_ts`` (stats): the rewrite's input order
+    deletion_vector: DeletionVector | None = None  # its DV when planned
+
+    @property
+    def deleted(self) -> int:
+        return self.deletion_vector.cardinality if self.deletion_vector is not None else 0
+
+    @classmethod
+    def of(cls, add: AddFile) -> SegmentFile:
+        stats = json.loads(add.stats) if add.stats else {}
+        return cls(add.path, add.size, int(stats.get("numRecords", 0)), int(stats.get("minValues", {}).get("_ts", 0)),
+                   add.deletion_vector)
 
 
 @dataclass(frozen=True)
 class Rewrite:
-    """Files of one segment to rewrite as one file. Made on the driver, run on an executor."""
+    """Files of one segment to rewrite as one file. Made on the driver, run on an executor.
+    ``inputs`` are in the output's order (``plan_segment`` orders them)."""
 
     collection_id: int
     vchannel: str
@@ -65,11 +104,8 @@ class Rewrite:
     partition_id: int
     inputs: tuple[SegmentFile, ...]
     schema: pa.Schema                # the insert_log table's (``CollectionLayout.insert_schema``)
+    pk: str                          # its primary key's column (the new file's bloom filter covers it)
     storage: StorageLayout
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.inputs)
 
 
 def segment_of(path: str) -> tuple[int, int] | None:
@@ -80,47 +116,144 @@ def segment_of(path: str) -> tuple[int, int] | None:
     return None
 
 
+def segment_files(adds: Iterable[AddFile], segments: Collection[int] | None = None
+                  ) -> dict[tuple[int, int], list[SegmentFile]]:
+    """The insert binlogs among ``adds`` (a table's live files), by (partition, segment); only
+    those of ``segments`` when given."""
+    out: dict[tuple[int, int], list[SegmentFile]] = {}
+    for add in adds:
+        where = segment_of(add.path)
+        if where is not None and (segments is None or where[1] in segments):
+            out.setdefault(where, []).append(SegmentFile.of(add))
+    return out
+
+
 def plan_segment(files: list[SegmentFile], settings: CompactionSettings) -> list[tuple[SegmentFile, ...]]:
-    """Groups of a segment's small files (below the target size) to rewrite, each group up to
-    the target size and of two files or more; none unless ``min_files`` small files are there.
-    Oldest names first is not meaningful (names are random), so files are taken by size,
-    smallest first: the groups fill up evenly."""
+    """Groups of a segment's files to rewrite (see the module's rules), each in output order.
+
+    Small files are grouped up to the target size, smallest first (names are random, so oldest
+    first is not meaningful): the groups fill up evenly. A group keeps two files or more, or one
+    that is mostly deleted."""
     small = sorted((f for f in files if f.size < settings.target_bytes), key=lambda f: (f.size, f.path))
-    if len(small) < max(2, settings.min_files):
-        return []
+    groups = [(f,) for f in sorted(files, key=lambda f: f.path)
+              if f.size >= settings.target_bytes and _mostly_deleted(f, settings)]
+    if len(small) >= max(2, settings.min_files) or any(_mostly_deleted(f, settings) for f in small):
+        groups += [g for g in _fill(small, settings.target_bytes) if len(g) >= 2 or _mostly_deleted(g[0], settings)]
+    return [tuple(sorted(g, key=lambda f: (f.min_ts, f.path))) for g in groups]
+
+
+def _mostly_deleted(f: SegmentFile, settings: CompactionSettings) -> bool:
+    return f.deleted > 0 and f.deleted >= settings.deleted_ratio * f.rows
+
+
+def _fill(files: list[SegmentFile], target_bytes: int) -> list[tuple[SegmentFile, ...]]:
+    """``files`` in order, cut into groups of at most ``target_bytes`` (a larger file: alone)."""
     groups, group, size = [], [], 0
-    for f in small:
-        if group and size + f.size > settings.target_bytes:
+    for f in files:
+        if group and size + f.size > target_bytes:
             groups.append(tuple(group))
             group, size = [], 0
         group.append(f)
         size += f.size
-    groups.append(tuple(group))
-    return [g for g in groups if len(g) >= 2]
+    if group:
+        groups.append(tuple(group))
+    return groups
 
 
-def rewrite(task: Rewrite) -> FileEntry:
-    """Runs on an executor: read the inputs, write them as one file of the segment (rows by ``_ts``)."""
-    schema = task.schema
+def rewrite(task: Rewrite) -> FileEntry | None:
+    """Runs on an executor: the rows of the inputs their planned DVs keep, in input order, as one
+    file of the segment; None when every row is deleted."""
     fs, base = task.storage.filesystem(task.storage.insert_log(task.collection_id))
-    tables = [pq.read_table(f"{base}/{f.path}", filesystem=fs, schema=schema) for f in task.inputs]
-    rows = pa.concat_tables(tables).sort_by("_ts")
-    if len(rows) != task.rows:
-        raise RuntimeError(f"segment {task.segment_id}: read {len(rows)} rows from {len(task.inputs)} files "
-                           f"whose add actions say {task.rows}")
-    return write_segment_file(task.storage, task.collection_id, schema, task.segment_id, task.partition_id, rows)
+    rows = pa.concat_tables([_kept_rows(task, f, fs, base) for f in task.inputs])
+    if len(rows) == 0:
+        return None
+    return write_segment_file(task.storage, task.collection_id, task.schema, task.pk, task.segment_id,
+                              task.partition_id, rows)
 
 
-def commit_rewrites(insert_log: DeltaLog, read_version: int, done: list[tuple[Rewrite, FileEntry]],
+def _kept_rows(task: Rewrite, f: SegmentFile, fs: pafs.FileSystem, base: str) -> pa.Table:
+    """One input's rows but those its planned DV deletes. Its rows must be what its add action
+    says (``numRecords`` counts deleted rows too): the DV's positions index them."""
+    table = pq.read_table(f"{base}/{f.path}", filesystem=fs, schema=task.schema)
+    if len(table) != f.rows:
+        raise RuntimeError(f"segment {task.segment_id}: {f.path} has {len(table)} rows, its add action says {f.rows}")
+    if f.deletion_vector is None:
+        return table
+    return table.filter(keep_mask(positions(f.deletion_vector, base, fs), f.rows))
+
+
+def commit_rewrites(insert_log: DeltaLog, done: list[tuple[Rewrite, FileEntry | None]],
                     expected: dict[str, int | None]) -> int:
-    """Runs on the driver, under the collection committer's lock: one OPTIMIZE commit for the
-    rewrites of one collection. Raises ``delta_log.FilesRemoved`` or ``TxnMoved`` when refused."""
+    """Runs on the driver, under the collection committer's lock, ``insert_log`` brought up to
+    date (``CollectionCommitter.insert_log``): one OPTIMIZE commit for the rewrites of one
+    collection (``None``: a rewrite that wrote no file). Raises ``delta_log.FilesRemoved`` (an
+    input is no longer live, or another process's version touched one) or ``TxnMoved`` when
+    refused: nothing is committed."""
+    live = insert_log.live_files()
     inputs = [f for task, _ in done for f in task.inputs]
+    gone = sorted(f.path for f in inputs if f.path not in live)
+    if gone:
+        raise FilesRemoved(gone)
+    adds = [_output(task, entry, live) for task, entry in done if entry is not None]
     crash_point("before_compaction_commit")
     version = insert_log.commit(
-        adds=[AddFile(entry.path, entry.size, entry.stats) for _, entry in done],
-        removes=[RemoveFile(f.path, f.size) for f in inputs], txns={}, expected=expected,
+        adds=adds, removes=[live[f.path].removal() for f in inputs], txns={}, expected=expected,
         info={"deltanode.compaction": f"{len(done)} segment file group(s), {len(inputs)} files"},
-        rewrites=ReadFiles(read_version, frozenset(f.path for f in inputs)))
+        rewrites=ReadFiles(insert_log.version, frozenset(f.path for f in inputs)))
     crash_point("after_compaction_commit")
     return version
+
+
+def _output(task: Rewrite, entry: FileEntry, live: Mapping[str, AddFile]) -> AddFile:
+    """The output's add: with an inline DV of the rows deleted since planning, if any (its
+    bounds are then no longer tight, as Delta's writers mark them)."""
+    deleted = _deleted_since_planning(task, live)
+    add = AddFile(path=entry.path, size=entry.size, stats=entry.stats)
+    return add.with_deletion_vector(inline(deleted)) if deleted.size else add
+
+
+def _deleted_since_planning(task: Rewrite, live: Mapping[str, AddFile]) -> np.ndarray:
+    """The output rows of ``task`` that its inputs' current DVs (``live``) delete and their
+    planned ones did not (sorted int64): row ``p`` of an input is output row ``start + p -
+    (planned positions below p)``, ``start`` the rows the earlier inputs kept."""
+    fs, base = task.storage.filesystem(task.storage.insert_log(task.collection_id))
+    out, start = [], 0
+    for f in task.inputs:
+        now = live[f.path].deletion_vector
+        if now != f.deletion_vector:
+            planned = positions(f.deletion_vector, base, fs) if f.deletion_vector is not None \
+                else np.empty(0, np.uint64)
+            current = positions(now, base, fs)
+            added = np.setdiff1d(current, planned, assume_unique=True)
+            if added.size != current.size - planned.size:
+                raise RuntimeError(f"{f.path}: its DV lost rows deleted when the rewrite was planned "
+                                   f"(DVs only grow)")
+            out.append(start + added.astype(np.int64) - np.searchsorted(planned, added))
+        start += f.rows - f.deleted
+    return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def orphaned_filters(fs: pafs.FileSystem, base: str, live: set[str], older_than: float) -> list[str]:
+    """Bloom filters of the table at ``base`` (paths relative to it) modified before
+    ``older_than`` (epoch seconds) whose binlog is neither in ``live`` nor on disk: a crash
+    between deleting a binlog and its filter. delta-rs's vacuum never lists them (it skips
+    directories whose name starts with ``_``). One listing of the filters, then one lookup per
+    old filter of a binlog that is not live."""
+    selector = pafs.FileSelector(f"{base}/{PK_BLOOM_DIR}", recursive=True, allow_not_found=True)
+    candidates: dict[str, str] = {}    # binlog -> its filter
+    for info in fs.get_file_info(selector):
+        if info.type != pafs.FileType.File or info.mtime.timestamp() >= older_than:
+            continue
+        rel = info.path[len(base) + 1:]
+        binlog = _binlog_of(rel)
+        if binlog is not None and binlog not in live:
+            candidates[binlog] = rel
+    found = fs.get_file_info([f"{base}/{binlog}" for binlog in candidates])
+    return [rel for rel, info in zip(candidates.values(), found) if info.type == pafs.FileType.NotFound]
+
+
+def _binlog_of(filter_path: str) -> str | None:
+    """The binlog whose filter is at ``filter_path`` (relative to the table root); None for
+    another file there."""
+    binlog = filter_path.removeprefix(f"{PK_BLOOM_DIR}/").removesuffix(".bloom")
+    return binlog if pk_bloom_path(binlog) == filter_path else None

@@ -10,7 +10,10 @@ a function of the two (docs/milvus-facts.md §8):
   expression, or any delete of a partition-key collection);
 - of the rows of one key still standing, a query returns the newest (largest ``_ts``).
 
-This module computes that from the tables; it is what the tests compare with Milvus's query.
+The insert_log's deletion vectors apply the first rule as deletes arrive (``delete_marks``), so
+Delta readers see the current state without this module. It computes the same from the two
+tables independently, from every row ever inserted and every delete recorded: the reference
+the tests compare Milvus's ``query`` and every Delta reader with.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def standing(inserts: pa.Table, deletes: pa.Table | None, pk: str) -> pa.Table:
 def current_rows(storage: StorageLayout, collection_id: int, pk: str) -> pa.Table | None:
     """The collection's current rows (None when nothing was committed yet); ``pk``: the primary
     key's column name."""
-    inserts = read_table(storage, storage.insert_log(collection_id))
+    inserts = read_table(storage, storage.insert_log(collection_id), include_deleted=True)
     if inserts is None:
         return None
     deletes = read_table(storage, storage.delta_log(collection_id), [pk, "_ts", "_partition_id"])

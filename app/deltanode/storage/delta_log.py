@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from .actions import AddFile, RemoveFile
+from .log_replay import apply_actions, live_adds
 from .object_store import LOCAL, StoreOptions, bucket_and_key, delta_storage_options, filesystem, is_object_store
 from .tables import open_or_create, open_table
 
@@ -41,9 +43,11 @@ log = logging.getLogger(__name__)
 LOG_DIR = "_delta_log"
 CHECKPOINT_INTERVAL = 100   # Delta's default delta.checkpointInterval
 # Remove actions are tracked for rewrite checks over the last REMOVES_VERSIONS versions only (a
-# compaction reads and commits within a round; an older read is refused as if its files were gone).
+# compaction checks its inputs at the newest version it knows, under the committer's lock, and
+# commits right after; an older read is refused as if its files were gone).
 REMOVES_VERSIONS = 1_000
 ENGINE = "deltanode"
+DELETION_VECTORS = "deletionVectors"
 
 
 class TxnMoved(RuntimeError):
@@ -70,19 +74,6 @@ class ReadFiles:
 
     version: int
     paths: frozenset[str]
-
-
-@dataclass(frozen=True)
-class AddFile:
-    path: str          # relative to the table root
-    size: int
-    stats: str         # Delta stats JSON
-
-
-@dataclass(frozen=True)
-class RemoveFile:
-    path: str
-    size: int
 
 
 def _version_name(version: int) -> str:
@@ -116,6 +107,9 @@ class DeltaLog:
         self._removes: dict[str, int] = {}
         self._removed: deque[tuple[int, list[str]]] = deque()
         self._removes_floor = self._snapshot_version
+        self._fs, self._base = fs, base
+        self._live: dict[str, AddFile] | None = None   # the live files, once asked for (``live_files``)
+        self._deletion_vectors = DELETION_VECTORS in (table.protocol().reader_features or ())
 
     @classmethod
     def open(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog | None:
@@ -144,8 +138,20 @@ class DeltaLog:
             self._apply(lines, self.version)
             infos += [line["commitInfo"] for line in lines if "commitInfo" in line]
 
+    def live_files(self) -> dict[str, AddFile]:
+        """The table's live files at ``self.version``, by path: read from the log once, then kept
+        up to date by every version this object commits or reads. Do not change the mapping."""
+        if self._live is None:
+            self._live = live_adds(self._fs, self._base, self.version)
+        return self._live
+
     def _apply(self, lines: list[dict], version: int) -> None:
+        if self._live is not None:
+            apply_actions(self._live, lines)
         for action in lines:
+            protocol = action.get("protocol")
+            if protocol is not None:
+                self._deletion_vectors = DELETION_VECTORS in protocol.get("readerFeatures", ())
             txn = action.get("txn")
             if txn is not None:
                 self._txns[txn["appId"]] = int(txn["version"])
@@ -179,6 +185,20 @@ class DeltaLog:
         except FileNotFoundError:
             return None
 
+    def _enabling_deletion_vectors(self) -> list[dict]:
+        """The ``protocol`` and ``metaData`` actions that let the table's files carry deletion
+        vectors (reader 3 / writer 7, feature ``deletionVectors``; writer version 2's features
+        listed as Spark lists them), once: tables are created without, so that readers that
+        cannot apply DVs still read tables that never had a delete."""
+        table = DeltaTable(self.uri, version=self.version, storage_options=self.storage_options)
+        meta = table.metadata()
+        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [DELETION_VECTORS],
+                              "writerFeatures": ["appendOnly", "invariants", DELETION_VECTORS]}},
+                {"metaData": {"id": meta.id, "name": meta.name, "description": meta.description,
+                              "format": {"provider": "parquet", "options": {}}, "schemaString": table.schema().to_json(),
+                              "partitionColumns": list(meta.partition_columns), "createdTime": meta.created_time,
+                              "configuration": {**meta.configuration, "delta.enableDeletionVectors": "true"}}}]
+
     def commit(self, *, adds: list[AddFile] = (), removes: list[RemoveFile] = (), txns: dict[str, int],
                expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None) -> int:
         """Append one version: the files, ``txn(app, version)`` for each of ``txns`` and ``info`` in
@@ -194,13 +214,12 @@ class DeltaLog:
             {"operation": "OPTIMIZE", "operationParameters": {}, "isBlindAppend": False}
         lines = [{"commitInfo": {"timestamp": now, **operation, "engineInfo": ENGINE, **info}}]
         lines += [{"txn": {"appId": app, "version": v, "lastUpdated": now}} for app, v in txns.items()]
-        lines += [{"add": {"path": f.path, "partitionValues": {}, "size": f.size, "modificationTime": now,
-                           "dataChange": change, "stats": f.stats}} for f in adds]
-        lines += [{"remove": {"path": f.path, "deletionTimestamp": now, "dataChange": change,
-                              "extendedFileMetadata": True, "partitionValues": {}, "size": f.size}}
-                  for f in removes]
-        data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
+        lines += [f.to_action(now, change) for f in adds]
+        lines += [f.to_action(now, change) for f in removes]
+        with_dvs = any(f.deletion_vector is not None for f in adds)
         while True:
+            upgrade = self._enabling_deletion_vectors() if with_dvs and not self._deletion_vectors else []
+            data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in upgrade + lines).encode()
             moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
             if moved:
                 raise TxnMoved(moved)
@@ -210,6 +229,9 @@ class DeltaLog:
             version = self.version + 1
             if self._put_if_absent(version, data):
                 self.version = version
+                self._deletion_vectors = self._deletion_vectors or with_dvs
+                if self._live is not None:
+                    apply_actions(self._live, lines)
                 self._txns.update(txns)
                 self._track_removes(version, [f.path for f in removes])
                 if version % CHECKPOINT_INTERVAL == 0:

@@ -29,6 +29,16 @@ TABLE_CONFIG = {
 }
 
 
+PK_BLOOM_DIR = "_pk_bloom"
+
+
+def pk_bloom_path(binlog_path: str) -> str:
+    """Where the primary-key bloom filter of an insert binlog lives, relative to its table root:
+    under a directory whose name starts with ``_``, which Delta readers and delta-rs's vacuum
+    leave alone (it holds no table data)."""
+    return f"{PK_BLOOM_DIR}/{binlog_path}.bloom"
+
+
 class StorageLayout:
     """The tables' URIs under ``root``, and how to reach them (``options``; picklable: tasks carry it)."""
 

@@ -1,0 +1,171 @@
+"""A bloom filter of one file's primary keys (Int64 or VarChar), numpy-vectorized.
+
+Sized for a false-positive rate (1% by default: 9.6 bits and 7 probes per key). Each key gets
+one 64-bit hash: Int64 keys through murmur3's 64-bit finalizer; strings 8 bytes at a time over
+the Arrow UTF-8 buffer (one numpy pass per 8-byte word position, over the keys still that long,
+no Python loop per string), seeded with the length. The 7 bit positions come from the two
+32-bit halves of that hash (double hashing), mapped to the filter's size by multiply-shift.
+
+Measured on this machine (2 cores, numpy 2.4, pyarrow 26; best of 5), 1,000,000 keys, then
+1,000,000 other keys probed: Int64 build 61 ms, probe 52 ms, 1.01% false positives; UUID
+strings (36 bytes) build 122 ms, probe 112 ms, 1.00%; strings of 6 to 60 bytes build 146 ms,
+probe 149 ms, 1.00%. 1.2 MB serialized. Hashing the UUIDs took 64 ms; a vectorized FNV-1a, one
+pass per byte position, took 155 ms.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+_MAGIC = b"DNBF"
+_VERSION = 1
+_HEADER = struct.Struct("<4sBBBxQQQ")   # magic, version, key kind, probes, seed, bits, keys
+KINDS = ("int64", "string")
+_CHUNK = 1 << 16                        # keys hashed per block of string work (bounded memory)
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_S33, _S32, _LOW32 = np.uint64(33), np.uint64(32), np.uint64(0xFFFFFFFF)
+
+
+def _fmix64(h: np.ndarray) -> np.ndarray:
+    """murmur3's 64-bit finalizer (a bijection with full avalanche), in place on ``h``."""
+    h ^= h >> _S33
+    h *= _M1
+    h ^= h >> _S33
+    h *= _M2
+    h ^= h >> _S33
+    return h
+
+
+def _kind(keys: pa.Array) -> str:
+    if pa.types.is_integer(keys.type):
+        return "int64"
+    if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
+        return "string"
+    raise TypeError(f"primary keys must be Int64 or VarChar, got {keys.type}")
+
+
+def _as_arrow(keys: pa.Array | pa.ChunkedArray | np.ndarray) -> pa.Array:
+    if isinstance(keys, np.ndarray):
+        keys = pa.array(keys)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if pa.types.is_string_view(keys.type):
+        keys = keys.cast(pa.large_string())
+    if keys.null_count:
+        raise ValueError("null primary key")
+    return keys
+
+
+def hash_keys(keys: pa.Array | pa.ChunkedArray | np.ndarray, seed: int = 0) -> np.ndarray:
+    """One 64-bit hash (uint64) per key."""
+    keys = _as_arrow(keys)
+    if _kind(keys) == "int64":
+        values = keys.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.uint64)
+        return _fmix64(values ^ np.uint64(seed))
+    return _hash_strings(keys, seed)
+
+
+def _hash_strings(keys: pa.Array, seed: int) -> np.ndarray:
+    width = np.int64 if pa.types.is_large_string(keys.type) else np.int32
+    _, offsets_buf, data_buf = keys.buffers()
+    offsets = np.frombuffer(offsets_buf, width, len(keys) + 1, keys.offset * np.dtype(width).itemsize)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    # Eight zero bytes after the data, so the last word of the last key reads within the buffer.
+    data = np.concatenate([data[:int(offsets[-1]) if len(keys) else 0], np.zeros(8, np.uint8)])
+    # The little-endian uint64 starting at each byte: one gather reads a key's next 8 bytes.
+    words_at = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=data, strides=(1,))
+    starts, lengths = offsets[:-1].astype(np.int64), np.diff(offsets).astype(np.int64)
+    out = np.empty(len(keys), np.uint64)
+    for lo in range(0, len(keys), _CHUNK):
+        out[lo:lo + _CHUNK] = _hash_chunk(words_at, starts[lo:lo + _CHUNK], lengths[lo:lo + _CHUNK], seed)
+    return out
+
+
+# _TAIL[n]: the low n bytes of a word (n = 8: all of it).
+_TAIL = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
+
+
+def _hash_chunk(words_at: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int) -> np.ndarray:
+    """Hashes of one block of strings: keys sorted by length, longest first, so the keys that
+    still have a j-th 8-byte word are a prefix; each word is cut at the key's end and mixed in:
+    h = fmix64(h ^ word)."""
+    order = np.argsort(-lengths, kind="stable")
+    starts, lengths = starts[order], lengths[order]
+    h = _fmix64(lengths.astype(np.uint64) ^ np.uint64(seed) ^ np.uint64(0x9E3779B97F4A7C15))
+    words = (lengths + 7) // 8
+    active = np.searchsorted(-words, -np.arange(int(words[0]) if words.size else 0), side="left")
+    for j, count in enumerate(active.tolist()):
+        word = words_at[starts[:count] + 8 * j] & _TAIL[np.minimum(lengths[:count] - 8 * j, 8)]
+        h[:count] = _fmix64(h[:count] ^ word)
+    out = np.empty_like(h)
+    out[order] = h
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class PkBloom:
+    """A bloom filter over the primary keys of one file."""
+
+    kind: str            # "int64" or "string": the keys it was built from, and may be probed with
+    probes: int          # bits set per key
+    seed: int
+    num_bits: int
+    count: int           # keys it was built from
+    bits: np.ndarray     # uint8, num_bits / 8 bytes, bit i of the filter = bits[i >> 3] >> (i & 7)
+
+    @classmethod
+    def build(cls, keys: pa.Array | pa.ChunkedArray | np.ndarray, *, fp_rate: float = 0.01,
+              seed: int = 0) -> PkBloom:
+        """The filter of ``keys`` (one file's), sized for ``fp_rate`` false positives."""
+        keys = _as_arrow(keys)
+        bits_per_key = -math.log(fp_rate) / math.log(2) ** 2
+        num_bits = max(64, math.ceil(len(keys) * bits_per_key / 64) * 64)
+        if num_bits >= 1 << 32:   # positions are 32-bit (multiply-shift): 440 million keys at 1%
+            raise ValueError(f"{len(keys)} keys: too many for one filter")
+        probes = max(1, round(bits_per_key * math.log(2)))
+        flags = np.zeros(num_bits, bool)
+        for pos in _positions(hash_keys(keys, seed), probes, num_bits):
+            flags[pos] = True
+        return cls(kind=_kind(keys), probes=probes, seed=seed, num_bits=num_bits, count=len(keys),
+                   bits=np.packbits(flags, bitorder="little"))
+
+    def might_contain(self, keys: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
+        """Per key: False when it is surely not in the file, True when it may be."""
+        keys = _as_arrow(keys)
+        if _kind(keys) != self.kind:
+            raise TypeError(f"a filter of {self.kind} keys probed with {keys.type}")
+        found = np.ones(len(keys), bool)
+        for pos in _positions(hash_keys(keys, self.seed), self.probes, self.num_bits):
+            found &= ((self.bits[pos >> 3] >> (pos & 7).astype(np.uint8)) & 1).astype(bool)
+        return found
+
+    def to_bytes(self) -> bytes:
+        header = _HEADER.pack(_MAGIC, _VERSION, KINDS.index(self.kind), self.probes, self.seed, self.num_bits,
+                              self.count)
+        return header + self.bits.tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PkBloom:
+        magic, version, kind, probes, seed, num_bits, count = _HEADER.unpack_from(data)
+        if magic != _MAGIC or version != _VERSION:
+            raise ValueError(f"not a DeltaNode key filter (magic {magic!r}, version {version})")
+        bits = np.frombuffer(data, np.uint8, offset=_HEADER.size)
+        if bits.size != num_bits // 8:
+            raise ValueError(f"key filter of {bits.size} bytes, its header says {num_bits // 8}")
+        return cls(kind=KINDS[kind], probes=probes, seed=seed, num_bits=num_bits, count=count, bits=bits)
+
+
+def _positions(hashes: np.ndarray, probes: int, num_bits: int):
+    """The ``probes`` bit positions of each hash: ``g_i = h1 + i * h2`` (32 bits), mapped onto
+    ``num_bits`` by ``(g_i * num_bits) >> 32``. Yields one int64 array per probe."""
+    h1 = hashes & _LOW32
+    h2 = (hashes >> _S32) | np.uint64(1)
+    size = np.uint64(num_bits)
+    for i in range(probes):
+        g = (h1 + np.uint64(i) * h2) & _LOW32
+        yield ((g * size) >> _S32).astype(np.int64)
