@@ -658,7 +658,7 @@ def load_conf(path: str | os.PathLike, env: Mapping[str, str] | None = None, *,
 
 
 def keys_markdown() -> str:
-    """The key table as Markdown (for the README)."""
+    """The key table as Markdown (for docs/configuration.md)."""
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for k in KEYS.values():
         default = "(required)" if k.required else (k.default if k.default is not None else "")

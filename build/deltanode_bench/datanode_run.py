@@ -5,7 +5,12 @@ it up as a DataNode does (``datanode.warmup``), adds every vchannel to a started
 and, every ``poll`` seconds, writes each vchannel's insert_log ``txn`` to the status file
 when it moved, as JSON lines (``{"ev": ..., "t": wall clock, ...}``). It stops the pipeline
 and Spark when a line arrives on stdin (or stdin closes), after writing the pipeline's last
-cycle reports.
+cycle reports. Optional in the spec, for the delete benchmark: ``compaction_interval`` (the
+compactor's; 0 runs it only on a ``compact`` line on stdin, then writes a ``compacted``
+event), ``stream_cycles`` (each cycle report written as it ends, not the last 100 at the
+stop), ``log_level`` (the DataNode's log level, into its log file: the ``cycle N: ...`` lines)
+and ``trace_marks`` (a ``mark`` event per delete-marking job: what its tasks read and how
+long they ran inside the job, which ``CycleReport`` does not keep).
 
 Parent: ``DataNode`` starts the child, follows its status file and samples its process
 tree (``procs.TreeSampler``).
@@ -15,13 +20,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .procs import TreeSampler
 
@@ -29,9 +35,36 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PYTHONPATH = os.pathsep.join([os.path.join(ROOT, "app"), os.path.join(ROOT, "build")])
 
 
+_EMITTING = threading.Lock()   # events come from the status loop, the pipeline's thread and stdin's
+
+
 def _emit(path: str, ev: str, **kw) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps({"ev": ev, "t": time.time(), **kw}) + "\n")
+    line = json.dumps({"ev": ev, "t": time.time(), **kw}) + "\n"
+    with _EMITTING, open(path, "a") as f:
+        f.write(line)
+
+
+def _emit_cycle(path: str, report) -> None:
+    _emit(path, "cycle", **{k: v for k, v in asdict(report).items() if k != "failed"})
+
+
+def _trace_marks(status: str) -> None:
+    """Wrap ``DeleteMarker.run`` (in this process only) to write a ``mark`` event per job."""
+    from deltanode.pipeline.delete_marking import DeleteMarker
+    run = DeleteMarker.run
+
+    def traced(self, tasks, report):
+        started = time.monotonic()
+        results = run(self, tasks, report)
+        if tasks:
+            done = list(results.values())
+            _emit(status, "mark", cycle=report.number, job_s=time.monotonic() - started, tasks=len(tasks),
+                  candidates=sum(len(t.candidates) for t in tasks), files_read=sum(r.files_read for r in done),
+                  files_skipped=sum(r.files_skipped for r in done), task_s=[r.seconds for r in done],
+                  errors=[r.error for r in done if r.error])
+        return results
+
+    DeleteMarker.run = traced
 
 
 def child(args: dict) -> int:
@@ -63,7 +96,15 @@ def child(args: dict) -> int:
     storage = StorageLayout(args["storage_root"])
     settings = PipelineSettings(Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
                                        splits=args["splits"]), trigger_interval=args["trigger_s"])
-    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]), settings).start()
+    if "compaction_interval" in args:
+        settings = replace(settings, compaction=replace(settings.compaction, interval=args["compaction_interval"]))
+    if args.get("log_level"):
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("deltanode").setLevel(args["log_level"])
+    if args.get("trace_marks"):
+        _trace_marks(status)
+    on_cycle = (lambda report: _emit_cycle(status, report)) if args.get("stream_cycles") else None
+    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]), settings, on_cycle=on_cycle).start()
     for coll in args["collections"]:
         schema = schema_pb2.CollectionSchema.FromString(base64.b64decode(coll["schema_b64"]))
         for v in coll["vchannels"]:
@@ -74,7 +115,11 @@ def child(args: dict) -> int:
     stop = threading.Event()
 
     def wait_stdin() -> None:
-        sys.stdin.readline()
+        while sys.stdin.readline().strip() == "compact":
+            try:
+                _emit(status, "compacted", **asdict(pipe.compactor.run_once(every_collection=True)))
+            except Exception as e:  # noqa: BLE001 - the parent reports it
+                _emit(status, "compacted", error=f"{type(e).__name__}: {e}")
         stop.set()
 
     threading.Thread(target=wait_stdin, daemon=True).start()
@@ -100,8 +145,9 @@ def child(args: dict) -> int:
             _emit(status, "error", message=f"{failed[0].vchannel}: {failed[0].last_error}")
             rc = 1
             break
-    for report in list(pipe.cycles):
-        _emit(status, "cycle", **{k: v for k, v in asdict(report).items() if k != "failed"})
+    if on_cycle is None:
+        for report in list(pipe.cycles):
+            _emit_cycle(status, report)
     pipe.stop()
     spark.stop()
     _emit(status, "stopped")
@@ -184,6 +230,22 @@ class DataNode:
             time.sleep(0.1)
         raise TimeoutError(f"DataNode did not commit {targets} within {timeout:.0f} s "
                            f"(at {({v: self.committed(v) for v in targets})}); see {self.log_file}")
+
+    def compact(self, timeout: float = 600.0) -> dict:
+        """One round of the DataNode's compactor over every collection (spec ``compaction_interval``
+        0); returns its ``RoundReport`` as a dict."""
+        done = len([e for e in self.events if e["ev"] == "compacted"])
+        self.proc.stdin.write(b"compact\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            rounds = [e for e in self.events if e["ev"] == "compacted"]
+            if len(rounds) > done:
+                return rounds[-1]
+            self._check()
+            time.sleep(0.2)
+        raise TimeoutError(f"the compaction round did not end within {timeout:.0f} s; see {self.log_file}")
 
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc is None:

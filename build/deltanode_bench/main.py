@@ -20,6 +20,10 @@ For the largest dim only (the one the targets name), then:
 
 ``--scale N,N,...`` then runs the scale benchmark too (``scale``: many vchannels through the
 standalone runner) and prints its tables after these.
+
+``--deletes`` then runs the delete benchmark too (``deletes``: a collection of 1,000,000 rows,
+steady inserts with and without 1,000 deletes a second, delete -> visible to DuckDB, on a broker
+of its own) and prints its table last; ``--deletes-only`` runs only that one.
 """
 
 from __future__ import annotations
@@ -85,6 +89,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale-seconds", type=float, default=60.0, help="scale: load duration per point (default 60)")
     p.add_argument("--scale-drain", type=float, default=120.0,
                    help="scale: longest wait for the last commits after the load (default 120)")
+    p.add_argument("--deletes", action="store_true", help="then run the delete benchmark too (see above)")
+    p.add_argument("--deletes-only", action="store_true", help="run only the delete benchmark")
+    p.add_argument("--deletes-rows", type=int, default=1_000_000,
+                   help="deletes: rows loaded and compacted before the phases (default 1000000)")
+    p.add_argument("--deletes-seconds", type=float, default=60.0,
+                   help="deletes: duration of each phase, with and without deletes (default 60)")
+    p.add_argument("--deletes-insert-mb-s", type=float, default=1.0,
+                   help="deletes: inserts in wire MB/s, the collection's (default 1)")
+    p.add_argument("--delete-rate", type=float, default=1000.0,
+                   help="deletes: keys deleted per second in the phase with deletes (default 1000)")
+    p.add_argument("--delete-batch", type=int, default=200,
+                   help="deletes: keys per delete call, split into one DeleteRequest per shard (default 200)")
     p.add_argument("--work-dir", help="keep broker logs, Delta tables and Spark logs here (default: a "
                                       "temporary directory, removed at the end)")
     p.add_argument("--quick", action="store_true",
@@ -122,6 +138,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--backlog-factors: expected comma-separated integers, got {args.backlog_factors!r}")
     if any(f < 0 for f in args.factors) or args.steady_seconds < 0 or args.steady_mb_s <= 0:
         p.error("--backlog-factors and --steady-seconds must be >= 0, --steady-mb-s > 0")
+    args.deletes = args.deletes or args.deletes_only
+    if min(args.deletes_rows, args.delete_batch) < 1 or min(args.deletes_seconds, args.deletes_insert_mb_s,
+                                                             args.delete_rate) <= 0:
+        p.error("--deletes-rows, --deletes-seconds, --deletes-insert-mb-s, --delete-rate and --delete-batch "
+                "must be > 0")
     return args
 
 
@@ -233,7 +254,8 @@ class Bench:
     def inserts(self, coll: BenchCollection, pchannel: str, start: int, end: int) -> list:
         return [s for s in coll.producer.sent if s.topic == pchannel and s.rows and start <= s.offset < end]
 
-    def node(self, coll: BenchCollection) -> DataNode:
+    def node(self, coll: BenchCollection, **extra) -> DataNode:
+        """A DataNode for ``coll`` (not started); ``extra``: more of its spec (``datanode_run``)."""
         self._nodes += 1
         n = self._nodes
         a = self.args
@@ -248,6 +270,7 @@ class Bench:
         os.makedirs(spec["event_log"])
         spec["spark_conf"] = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": spec["event_log"],
                               "spark.eventLog.compress": "false"}
+        spec.update(extra)
         return DataNode(spec, spec["status_file"], os.path.join(self.work, f"node{n}.log"))
 
     def commits(self, coll: BenchCollection) -> dict[str, list[lat.Commit]]:
@@ -598,41 +621,64 @@ def _version(pkg: str) -> str:
         return "?"
 
 
+def start_broker(args: argparse.Namespace, work: str, load0: str) -> tuple[object, Bench]:
+    """An embedded broker (``--mq``) keeping its files under ``work``, and a ``Bench`` on it."""
+    from deltanode.standalone.services import EmbeddedBroker, EmbeddedPulsar
+
+    os.makedirs(work, exist_ok=True)
+    if args.mq == "pulsar":
+        service = EmbeddedPulsar(os.path.join(work, "pulsar"))
+        service.start()
+        address = service.service_url
+    else:
+        service = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
+        service.start()
+        address = service.bootstrap_servers
+    bench = Bench(args, work, Broker(args.mq, address), service.proc.pid if service.proc else None)
+    bench.load0 = load0
+    say(f"broker {address}, work dir {work}")
+    return service, bench
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from deltanode.standalone.services import EmbeddedBroker, EmbeddedPulsar
-
     work = args.work_dir or tempfile.mkdtemp(prefix="deltanode-bench-")
     os.makedirs(work, exist_ok=True)
-    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    t0 = time.monotonic()
-    if args.mq == "pulsar":
-        broker = EmbeddedPulsar(os.path.join(work, "pulsar"))
-        broker.start()
-        address = broker.service_url
-    else:
-        broker = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
-        broker.start()
-        address = broker.bootstrap_servers
-    bench = Bench(args, work, Broker(args.mq, address), broker.proc.pid if broker.proc else None)
-    bench.load0 = load0
-    say(f"broker {address}, work dir {work}")
+    services = []
     ok = False
     try:
-        big = max(args.dim_list)
-        for dim in args.dim_list:
-            bench.run_dim(dim, full=dim == big)
-        report = bench.render(argv, time.monotonic() - t0)  # reads the run's event logs in the work dir
-        broker.stop()
-        print(report, flush=True)
-        if args.scale_points:
-            t1 = time.monotonic()
-            print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq)
-                  + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
+        if not args.deletes_only:
+            t0 = time.monotonic()
+            broker, bench = start_broker(args, work, _load())
+            services.append(broker)
+            big = max(args.dim_list)
+            for dim in args.dim_list:
+                bench.run_dim(dim, full=dim == big)
+            report = bench.render(argv, time.monotonic() - t0)  # reads the run's event logs in the work dir
+            broker.stop()
+            print(report, flush=True)
+            if args.scale_points:
+                t1 = time.monotonic()
+                print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq)
+                      + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
+        if args.deletes:
+            from . import deletes  # DuckDB, only for this benchmark
+            t1, load = time.monotonic(), _load()
+            broker, bench = start_broker(args, os.path.join(work, "deletes"), load)
+            services.append(broker)
+            report = deletes.main(bench, argv, load)
+            broker.stop()
+            print(("" if args.deletes_only else "\n") + report
+                  + f"\n\ndeletes wall time {time.monotonic() - t1:.0f} s", flush=True)
         ok = True
     finally:
-        broker.stop()
+        for broker in services:
+            broker.stop()
         if ok and not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
         elif not ok:

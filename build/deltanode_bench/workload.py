@@ -8,9 +8,10 @@ would make the producer, not the DataNode, the subject of the benchmark. The ser
 vector block is appended to the serialized request: protobuf concatenation appends to
 ``fields_data``, so the bytes on the wire are one ordinary column-based InsertRequest.
 
-Every produced record (inserts and TimeTicks) is kept as a ``Sent``: topic, offset (from the
-delivery report), size and the wall clock at the ``produce()`` call, for wire-byte counts
-and insert-to-commit latency.
+Every produced record (inserts, deletes and TimeTicks) is kept as a ``Sent``: topic, offset
+(from the delivery report), size and the wall clock at the ``produce()`` call, for wire-byte
+counts and insert-to-commit latency; an insert's also its first primary key (its rows have the
+keys from it on), a DeleteRequest's its number of keys.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ def bench_schema(dim: int) -> dict:
 class Sent:
     topic: str
     size: int
-    rows: int          # 0 for a TimeTick
+    rows: int          # 0 for a TimeTick or a DeleteRequest
     t: float           # time.time() when produce() was called
     offset: int = -1   # position, set by the delivery report (Kafka offset or Pulsar position)
     error: str = ""
+    first_pk: int = 0  # an InsertRequest's first key
+    deletes: int = 0   # a DeleteRequest's keys
 
 
 class BenchProducer(MilvusProducer):
@@ -70,8 +73,8 @@ class BenchProducer(MilvusProducer):
         self._next_block = itertools.cycle(range(pool))
         self.sent: list[Sent] = []
 
-    def _send(self, pchannel: str, payload: bytes, rows: int = 0) -> None:
-        rec = Sent(pchannel, len(payload), rows, time.time())
+    def _send(self, pchannel: str, payload: bytes, rows: int = 0, first_pk: int = 0) -> None:
+        rec = Sent(pchannel, len(payload), rows, time.time(), first_pk=first_pk)
 
         def delivered(position: int, error: str) -> None:
             rec.offset, rec.error = position, error
@@ -80,13 +83,21 @@ class BenchProducer(MilvusProducer):
         self.sent.append(rec)
         self.producer.produce(pchannel, payload, on_delivery=delivered)
 
-    def insert_message(self, pchannel: str, vchannel: str, segment_id: int, partition_id: int = 1) -> int:
-        """Produce one InsertRequest of ``self.rows`` rows; returns its size in bytes."""
+    def insert_message(self, pchannel: str, vchannel: str, segment_id: int, partition_id: int = 1) -> Sent:
+        """Produce one InsertRequest of ``self.rows`` rows; returns its record."""
         with self._lock:
             req = self.insert_request(vchannel, segment_id, partition_id, self.rows)
             payload = req.SerializeToString() + self._pool[next(self._next_block)]
-            self._send(pchannel, payload, self.rows)
-            return len(payload)
+            self._send(pchannel, payload, self.rows, req.rowIDs[0])
+            return self.sent[-1]
+
+    def delete_keys(self, pchannel: str, vchannel: str, partition_id: int, pks: list[int]) -> Sent:
+        """Produce one DeleteRequest (``MilvusProducer.delete``); returns its record."""
+        with self._lock:   # reentrant: the record appended last is this request's
+            self.delete(pchannel, vchannel, partition_id, pks)
+            rec = self.sent[-1]
+            rec.deletes = len(pks)
+            return rec
 
 
 @dataclass

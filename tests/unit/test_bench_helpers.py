@@ -175,3 +175,131 @@ def test_disk_probe_times_three_writes_and_leaves_nothing(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and all("cpu" in line and "wall" in line for line in lines[1:])
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the delete benchmark ------------------------------------------------------------------------
+def test_visibility_tracker_resolves_a_batch_once_a_poll_that_asked_finds_none_of_its_keys():
+    from deltanode_bench.visibility import VisibilityTracker
+    t = VisibilityTracker()
+    t.add(1, [10, 11], 100.0)
+    t.add(2, [20], 100.5)
+    asked, keys = t.query()
+    assert asked == [1, 2] and keys == [10, 11, 20]
+    assert t.observe(asked, {11}, 101.0) == [2]          # 11 still there: batch 1 pending
+    assert t.latencies == {2: pytest.approx(0.5)} and t.pending == 1
+    t.add(3, [30], 101.5)                                # sent while the next query runs
+    assert t.observe(asked, set(), 102.0) == [1]         # that query never asked for 30
+    assert t.latencies[1] == pytest.approx(2.0) and t.pending == 1
+    assert t.observe([1, 2, 3], set(), 103.0) == [3]     # resolved batches are not resolved again
+    assert t.query() == ([], [])
+    with pytest.raises(ValueError):
+        t.add(3, [31], 104.0)
+
+
+def test_key_picker_picks_inserted_keys_once_and_knows_their_shard():
+    from deltanode_bench.delete_load import KeyPicker
+    k = KeyPicker(seed=3)
+    k.add(1, 5, 0)
+    k.add(6, 5, 1)
+    k.add(100, 2, 0)
+    assert k.total == 12
+    assert [k.shard_of(x) for x in (1, 5, 6, 10, 100, 101)] == [0, 0, 1, 1, 0, 0]
+    with pytest.raises(KeyError):
+        k.shard_of(11)
+    first = k.pick(7)
+    rest = k.pick(5)
+    assert len(set(first) | set(rest)) == 12 and set(first + rest) == set(range(1, 11)) | {100, 101}
+    assert k.picked == set(first + rest)
+    with pytest.raises(ValueError):
+        k.pick(1)
+    with pytest.raises(ValueError):
+        k.add(101, 3, 1)                                 # overlaps the last range
+
+
+def test_key_picker_sample_leaves_keys_unpicked():
+    from deltanode_bench.delete_load import KeyPicker
+    k = KeyPicker(seed=5)
+    k.add(1, 10, 0)
+    gone = set(k.pick(6))
+    sample = k.sample(4)
+    assert len(sample) == 4 and not gone & set(sample) and k.picked == gone
+    assert set(sample) == set(range(1, 11)) - gone
+
+
+def test_by_shard_splits_a_delete_as_the_proxy_does():
+    from deltanode_bench.delete_load import by_shard
+    assert by_shard([5, 2, 8, 3], lambda key: key % 2) == {0: [2, 8], 1: [5, 3]}
+    assert list(by_shard([3, 2], lambda key: key % 2)) == [0, 1]
+    assert by_shard([], lambda key: 0) == {}
+
+
+def test_pace_keeps_each_stream_at_its_rate():
+    from deltanode_bench.delete_load import Stream, next_stream, pace
+    now = [0.0]
+    log = []
+    streams = [Stream(0.5, lambda: log.append(("insert", now[0]))), Stream(0.2, lambda: log.append(("delete", now[0])))]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    pace(streams, 1.0, lambda: now[0], sleep)
+    assert [t for kind, t in log if kind == "insert"] == pytest.approx([0.0, 0.5])
+    assert [t for kind, t in log if kind == "delete"] == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8])
+    assert next_stream(streams, 0.0) is streams[0]      # both due at 1.0: the first listed
+
+
+def test_pace_catches_up_a_stream_that_fell_behind():
+    from deltanode_bench.delete_load import Stream, pace
+    now = [0.0]
+    times = []
+
+    def slow() -> None:                                  # the first send takes 0.35 s
+        times.append(now[0])
+        now[0] += 0.35 if len(times) == 1 else 0.0
+
+    pace([Stream(0.1, slow)], 0.5, lambda: now[0], lambda s: now.__setitem__(0, now[0] + s))
+    assert times == pytest.approx([0.0, 0.35, 0.35, 0.35, 0.4])
+
+
+def test_batch_commit_latency_waits_for_every_shard():
+    from deltanode_bench.deletes import batch_commit_latency
+    from deltanode_bench.workload import Sent
+    commits = {"v0": [lat.Commit(1, 5, 10.0, 0), lat.Commit(2, 9, 11.0, 0)], "v1": [lat.Commit(1, 3, 10.5, 0)]}
+    where = {"p0": "v0", "p1": "v1"}
+    reqs = [Sent("p0", 10, 0, 9.0, offset=6, deletes=2), Sent("p1", 10, 0, 9.0, offset=2, deletes=1)]
+    assert batch_commit_latency(reqs, 9.0, where, commits) == pytest.approx(2.0)
+    assert batch_commit_latency(reqs[:1] + [Sent("p1", 10, 0, 9.0, offset=3)], 9.0, where, commits) is None
+    assert batch_commit_latency([Sent("p0", 10, 0, 9.0)], 9.0, where, commits) is None   # not delivered
+
+
+def test_cycle_means_split_the_sync():
+    from deltanode_bench.deletes import cycle_means
+    cycles = [{"seconds": 1.0, "plan_s": 0.0, "job_s": 0.4, "apply_s": 0.0, "sync_s": 0.5, "mark_s": 0.3,
+               "commit_seconds": [0.1]},
+              {"seconds": 0.5, "plan_s": 0.0, "job_s": 0.2, "apply_s": 0.0, "sync_s": 0.3, "mark_s": 0.1,
+               "commit_seconds": [0.05, 0.05]}]
+    m = cycle_means(cycles)
+    assert m["seconds"] == pytest.approx(0.75) and m["mark_s"] == pytest.approx(0.2)
+    assert m["commits"] == pytest.approx(0.1) and m["sync rest"] == pytest.approx(0.1)
+    assert cycle_means([])["seconds"] is None
+
+
+def test_log_size_splits_commits_and_checkpoints(tmp_path):
+    from deltanode_bench.deletes import LogSize, log_size, tree_size
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    (log / "00000000000000000000.json").write_bytes(b"x" * 10)
+    (log / "00000000000000000001.json").write_bytes(b"x" * 5)
+    (log / "00000000000000000001.checkpoint.parquet").write_bytes(b"x" * 7)
+    (log / "_last_checkpoint").write_bytes(b"x" * 3)
+    assert log_size(str(tmp_path)) == LogSize(json=15, checkpoints=7)
+    assert tree_size(str(tmp_path)) == 25
+
+
+def test_deletes_options_and_deletes_only_implies_deletes():
+    a = parse_args(["--deletes-only", "--deletes-seconds", "5"])
+    assert a.deletes and a.deletes_only and a.deletes_seconds == 5.0 and a.delete_rate == 1000.0
+    d = parse_args([])
+    assert not d.deletes and d.deletes_rows == 1_000_000 and d.delete_batch == 200 and d.deletes_insert_mb_s == 1.0
+    with pytest.raises(SystemExit):
+        parse_args(["--deletes", "--delete-rate", "0"])

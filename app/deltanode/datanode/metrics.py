@@ -3,7 +3,7 @@
 ``GET /metrics`` is the Prometheus text format; ``GET /healthz`` answers 200 while the node
 persists (its pipeline loop runs, it holds an etcd session, none of its vchannels is failing)
 and 503 otherwise, with a JSON body saying why either way. An etcd outage alone keeps 200: the
-node goes on committing (README "When etcd is away"), and the body and
+node goes on committing (docs/operations.md, "When etcd is away"), and the body and
 ``deltanode_etcd_reachable`` say so.
 
 Two kinds of figures, so that nothing is counted twice and nothing is kept per scrape:

@@ -76,7 +76,8 @@ def _candidates(sync: VchannelSync, committed: dict[str, AddFile], pk: str,
         own = _Range.of(stats, pk)
         if bounds is not None and own is not None and not own.may_hold_rows_removed_by(bounds):
             continue
-        out.append(MarkCandidate(path=path, rows=rows, partition_id=partition, deletion_vector=dv))
+        out.append(MarkCandidate(path=path, rows=rows, partition_id=partition, deletion_vector=dv,
+                                 pk_min=own.pk_min if own else None, pk_max=own.pk_max if own else None))
     return out
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +32,12 @@ from .layout import StorageLayout, pk_bloom_path
 from .pk_bloom import PkBloom
 
 ALL_PARTITIONS = -1
-# Bloom filters kept per Python worker (1.2 bytes a row): the same files are candidates cycle
-# after cycle.
+# Kept per Python worker, by file (files never change): the same files are candidates cycle after
+# cycle. Bloom filters take 1.2 bytes a row; a file's key and ``_ts`` columns 16 bytes a row (an
+# Int64 key), and reading them was 2.7 ms of a mark task per candidate file of 1,000 rows and
+# half of its time (build/bench.sh --deletes).
 BLOOM_CACHE_BYTES = 128 << 20
+KEY_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +48,8 @@ class MarkCandidate:
     rows: int
     partition_id: int
     deletion_vector: DeletionVector | None     # its DV when the task was planned
+    pk_min: object = None                      # its key range (stats), None when unknown
+    pk_max: object = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,73 +79,117 @@ class MarkResult:
     vchannel: str
     marks: tuple[FileMark, ...] = ()
     files_read: int = 0
-    files_skipped: int = 0                     # by their bloom filter
+    files_skipped: int = 0                     # by their key range or bloom filter
     seconds: float = 0.0
     error: str | None = None
     stale: str | None = None                   # a candidate file was gone (compacted): marked again next cycle
 
 
-class _BloomCache:
-    """Bloom filters by file, least recently used out first."""
+class _FileCache:
+    """Something read from each file (a bloom filter, its key columns), least recently used out
+    first, within ``capacity`` bytes."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.used = capacity, 0
-        self._items: collections.OrderedDict[str, tuple[PkBloom, int]] = collections.OrderedDict()
+        self._items: collections.OrderedDict[str, tuple[object, int]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, storage: StorageLayout, root: str, path: str) -> PkBloom | None:
-        """The filter of ``path``, None when it has none (then the file is read)."""
-        key = f"{root}/{path}"
+    def get(self, key: str, load: Callable[[], tuple[object, int] | None]) -> object | None:
+        """The item of ``key``, read by ``load`` (item and its size; None: nothing to keep) on a miss."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key][0]
+        loaded = load()
+        if loaded is None:
+            return None
+        with self._lock:
+            self._items[key] = loaded
+            self.used += loaded[1]
+            while self.used > self.capacity and len(self._items) > 1:
+                _, (_, size) = self._items.popitem(last=False)
+                self.used -= size
+        return loaded[0]
+
+
+BLOOMS = _FileCache(BLOOM_CACHE_BYTES)
+KEYS = _FileCache(KEY_CACHE_BYTES)
+
+
+def _bloom(storage: StorageLayout, root: str, path: str) -> PkBloom | None:
+    """The file's bloom filter, None when it has none (then the file is read)."""
+    def load() -> tuple[PkBloom, int] | None:
         fs, base = storage.filesystem(root)
         try:
             with fs.open_input_stream(f"{base}/{pk_bloom_path(path)}") as f:
                 data = f.read()
         except FileNotFoundError:
             return None
-        bloom = PkBloom.from_bytes(data)
-        with self._lock:
-            self._items[key] = (bloom, len(data))
-            self.used += len(data)
-            while self.used > self.capacity and len(self._items) > 1:
-                _, (_, size) = self._items.popitem(last=False)
-                self.used -= size
-        return bloom
+        return PkBloom.from_bytes(data), len(data)
+    return BLOOMS.get(f"{root}/{path}", load)
 
 
-BLOOMS = _BloomCache(BLOOM_CACHE_BYTES)
+def _keys(storage: StorageLayout, root: str, path: str, pk: str) -> SortedKeys:
+    """The file's keys, sorted, with their row positions and ``_ts``. FileNotFoundError when it is gone."""
+    def load() -> tuple[SortedKeys, int]:
+        fs, base = storage.filesystem(root)
+        table = pq.read_table(f"{base}/{path}", filesystem=fs, columns=[pk, "_ts"])
+        keys = SortedKeys.of(table.column(pk), table.column("_ts").to_numpy())
+        return keys, table.nbytes + keys.rows.nbytes
+    return KEYS.get(f"{root}/{path}", load)
 
 
-def _latest_deletes(deletes: pa.Table, pk: str) -> dict[int, pa.Table]:
-    """Per partition (-1: all), each key's latest delete ts, as (pk, ``_deleted_ts``)."""
+@dataclass(frozen=True)
+class SortedKeys:
+    """Keys in ascending order with what goes with each (a file's row positions and ``_ts``, or
+    the latest delete ts of each deleted key): a range or a key is found by binary search."""
+
+    keys: np.ndarray        # int64, or object (str) for VarChar keys
+    rows: np.ndarray        # int64: row positions (a file's), unused for deletes
+    ts: np.ndarray          # int64
+
+    @classmethod
+    def of(cls, keys: pa.Array | pa.ChunkedArray, ts: np.ndarray, rows: np.ndarray | None = None) -> SortedKeys:
+        values = keys.to_numpy(zero_copy_only=False)
+        order = np.argsort(values, kind="stable")
+        rows = np.arange(len(values), dtype=np.int64) if rows is None else rows
+        return cls(values[order], rows[order], ts[order])
+
+    def between(self, lo: object, hi: object) -> SortedKeys:
+        """The entries whose key is in ``[lo, hi]``."""
+        i, j = np.searchsorted(self.keys, lo, "left"), np.searchsorted(self.keys, hi, "right")
+        return SortedKeys(self.keys[i:j], self.rows[i:j], self.ts[i:j])
+
+    def select(self, mask: np.ndarray) -> SortedKeys:
+        return SortedKeys(self.keys[mask], self.rows[mask], self.ts[mask])
+
+
+def latest_deletes(deletes: pa.Table, pk: str) -> dict[int, SortedKeys]:
+    """Per partition the deletes of a file of that partition apply (its own and the all-partition
+    ones, -1), each key once with its latest delete ts."""
     latest = deletes.group_by([pk, "_partition_id"]).aggregate([("_ts", "max")])
+    partitions = pc.unique(latest.column("_partition_id")).to_pylist()
     out = {}
-    for partition in pc.unique(latest.column("_partition_id")).to_pylist():
-        part = latest.filter(pc.equal(latest.column("_partition_id"), partition))
-        out[partition] = pa.table({pk: part.column(pk), "_deleted_ts": part.column("_ts_max")})
+    for partition in partitions:
+        mine = pc.is_in(latest.column("_partition_id"), pa.array(sorted({partition, ALL_PARTITIONS}), pa.int64()))
+        part = latest.filter(mine).group_by([pk]).aggregate([("_ts_max", "max")])
+        out[partition] = SortedKeys.of(part.column(pk), part.column("_ts_max_max").to_numpy())
     return out
 
 
-def _relevant(latest: dict[int, pa.Table], partition: int, pk: str) -> pa.Table | None:
-    """The deletes that apply to a file of ``partition``: its own and the all-partition ones."""
-    tables = [t for p, t in latest.items() if p in (partition, ALL_PARTITIONS)]
-    if not tables:
-        return None
-    both = pa.concat_tables(tables)
-    return both.group_by([pk]).aggregate([("_deleted_ts", "max")]).rename_columns([pk, "_deleted_ts"]) \
-        if len(tables) > 1 else both
-
-
-def deleted_positions(rows: pa.Table, deletes: pa.Table, pk: str) -> np.ndarray:
-    """Row positions of ``rows`` (the file's ``pk`` and ``_ts``, in file order) that ``deletes``
-    (``pk``, ``_deleted_ts``) remove: same key, ``_ts`` strictly below the delete's."""
-    indexed = rows.append_column("_row", pa.array(np.arange(len(rows), dtype=np.int64)))
-    joined = indexed.join(deletes, keys=[pk], join_type="inner")
-    hit = joined.filter(pc.less(joined.column("_ts"), joined.column("_deleted_ts")))
-    return np.sort(hit.column("_row").to_numpy())
+def deleted_positions(rows: SortedKeys, deletes: SortedKeys) -> np.ndarray:
+    """Row positions of a file (``rows``: its keys sorted, with row positions and ``_ts``) that
+    ``deletes`` (keys sorted, each with its latest delete ts) remove: same key, ``_ts`` strictly
+    below the delete's. Binary search both ways; a key may have several rows in a file."""
+    lo = np.searchsorted(rows.keys, deletes.keys, "left")
+    hi = np.searchsorted(rows.keys, deletes.keys, "right")
+    counts = hi - lo
+    if not counts.any():
+        return np.empty(0, np.int64)
+    which = np.repeat(np.arange(len(deletes.keys)), counts)
+    at = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    hit = rows.ts[at] < deletes.ts[which]
+    return np.sort(rows.rows[at[hit]])
 
 
 def mark(task: MarkTask) -> MarkResult:
@@ -157,28 +207,29 @@ def _mark(task: MarkTask, started: float) -> MarkResult:
     delta_fs, delta_base = storage.filesystem(storage.delta_log(task.collection_id))
     deletes = pa.concat_tables([pq.read_table(f"{delta_base}/{path}", filesystem=delta_fs,
                                               columns=[pk, "_ts", "_partition_id"]) for path in task.deletes])
-    latest = _latest_deletes(deletes, pk)
+    latest = latest_deletes(deletes, pk)
     root = storage.insert_log(task.collection_id)
     insert_fs, insert_base = storage.filesystem(root)
     marks, read, skipped = [], 0, 0
     for candidate in task.candidates:
-        relevant = _relevant(latest, candidate.partition_id, pk)
+        relevant = latest.get(candidate.partition_id, latest.get(ALL_PARTITIONS))
         if relevant is None:
             continue
-        bloom = BLOOMS.get(storage, root, candidate.path)
+        if candidate.pk_min is not None:   # the keys the file's range holds (min/max alone prunes little)
+            relevant = relevant.between(candidate.pk_min, candidate.pk_max)
+        bloom = _bloom(storage, root, candidate.path) if len(relevant.keys) else None
         if bloom is not None:
-            maybe = bloom.might_contain(relevant.column(pk))
-            if not maybe.any():
-                skipped += 1
-                continue
-            relevant = relevant.filter(pa.array(maybe))
+            relevant = relevant.select(bloom.might_contain(pa.array(relevant.keys)))
+        if not len(relevant.keys):
+            skipped += 1
+            continue
         read += 1
         try:
-            rows = pq.read_table(f"{insert_base}/{candidate.path}", filesystem=insert_fs, columns=[pk, "_ts"])
+            rows = _keys(storage, root, candidate.path, pk)
         except FileNotFoundError:   # compacted and deleted since it was planned (retention 0)
             return MarkResult(vchannel=task.vchannel, seconds=time.monotonic() - started,
                               stale=f"{candidate.path}, where its deletes were to be marked, was compacted meanwhile")
-        hit = deleted_positions(rows, relevant, pk)
+        hit = deleted_positions(rows, relevant)
         if not hit.size:
             continue
         old = positions(candidate.deletion_vector, insert_base, insert_fs) if candidate.deletion_vector else \

@@ -24,7 +24,7 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 TABLE_CONFIG = {
     # Each commit's metadata holds its vchannel's state; keep the log so it is never lost
-    # (see README: "Where the meta lives").
+    # (docs/architecture.md: "Where the meta lives, and why").
     "delta.enableExpiredLogCleanup": "false",
 }
 
