@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from pymilvus import Collection, CollectionSchema, DataType, FieldSchema, connections, utility
+from pymilvus import (
+    Collection,
+    CollectionSchema,
+    DataType,
+    FieldSchema,
+    connections,
+    utility,
+)
 
 
 def main() -> int:

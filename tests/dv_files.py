@@ -11,8 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from deltanode.storage.deletion_vectors import FILE_VERSION, DeletionVector, as_positions, positions, serialize, \
-    z85_encode
+from deltanode.storage.deletion_vectors import (
+    FILE_VERSION,
+    DeletionVector,
+    as_positions,
+    positions,
+    serialize,
+    z85_encode,
+)
 from pyarrow import fs as pafs
 
 

@@ -20,13 +20,18 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
-
+from deltanode.executor.binlog_writer import INSERT_STATS
+from deltanode.executor.rewrite import rewrite
+from deltanode.records import Rewrite
 from deltanode.storage.actions import AddFile
-from deltanode.storage.binlog_writer import INSERT_STATS
-from deltanode.storage.compaction import CompactionSettings, Rewrite, commit_rewrites, plan_segment, rewrite, \
-    segment_files, segment_of
+from deltanode.storage.compaction import (
+    CompactionSettings,
+    commit_rewrites,
+    plan_segment,
+    segment_files,
+)
 from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
+from deltanode.storage.layout import StorageLayout, segment_of
 from deltanode.storage.tables import read_table
 
 from . import latency as lat

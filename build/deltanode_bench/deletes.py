@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltanode.storage.delete_marks import ALL_PARTITIONS
+from deltanode.executor.delete_marks import ALL_PARTITIONS
 from deltanode.storage.delta_log import DeltaLog
 
 from . import latency as lat

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 
 from .datanode_run import PYTHONPATH
+
 SYSTEM_STATS = ["_ts", "_row_id", "_segment_id", "_partition_id"]
 STALL_S = 60
 
@@ -61,7 +62,6 @@ def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterato
     """The values of positions [start, end) of ``topic``, one message at a time (a repeat the
     broker delivers is dropped, as the DataNode drops it)."""
     import pulsar
-
     from deltanode.mq.pulsar import message_id, position, topic_name
     client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     first = message_id(start) if start > 0 else pulsar.MessageId.earliest
@@ -87,10 +87,9 @@ def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pymilvus.grpc_gen import schema_pb2
-
-    from deltanode.flowgraph import decode
+    from deltanode.executor import decode
     from deltanode.wire.schema import CollectionLayout
+    from pymilvus.grpc_gen import schema_pb2
 
     layout = CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(base64.b64decode(ch["schema_b64"])))
     schema = layout.insert_schema()

@@ -18,12 +18,10 @@ import tempfile
 import time
 
 import numpy as np
-
-from deltanode.flowgraph.context import RouteContext
-from deltanode.flowgraph.route import VchannelRouter
+from deltanode.executor.dispatch import PchannelDispatcher
+from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
-from deltanode.pipeline.dispatch import PchannelDispatcher
-from deltanode.pipeline.plan import ReadRange
+from deltanode.records import ReadRange, RouteContext
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import create_collection
 from deltanode.datacoord.catalogs import open_catalog

@@ -13,7 +13,8 @@ import time
 
 import pyarrow as pa
 import pytest
-from deltanode.storage.compaction import CompactionSettings, segment_of
+from deltanode.storage.compaction import CompactionSettings
+from deltanode.storage.layout import segment_of
 from deltanode.storage.tables import open_table, read_table
 
 from .support import data_files_added, settled_watermark, wait_until

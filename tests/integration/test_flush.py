@@ -14,7 +14,7 @@ from deltanode.datanode.node import DataNode
 from deltanode.etcd import flush_request
 from deltanode.etcd.client import EtcdClient
 from deltanode.storage import meta
-from deltanode.storage.channel_state import FLUSHED, GROWING
+from deltanode.storage.channel_state import SegmentState
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import msg_pb2
@@ -83,12 +83,12 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
     assert sorted(s["segment_id"] for s in report["segments"]) == sorted(OLD)
     for seg_id in OLD:
         seg = states[seg_id]
-        assert seg.state == FLUSHED and seg.seal_reason == "flush" and seg.sealed_ts >= flush_ts
+        assert seg.state == SegmentState.FLUSHED and seg.seal_reason == "flush" and seg.sealed_ts >= flush_ts
         assert seg.num_rows == by_segment[seg_id] > 0
         late = [r for r in rows if r["_segment_id"] == seg_id and r["_ts"] > seg.sealed_ts]
         assert not late, f"segment {seg_id}: {len(late)} rows after its seal ts {seg.sealed_ts}"
     for seg_id in NEW:
-        assert states[seg_id].state == GROWING and states[seg_id].num_rows == by_segment[seg_id] > 0
+        assert states[seg_id].state == SegmentState.GROWING and states[seg_id].num_rows == by_segment[seg_id] > 0
     # Nothing lost: rows the proxy stand-in sent to a sealed segment after its seal ts (it switched
     # segments after admin flush wrote its request) are in quarantine with the reason.
     late = quarantined(storage, record.collection_id)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Producer
-from deltanode.mq.kafka import BrokerError, OffsetRange, Watermarks, create_topics, read_ranges
+from deltanode.mq.kafka import Watermarks, create_topics, read_ranges
+from deltanode.mq.types import BrokerError, OffsetRange
 
 
 def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import threading
 
-from deltanode.datacoord.catalog import CREATED, DROPPING
+from deltanode.datacoord.catalog import CollectionStatus
 from deltanode.datacoord.milvus_catalog import TOMBSTONE, MilvusCatalog, gap_key
 from deltanode.mq.broker import Broker
-from deltanode.wire.etcdpb import CollectionInfo, CollectionState, DatabaseInfo, PartitionInfo, PartitionState
+from deltanode.wire.etcdpb import (
+    CollectionInfo,
+    CollectionState,
+    DatabaseInfo,
+    PartitionInfo,
+    PartitionState,
+)
 from deltanode.wire.milvus_proto import common_pb2, schema_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id
 from deltanode.wire.schema import CollectionLayout, DataType
@@ -58,14 +64,14 @@ def test_collections_are_read_from_milvus_meta_with_fields_and_partitions_joined
 
     assert sorted(records) == ["docs", "items"]   # not being created, not a tombstone or garbage
     docs = records["docs"]
-    assert (docs.collection_id, docs.state, docs.database, docs.shards) == (445000000000000001, CREATED, "default", 2)
+    assert (docs.collection_id, docs.state, docs.database, docs.shards) == (445000000000000001, CollectionStatus.CREATED, "default", 2)
     assert docs.vchannels == ["by-dev-rootcoord-dml_3_445000000000000001v0", "by-dev-rootcoord-dml_7_445000000000000001v1"]
     assert docs.start_offsets == {"by-dev-rootcoord-dml_3": 41, "by-dev-rootcoord-dml_7": 42}
     assert docs.partitions == {"_default": 445000000000000002, "p1": 445000000000000003}
     assert [f.fieldID for f in docs.schema.fields] == [0, 1, 100, 101, 102]
     layout = CollectionLayout.from_proto(docs.schema)
     assert [f.name for f in layout.fields] == ["id", "vec", "$meta"]
-    assert (records["items"].state, records["items"].database) == (DROPPING, "shop")
+    assert (records["items"].state, records["items"].database) == (CollectionStatus.DROPPING, "shop")
 
 
 def test_a_new_collection_is_noticed_through_the_watch(client, etcd_root, broker):

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltanode.standalone.services import free_port
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import StoreOptions
 from deltanode.storage.tables import open_table, read_table
-from deltanode.standalone.services import free_port
 
 from ..races import race_for_one_step
 from .support import settled_watermark, wait_until

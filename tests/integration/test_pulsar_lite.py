@@ -62,7 +62,7 @@ def test_ids_are_contiguous_readers_start_at_a_milvus_position_and_topics_surviv
 EXIT_SCRIPT = """
 import sys
 from deltanode.mq.broker import Broker
-from deltanode.mq.kafka import OffsetRange
+from deltanode.mq.types import OffsetRange
 broker = Broker("pulsar", sys.argv[1])
 sender = broker.sender()
 sender.produce("by-dev-rootcoord-dml_0", b"x" * 100)

@@ -9,8 +9,8 @@ import pytest
 from deltanode_bench import latency as lat
 from deltanode_bench.main import parse_args
 from deltanode_bench.procs import Sample, _machine_busy, classify, window
-from deltanode_bench.tasks import busy_while_full, running, task_spans
 from deltanode_bench.report import short_channel, table
+from deltanode_bench.tasks import busy_while_full, running, task_spans
 
 
 def test_percentile_interpolates_between_ranks():
@@ -31,8 +31,13 @@ def test_percentile_rejects_empty_and_out_of_range():
 
 
 def test_commits_come_from_the_delta_log_per_vchannel_oldest_first(tmp_path):
-    from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
     from deltanode.storage.channel_state import ChannelState
+    from deltanode.storage.commit import (
+        CollectionCommitter,
+        QuarantineLog,
+        VchannelSync,
+        Watermarks,
+    )
     from deltanode.storage.layout import StorageLayout
     from deltanode.wire.schema import CollectionLayout, schema_from_json
     layout = CollectionLayout.from_proto(schema_from_json(

@@ -8,11 +8,23 @@ import pyarrow as pa
 import pytest
 from deltanode.datacoord.catalog import CollectionRecord, OwnCatalog
 from deltanode.datacoord.recovery import vchannel_info
-from deltanode.flowgraph.recovery import TopicRecreated, UnknownSegments, check_topic, initial_state
+from deltanode.executor.binlog_writer import BinlogWriter
+from deltanode.flowgraph.recovery import (
+    TopicRecreated,
+    UnknownSegments,
+    check_topic,
+    initial_state,
+)
+from deltanode.records import ReplayState
 from deltanode.storage import delta_log, meta
-from deltanode.storage.binlog_writer import BinlogWriter
-from deltanode.storage.channel_state import DROPPED, FLUSHED, ChannelState, SegmentMeta
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks, discard
+from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.storage.commit import (
+    CollectionCommitter,
+    QuarantineLog,
+    VchannelSync,
+    Watermarks,
+    discard,
+)
 from deltanode.storage.delta_log import DeltaLog, TxnMoved
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import UnsupportedStorage
@@ -95,7 +107,7 @@ def test_deletes_go_first_with_their_own_txn_and_a_drop_removes_committed_files(
     # Segment 5 is dropped by the next batch: its committed file is removed, a new file of it never added.
     late = written(storage, [4], segment=5)
     c.commit([sync("a", 20, 30, late, delete=20, dropped=frozenset({5}),
-                   segments={5: SegmentMeta(5, 1, DROPPED)})])
+                   segments={5: SegmentMeta(5, 1, SegmentState.DROPPED)})])
     assert pks_in(storage) == [3]
     assert not (tmp_path / "insert_log" / "1" / late[0].path).exists()
 
@@ -143,7 +155,7 @@ def test_resuming_at_the_committed_offset_filters_only_segments_delta_does_not_k
     foreign.dml_position.timestamp = 500
     state = initial_state(committed, info)
     assert state.checkpoint_offset == 10 and set(state.segments) == {5, 9}
-    assert state.replay == {"flushed": {}, "unflushed": {"9": 500}}
+    assert state.replay == ReplayState(unflushed=((9, 500),))
     assert 9 not in committed.segments   # the committed state is not modified
 
 
@@ -152,14 +164,14 @@ def test_a_restart_inside_the_replay_window_goes_on_with_the_committed_filter_an
     and before the seek's TimeTick: its successor resumes both where the commit left them."""
     storage = StorageLayout(str(tmp_path))
     state = ChannelState("v", 1, "p", checkpoint_offset=10, seek_ts=1000,
-                         replay={"flushed": {"3": 1040}, "unflushed": {}},
-                         segments={3: SegmentMeta(3, 1, FLUSHED, dml_ts=1040)})
+                         replay=ReplayState(flushed=((3, 1040),)),
+                         segments={3: SegmentMeta(3, 1, SegmentState.FLUSHED, dml_ts=1040)})
     committer(storage).commit([VchannelSync(state, Watermarks(None, None), written(storage, [1]))])
     committed = meta.channel_state(storage, 1, "v")
     info = VchannelInfo(collectionID=1, channelName="p_1v0")
     info.unflushedSegments.add(ID=9, partitionID=1).dml_position.timestamp = 1020
     resumed = initial_state(committed, info)
-    assert resumed.replay == {"flushed": {"3": 1040}, "unflushed": {"9": 1020}} and resumed.seek_ts == 1000
+    assert resumed.replay == ReplayState(flushed=((3, 1040),), unflushed=((9, 1020),)) and resumed.seek_ts == 1000
 
 
 def test_segments_named_by_id_only_come_from_delta_or_the_vchannel_is_refused(tmp_path):

@@ -13,16 +13,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltanode.executor.binlog_writer import BinlogWriter
+from deltanode.executor.rewrite import rewrite
 from deltanode.pipeline.compactor import CompactionTarget, Compactor, RoundReport
+from deltanode.records import Rewrite, SegmentFile
 from deltanode.storage import deletion_vectors as dv
 from deltanode.storage import delta_log
-from deltanode.storage.binlog_writer import BinlogWriter
 from deltanode.storage.channel_state import ChannelState
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
-from deltanode.storage.compaction import (CompactionSettings, Rewrite, SegmentFile, commit_rewrites, plan_segment,
-                                          rewrite, segment_files, segment_of)
+from deltanode.storage.commit import (
+    CollectionCommitter,
+    QuarantineLog,
+    VchannelSync,
+    Watermarks,
+)
+from deltanode.storage.compaction import (
+    CompactionSettings,
+    commit_rewrites,
+    plan_segment,
+    segment_files,
+)
 from deltanode.storage.delta_log import DeltaLog, FilesRemoved, TxnMoved
-from deltanode.storage.layout import StorageLayout, pk_bloom_path
+from deltanode.storage.layout import StorageLayout, pk_bloom_path, segment_of
 from deltanode.storage.log_replay import live_adds
 from deltanode.storage.tables import open_table
 

@@ -3,7 +3,12 @@
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltanode.storage.delete_marks import ALL_PARTITIONS, SortedKeys, latest_deletes, deleted_positions
+from deltanode.executor.delete_marks import (
+    ALL_PARTITIONS,
+    SortedKeys,
+    deleted_positions,
+    latest_deletes,
+)
 
 
 def file_keys(keys: list, ts: list[int]) -> SortedKeys:

@@ -3,7 +3,8 @@
 import pytest
 from deltanode.datanode.flowgraphs import FlowgraphManager
 from deltanode.mq.broker import Broker
-from deltanode.pipeline.pipeline import Pipeline, summarize_error
+from deltanode.pipeline.cycle import summarize_error
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import ChannelWatchInfo, VchannelInfo
 from deltanode.wire.names import UnsafeNameError

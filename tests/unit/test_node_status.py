@@ -1,6 +1,12 @@
 """The DataNode status documents admin health reads: written, read back, stale, persisting."""
 
-from deltanode.datanode.status import FORGET_AFTER, NodeStatus, read_statuses, remove_status, write_status
+from deltanode.datanode.status import (
+    FORGET_AFTER,
+    NodeStatus,
+    read_statuses,
+    remove_status,
+    write_status,
+)
 from deltanode.storage.layout import StorageLayout
 
 

@@ -1,7 +1,14 @@
 """A cycle's ranges: one read per pchannel for its vchannels near the head, a catch-up lane, fair byte caps."""
 
 from deltanode.mq.broker import Broker
-from deltanode.pipeline.plan import CATCH_UP, MAIN, MAX_MESSAGE_BYTES, Limits, Position, plan_cycle, split_tasks
+from deltanode.pipeline.plan import (
+    MAX_MESSAGE_BYTES,
+    Limits,
+    Position,
+    plan_cycle,
+    split_tasks,
+)
+from deltanode.records import Lane
 from deltanode.wire.positions import pulsar_position
 
 P0, P1 = ("p0", 0), ("p1", 0)
@@ -16,7 +23,7 @@ def test_vchannels_of_a_pchannel_share_one_read_from_the_smallest_position():
     plan = plan_cycle([pos("a", "p0", 100), pos("b", "p0", 95), pos("c", "p1", 7)], {P0: 120, P1: 9},
                       {"p0": 1000.0, "p1": 1000.0}, Limits())
     assert [(r.pchannel, r.first, r.end, r.members, r.lane) for r in plan.ranges] == [
-        ("p0", 95, 120, ("a", "b"), MAIN), ("p1", 7, 9, ("c",), MAIN)]
+        ("p0", 95, 120, ("a", "b"), Lane.MAIN), ("p1", 7, 9, ("c",), Lane.MAIN)]
     assert not plan.capped and plan.lost == {}
 
 
@@ -24,12 +31,12 @@ def test_a_vchannel_far_behind_catches_up_on_its_own_lane_without_holding_the_he
     limits = Limits(max_messages=50, catchup_bytes=10_000)   # merge window: 10 messages of 1 kB
     plan = plan_cycle([pos("head", "p0", 1000), pos("new", "p0", 0)], {P0: 1010}, {"p0": 1000.0}, limits)
     main, catch_up = plan.ranges
-    assert (main.first, main.end, main.members, main.lane) == (1000, 1010, ("head",), MAIN)
-    assert (catch_up.first, catch_up.end, catch_up.members, catch_up.lane) == (0, 10, ("new",), CATCH_UP)
+    assert (main.first, main.end, main.members, main.lane) == (1000, 1010, ("head",), Lane.MAIN)
+    assert (catch_up.first, catch_up.end, catch_up.members, catch_up.lane) == (0, 10, ("new",), Lane.CATCH_UP)
     assert plan.capped   # the catch-up lane stopped short: the next cycle starts at once
     # Once within the merge window of the head, it reads on the main lane again.
     plan = plan_cycle([pos("head", "p0", 1010), pos("new", "p0", 1001)], {P0: 1020}, {"p0": 1000.0}, limits)
-    assert [(r.first, r.end, r.members, r.lane) for r in plan.ranges] == [(1001, 1020, ("head", "new"), MAIN)]
+    assert [(r.first, r.end, r.members, r.lane) for r in plan.ranges] == [(1001, 1020, ("head", "new"), Lane.MAIN)]
 
 
 def test_a_position_past_the_broker_end_is_lost_data_and_the_others_go_on():

@@ -1,6 +1,6 @@
 """The replay filter, rule by rule (the recovery design: flowgraph/replay_filter.py)."""
 
-from deltanode.flowgraph.replay_filter import ReplayFilter
+from deltanode.executor.replay_filter import ReplayFilter
 
 
 def test_flushed_segment_drops_inserts_until_a_later_message_passes_its_position():
@@ -40,4 +40,4 @@ def test_a_tick_past_every_position_empties_the_filter():
 
 def test_json_round_trip():
     f = ReplayFilter(flushed={1: 100}, unflushed={2: 300})
-    assert ReplayFilter.from_json(f.to_json()) == f
+    assert ReplayFilter.of(f.state()) == f and ReplayFilter().state() is None

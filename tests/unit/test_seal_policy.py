@@ -4,11 +4,14 @@ batch whose TimeTick makes the sealed segments Flushed (pure logic)."""
 import math
 from dataclasses import replace
 
-from deltanode.flowgraph.results import Portion, PortionStats
-from deltanode.flowgraph.seal_policy import SealSettings, seal_by_policies, seal_for_flush
+from deltanode.flowgraph.seal_policy import (
+    SealSettings,
+    seal_by_policies,
+    seal_for_flush,
+)
 from deltanode.flowgraph.state_update import advance
-from deltanode.storage.binlog_writer import SegmentStats
-from deltanode.storage.channel_state import FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
+from deltanode.records import Portion, PortionStats, SegmentStats
+from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from deltanode.wire.positions import compose_ts
 
 T0 = compose_ts(1_700_000_000_000)          # a hybrid ts; + compose_ts(ms) moves it by ms
@@ -24,7 +27,7 @@ def channel(**segments: SegmentMeta) -> ChannelState:
 
 
 def seg(segment_id: int, rows: int = 10, start: float = 0, last: float = 9, size: int = 1000) -> SegmentMeta:
-    return SegmentMeta(segment_id, 1, GROWING, rows, start_offset=1, start_ts=at(start), dml_offset=90,
+    return SegmentMeta(segment_id, 1, SegmentState.GROWING, rows, start_offset=1, start_ts=at(start), dml_offset=90,
                        dml_ts=at(last), size_bytes=size)
 
 
@@ -35,17 +38,17 @@ def batch(first: int, end: int, tick: int, segments: dict | None = None, sealed:
 def test_a_flush_seals_the_segments_with_rows_and_a_tick_past_it_flushes_them_in_that_batch():
     state = channel(a=seg(1), b=seg(2, rows=0))
     sealed = seal_for_flush(state, at(12))
-    assert sealed.segments[1].state == SEALED and sealed.segments[1].sealed_ts == at(12)
-    assert sealed.segments[2].state == GROWING          # no rows: nothing to seal
-    assert sealed.flush_ts == at(12) and state.segments[1].state == GROWING   # the input is not changed
+    assert sealed.segments[1].state == SegmentState.SEALED and sealed.segments[1].sealed_ts == at(12)
+    assert sealed.segments[2].state == SegmentState.GROWING          # no rows: nothing to seal
+    assert sealed.flush_ts == at(12) and state.segments[1].state == SegmentState.GROWING   # the input is not changed
     # A batch before the flush ts: rows up to it into a segment first seen now seal it too.
     mid = advance(sealed, [batch(100, 110, at(11), {3: SegmentStats(1, 5, at(11), at(11.5), 105, at(11))},
                                  sealed=(3,))])
-    assert mid.state.segments[3].state == SEALED and mid.state.segments[3].sealed_ts == at(12)
-    assert mid.state.segments[1].state == SEALED and mid.urgent
+    assert mid.state.segments[3].state == SegmentState.SEALED and mid.state.segments[3].sealed_ts == at(12)
+    assert mid.state.segments[1].state == SegmentState.SEALED and mid.urgent
     # The batch whose tick reaches the flush ts makes them Flushed, in its own commit.
     done = advance(mid.state, [batch(110, 120, at(12.2))])
-    assert {s: done.state.segments[s].state for s in (1, 3)} == {1: FLUSHED, 3: FLUSHED}
+    assert {s: done.state.segments[s].state for s in (1, 3)} == {1: SegmentState.FLUSHED, 3: SegmentState.FLUSHED}
     assert done.state.segments[1].dml_offset == 120 and done.state.flush_ts == 0
     assert done.urgent and not done.idle
 
@@ -54,7 +57,7 @@ def test_a_flush_the_vchannel_read_past_seals_at_the_largest_ts_it_read():
     state = replace(channel(a=seg(1, last=30)), checkpoint_ts=at(25))
     sealed = seal_for_flush(state, at(12))
     assert sealed.flush_ts == at(30) and sealed.segments[1].sealed_ts == at(30)
-    assert advance(sealed, [batch(100, 101, at(30))]).state.segments[1].state == FLUSHED
+    assert advance(sealed, [batch(100, 101, at(30))]).state.segments[1].state == SegmentState.FLUSHED
 
 
 def test_a_request_is_taken_once():
@@ -63,7 +66,7 @@ def test_a_request_is_taken_once():
     state.segments[4] = seg(4)
     assert seal_for_flush(state, at(12)) is None            # the same etcd key read again
     assert seal_for_flush(state, at(11)) is None
-    assert seal_for_flush(state, at(14)).segments[4].state == SEALED
+    assert seal_for_flush(state, at(14)).segments[4].state == SegmentState.SEALED
 
 
 def test_the_seal_policies_use_the_vchannels_clock_and_milvus_defaults():
@@ -74,7 +77,7 @@ def test_the_seal_policies_use_the_vchannels_clock_and_milvus_defaults():
     idle_small = seg(4, last=10 - 600, size=(16 << 20) - 1)
     young = seg(5, size=(16 << 20))
     sealed = seal_by_policies(channel(a=big, b=old, c=idle, d=idle_small, e=young), settings)
-    reasons = {s.segment_id: s.seal_reason for s in sealed.segments.values() if s.state == SEALED}
+    reasons = {s.segment_id: s.seal_reason for s in sealed.segments.values() if s.state == SegmentState.SEALED}
     assert reasons == {1: "size", 2: "lifetime", 3: "idle"}
     assert sealed.segments[1].sealed_ts == at(10)               # the vchannel's last tick
     assert seal_by_policies(channel(e=young), settings) is None

@@ -17,14 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from deltanode.flowgraph.replay_filter import ReplayFilter
-from deltanode.flowgraph.route import VchannelRouter
+from deltanode.executor.dispatch import PchannelDispatcher
+from deltanode.executor.replay_filter import ReplayFilter
+from deltanode.executor.route import VchannelRouter
 from deltanode.flowgraph.state_update import advance
 from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.mq.milvus_producer import field_data
-from deltanode.pipeline.dispatch import PchannelDispatcher
-from deltanode.pipeline.plan import ReadRange
-from deltanode.storage.binlog_writer import INSERT_TABLE
+from deltanode.records import ReadRange, TableKind
 from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import VchannelInfo
@@ -169,7 +168,7 @@ def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflus
         outcome = advance(fg.working, portions)
         assert outcome.end > first, "a batch made no progress"
         fg.apply(outcome, 0.0)
-        files += [f for f in outcome.files if f.table == INSERT_TABLE]
+        files += [f for f in outcome.files if f.table == TableKind.INSERT]
     root = storage.insert_log(CID)
     tables = [pq.read_table(os.path.join(root, f.path)) for f in files]
     kept = [pk for t in tables for pk in t.column("pk").to_pylist()]

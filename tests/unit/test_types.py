@@ -7,17 +7,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltanode.flowgraph import decode
+from deltanode.executor import decode
+from deltanode.executor.binlog_writer import BinlogWriter
+from deltanode.executor.rewrite import rewrite
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
-from deltanode.storage.binlog_writer import BinlogWriter
-from deltanode.storage.compaction import Rewrite, SegmentFile, rewrite
+from deltanode.records import Rewrite, SegmentFile
 from deltanode.storage.actions import AddFile
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import schema_pb2
-from deltanode.wire.schema import CollectionLayout, DataType, FieldSpec, SchemaError, schema_from_json
+from deltanode.wire.schema import (
+    CollectionLayout,
+    DataType,
+    FieldSpec,
+    SchemaError,
+    schema_from_json,
+)
 
 from ..milvus_rows import EVERY_TYPE, comparable, rows_of, sparse_row
 

@@ -4,12 +4,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from deltanode.etcd import flush_request
-from deltanode.flowgraph import decode
+from deltanode.executor import decode
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
-from deltanode.wire.positions import compose_ts, kafka_msg_id, kafka_offset, pulsar_ledger_entry, pulsar_msg_id
+from deltanode.wire.positions import (
+    compose_ts,
+    kafka_msg_id,
+    kafka_offset,
+    pulsar_ledger_entry,
+    pulsar_msg_id,
+)
 from deltanode.wire.schema import CollectionLayout, SchemaError, schema_from_json
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 

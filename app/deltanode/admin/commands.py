@@ -9,7 +9,12 @@ import threading
 import time
 
 from ..config import Conf
-from ..datacoord.catalog import DROPPED, CatalogError, CollectionRecord, find_record
+from ..datacoord.catalog import (
+    CatalogError,
+    CollectionRecord,
+    CollectionStatus,
+    find_record,
+)
 from ..datacoord.catalog import create_collection as catalog_create
 from ..datacoord.catalogs import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
@@ -21,7 +26,7 @@ from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..mq.broker import Broker, BrokerError
 from ..storage import meta
-from ..storage.channel_state import FLUSHED
+from ..storage.channel_state import SegmentState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.names import pchannel_name
@@ -142,10 +147,10 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
     rows = []
     for record in records:
         states = [meta.channel_state(storage, record.collection_id, v) for v in record.vchannels]
-        dropped = record.state == DROPPED or (all(states) and all(s.collection_dropped for s in states))
+        dropped = record.state == CollectionStatus.DROPPED or (all(states) and all(s.collection_dropped for s in states))
         rows.append({
             "collection_id": record.collection_id, "name": record.name, "database": record.database,
-            "state": DROPPED if dropped else record.state, "vchannels": record.vchannels,
+            "state": CollectionStatus.DROPPED if dropped else record.state, "vchannels": record.vchannels,
             "pchannels": record.pchannels, "partitions": record.partitions,
             "fields": [{"name": f.name, "data_type": DataType.Name(f.data_type)} for f in record.schema.fields
                        if f.fieldID >= FIRST_USER_FIELD_ID],
@@ -224,7 +229,7 @@ def flush(conf: Conf, args: argparse.Namespace) -> int:
     segments = [{"segment_id": seg.segment_id, "vchannel": v, "state": seg.state, "num_rows": seg.num_rows,
                  "sealed_ts": seg.sealed_ts, "seal_reason": seg.seal_reason}
                 for v, st in states.items() if st is not None
-                for seg in sorted(st.segments.values(), key=lambda s: s.segment_id) if seg.state == FLUSHED]
+                for seg in sorted(st.segments.values(), key=lambda s: s.segment_id) if seg.state == SegmentState.FLUSHED]
     _print({"collection": record.name, "flush_ts": flush_ts, "flushed": not pending,
             "pending": pending, "segments": segments})
     return 0 if not pending else 1

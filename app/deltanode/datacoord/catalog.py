@@ -13,6 +13,7 @@ source is ``milvus_catalog.MilvusCatalog``.
 from __future__ import annotations
 
 import base64
+import enum
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -25,9 +26,14 @@ from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from ..wire.names import check_safe, pchannel_name, pchannel_of, vchannel_name
 from ..wire.positions import now_ts
 
-# A collection's state: DROPPING is a Milvus collection being dropped (its vchannels run on until
-# they read the DropCollection message).
-CREATED, DROPPING, DROPPED = "created", "dropping", "dropped"
+
+class CollectionStatus(enum.StrEnum):
+    """A collection's state in its catalog (the catalog's JSON holds the value)."""
+
+    CREATED = "created"
+    DROPPING = "dropping"    # a Milvus collection being dropped: its vchannels run on until they read the drop
+    DROPPED = "dropped"
+
 
 
 class CatalogError(RuntimeError):
@@ -44,7 +50,7 @@ class CollectionRecord:
     pchannels: list[str]
     start_offsets: dict[str, int] = field(default_factory=dict)  # pchannel -> offset
     start_ts: int = 0
-    state: str = CREATED
+    state: CollectionStatus = CollectionStatus.CREATED
     database: str = "default"
     partitions: dict[str, int] = field(default_factory=dict)  # name -> ID, where the source knows them
 
@@ -116,7 +122,7 @@ class OwnCatalog:
 def find_record(records: list[CollectionRecord], name_or_id: str) -> CollectionRecord | None:
     """The live collection named ``name_or_id`` (else the newest of that name), or the one with that ID."""
     named = [r for r in records if r.name == name_or_id]
-    live = [r for r in named if r.state != DROPPED]
+    live = [r for r in named if r.state != CollectionStatus.DROPPED]
     if live or named:
         return (live or named)[-1]
     if name_or_id.isdigit():
@@ -134,7 +140,9 @@ def _id_key(root: str) -> str:
 
 
 def list_collections(client: EtcdClient, root: str) -> list[CollectionRecord]:
-    return [CollectionRecord(**json.loads(value)) for _, value, _ in client.get_prefix(catalog_prefix(root))]
+    records = [json.loads(value) for _, value, _ in client.get_prefix(catalog_prefix(root))]
+    return [CollectionRecord(**dict(r, state=CollectionStatus(r.get("state", CollectionStatus.CREATED))))
+            for r in records]
 
 
 def _allocate_id(client: EtcdClient, root: str) -> int:
@@ -181,7 +189,7 @@ def create_collection(client: EtcdClient, root: str, broker: Broker, name: str,
     if not 1 <= shards <= pchannel_count:
         raise CatalogError(f"--shards must be between 1 and mq.pchannel.count ({pchannel_count}), got {shards}")
     existing = list_collections(client, root)
-    if any(c.name == name and c.state == CREATED for c in existing):
+    if any(c.name == name and c.state == CollectionStatus.CREATED for c in existing):
         raise CatalogError(f"a collection named {name!r} already exists")
     collection_id = _allocate_id(client, root)
     pchannels = _least_used_pchannels(existing, pchannel_prefix, pchannel_count, shards)

@@ -18,7 +18,7 @@ from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS, PositionCodec
-from .catalog import DROPPED, Catalog, CollectionRecord
+from .catalog import Catalog, CollectionRecord, CollectionStatus
 from .catalogs import open_catalog
 from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
@@ -75,7 +75,7 @@ class DataCoord:
 
     def channels(self) -> dict[str, ChannelSpec]:
         self._refresh()
-        return {v: ChannelSpec(v, r.collection_id, r.state == DROPPED or v in self._dropped)
+        return {v: ChannelSpec(v, r.collection_id, r.state == CollectionStatus.DROPPED or v in self._dropped)
                 for v, r in self._records.items()}
 
     def recovery(self, vchannel: str) -> VchannelInfo:

@@ -34,11 +34,23 @@ from google.protobuf.message import DecodeError
 
 from ..etcd.client import EtcdClient, PrefixWatch
 from ..mq.broker import Broker, BrokerError
-from ..wire.etcdpb import CollectionInfo, CollectionState, DatabaseInfo, PartitionInfo, PartitionState
+from ..wire.etcdpb import (
+    CollectionInfo,
+    CollectionState,
+    DatabaseInfo,
+    PartitionInfo,
+    PartitionState,
+)
 from ..wire.milvus_proto import msg_pb2, schema_pb2
 from ..wire.names import pchannel_of
 from ..wire.positions import PositionCodec
-from .catalog import CREATED, DROPPING, CatalogError, CollectionRecord, StartPosition, encode_schema
+from .catalog import (
+    CatalogError,
+    CollectionRecord,
+    CollectionStatus,
+    StartPosition,
+    encode_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +188,7 @@ class MilvusCatalog:
         return CollectionRecord(
             collection_id=info.ID, name=schema.name, schema_b64=encode_schema(schema), shards=info.shards_num or len(vchannels),
             vchannels=vchannels, pchannels=pchannels, start_offsets=starts, start_ts=info.create_time,
-            state=DROPPING if info.state == CollectionState.DROPPING else CREATED,
+            state=CollectionStatus.DROPPING if info.state == CollectionState.DROPPING else CollectionStatus.CREATED,
             database=databases.get(info.db_id, "default"), partitions=partitions)
 
     def watch(self, on_change: Callable[[], None]) -> PrefixWatch:

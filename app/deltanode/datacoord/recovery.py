@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..storage import meta
-from ..storage.channel_state import DROPPED, FLUSHED, SEALED, ChannelState
+from ..storage.channel_state import ChannelState, SegmentState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
 from ..wire.positions import CODECS, PositionCodec
 from .catalog import CollectionRecord, StartPosition
 
-SegmentState = common_pb2.SegmentState
+MilvusSegmentState = common_pb2.SegmentState
 
 
 def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str,
@@ -36,16 +36,16 @@ def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: st
                          insert_channel=vchannel, num_of_rows=seg.num_rows,
                          dml_position=_position(seg.dml_offset, seg.dml_ts),
                          start_position=_position(seg.start_offset, seg.start_ts))
-        if seg.state == DROPPED:
-            si.state = SegmentState.Dropped
+        if seg.state == SegmentState.DROPPED:
+            si.state = MilvusSegmentState.Dropped
             info.dropped_segments.append(si)
             info.dropped_segmentIds.append(seg.segment_id)
-        elif seg.state == FLUSHED:
-            si.state = SegmentState.Flushed
+        elif seg.state == SegmentState.FLUSHED:
+            si.state = MilvusSegmentState.Flushed
             info.flushedSegments.append(si)
             info.flushedSegmentIds.append(seg.segment_id)
         else:
-            si.state = SegmentState.Sealed if seg.state == SEALED else SegmentState.Growing
+            si.state = MilvusSegmentState.Sealed if seg.state == SegmentState.SEALED else MilvusSegmentState.Growing
             info.unflushedSegments.append(si)
             info.unflushedSegmentIds.append(seg.segment_id)
     return info

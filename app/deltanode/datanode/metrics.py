@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..flowgraph.vchannel import FAILED, RUNNING, Snapshot
+from ..flowgraph.vchannel import FlowgraphStatus, Snapshot
 from ..pipeline.cycle_report import CycleReport
 from ..wire.positions import physical_ms
 
@@ -101,7 +101,7 @@ class DataNodeCollector(Collector):
             high = v.high_watermark(s.pchannel)
             if s.checkpoint_offset is not None and high is not None:
                 lag_m.add_metric(key, max(0, high - s.checkpoint_offset))
-            up.add_metric(key, 1 if s.status != FAILED else 0)
+            up.add_metric(key, 1 if s.status != FlowgraphStatus.FAILED else 0)
             failures.add_metric(key, s.failures)
         yield from consumed.values()
         yield from committed.values()
@@ -110,7 +110,7 @@ class DataNodeCollector(Collector):
         node_id = v.node_id()
         yield _gauge("deltanode_node_vchannels", "Vchannels this DataNode serves", len(snaps))
         yield _gauge("deltanode_node_vchannels_running", "Of them, running",
-                     sum(s.status == RUNNING for s in snaps))
+                     sum(s.status == FlowgraphStatus.RUNNING for s in snaps))
         yield _gauge("deltanode_node_session_up", "1 while the DataNode holds an etcd session", 1 if node_id else 0)
         yield _gauge("deltanode_node_id", "The DataNode's server ID (0 without a session)", node_id)
         yield _gauge("deltanode_node_pipeline_up", "1 while the shared pipeline's loop runs",
@@ -172,7 +172,7 @@ class CycleMetrics:
 def health(view: NodeView) -> tuple[bool, dict]:
     """Whether the node persists, and the body of ``/healthz``."""
     snaps = view.snapshots()
-    failing = {s.vchannel: s.last_error for s in snaps if s.status == FAILED}
+    failing = {s.vchannel: s.last_error for s in snaps if s.status == FlowgraphStatus.FAILED}
     problems = []
     if not view.pipeline_alive():
         problems.append("the pipeline loop stopped")
@@ -182,7 +182,7 @@ def health(view: NodeView) -> tuple[bool, dict]:
         problems.append(f"{len(failing)} vchannel(s) failing")
     down = view.etcd_down_since()
     body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "node_id": view.node_id(),
-            "vchannels": len(snaps), "running": sum(s.status == RUNNING for s in snaps),
+            "vchannels": len(snaps), "running": sum(s.status == FlowgraphStatus.RUNNING for s in snaps),
             "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
             "etcd": "reachable" if down is None else
                     f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}"}

@@ -5,13 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from deltanode.etcd.errors import describe
+from deltanode.etcd.loop import LoopOwner
 from deltanode.etcd.reachability import Reachability
-
-if TYPE_CHECKING:
-    from deltanode.etcd.client import EtcdClient
 
 
 class KeepAlive:
@@ -23,30 +20,30 @@ class KeepAlive:
     not expire leases either), so the loss is declared on etcd's answer, never by a timer.
     """
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl: int,
+    def __init__(self, client: LoopOwner, lease_id: int, ttl: int,
                  on_lost: Callable[[str], None], reachability: Reachability | None = None) -> None:
         self.lease_id = lease_id
         self.ttl = ttl
-        self._client = client
+        self._loop = client.loop
         self._on_lost = on_lost
-        self._reachability = reachability or Reachability(client.endpoints)
+        self._reachability = reachability or Reachability(self._loop.endpoints)
         self._interval = max(ttl / 3, 0.1)
         self._done = False
-        self._task = client._spawn(self._run())
-        client._adopt(self)
+        self._task = self._loop.spawn(self._run())
+        self._loop.adopt(self)
 
     def cancel(self) -> None:
         if self._done:
             return
         self._done = True
-        self._client._release(self)
-        self._client._cancel(self._task)
+        self._loop.release(self)
+        self._loop.cancel(self._task)
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
             try:
-                reply = await asyncio.wait_for(self._client._aio.refresh_lease(self.lease_id), self._interval)
+                reply = await asyncio.wait_for(self._loop.aio.refresh_lease(self.lease_id), self._interval)
                 ttl = reply.TTL
             except Exception as exc:
                 self._reachability.failed(f"refreshing lease {self.lease_id:x}: {describe(exc)}")
@@ -58,5 +55,5 @@ class KeepAlive:
 
     def _lost(self, reason: str) -> None:
         self._done = True
-        self._client._release(self)
+        self._loop.release(self)
         threading.Thread(target=self._on_lost, args=(reason,), name="etcd-lease-lost", daemon=True).start()

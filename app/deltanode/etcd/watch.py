@@ -8,16 +8,13 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import aetcd
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
 from deltanode.etcd.errors import describe
-
-if TYPE_CHECKING:
-    from deltanode.etcd.client import EtcdClient
+from deltanode.etcd.loop import LoopOwner
 
 log = logging.getLogger(__name__)
 
@@ -55,32 +52,32 @@ class PrefixWatch:
     callback still converges on the current state.
     """
 
-    def __init__(self, client: EtcdClient, prefix: str, callback: Callable[[WatchEvent], None], *,
+    def __init__(self, client: LoopOwner, prefix: str, callback: Callable[[WatchEvent], None], *,
                  start_revision: int | None = None, replay: bool = False) -> None:
         self.prefix = prefix
-        self._client = client
+        self._loop = client.loop
         self._key = prefix.encode()
         self._callback = callback
         self._known: dict[bytes, int] = {}  # key -> mod_revision of the PUT last delivered; loop only
         self._events: queue.SimpleQueue[WatchEvent | None] = queue.SimpleQueue()
         self._cancelled = False
         if start_revision is None:
-            revision = client._run(self._resync(deliver=replay))
+            revision = self._loop.run(self._resync(deliver=replay))
         else:
             revision = start_revision - 1
         self._dispatcher = threading.Thread(target=self._dispatch, name=f"etcd-watch {prefix}",
                                             daemon=True)
         self._dispatcher.start()
-        self._task = client._spawn(self._run(revision))
-        client._adopt(self)
+        self._task = self._loop.spawn(self._run(revision))
+        self._loop.adopt(self)
 
     def cancel(self) -> None:
         """Stop the watch; events not yet handed to the callback are dropped."""
         if self._cancelled:
             return
         self._cancelled = True
-        self._client._release(self)
-        self._client._cancel(self._task)
+        self._loop.release(self)
+        self._loop.cancel(self._task)
         self._events.put(None)
         if threading.current_thread() is not self._dispatcher:
             self._dispatcher.join(timeout=10)
@@ -98,8 +95,7 @@ class PrefixWatch:
         while True:
             # A fresh aetcd Watcher (one gRPC stream) per attempt: aetcd's shared watcher
             # does not recover once its stream has failed.
-            watcher = aetcd.Watcher(rpc.WatchStub(self._client._aio.channel),
-                                    timeout=self._client.request_timeout)
+            watcher = aetcd.Watcher(rpc.WatchStub(self._loop.aio.channel), timeout=self._loop.request_timeout)
             try:
                 if relist:
                     revision = await self._resync(deliver=True)
@@ -125,7 +121,7 @@ class PrefixWatch:
                 backoff = min(backoff * 2, _MAX_BACKOFF)
             finally:
                 # Bounded: a stream that does not close gracefully must not keep a cancelled
-                # watch from unwinding (its caller is waiting in EtcdClient._cancel).
+                # watch from unwinding (its caller is waiting in EtcdLoop.cancel).
                 try:
                     await asyncio.wait_for(watcher.shutdown(), _SHUTDOWN_TIMEOUT)
                 except (Exception, asyncio.TimeoutError) as exc:  # the stream is discarded anyway
@@ -142,7 +138,7 @@ class PrefixWatch:
 
     async def _resync(self, *, deliver: bool) -> int:
         """List the prefix; optionally emit the difference to what was delivered. Returns the revision."""
-        listing = await self._client._aio.get_prefix(self._key)
+        listing = await self._loop.aio.get_prefix(self._key)
         current = {kv.key: kv for kv in listing}
         if deliver:
             for key in sorted(self._known.keys() - current.keys()):

@@ -7,11 +7,11 @@ a VchannelInfo may be older than the last commit of the previous owner.
 
 from __future__ import annotations
 
-from ..storage.channel_state import DROPPED, FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
+from ..executor.replay_filter import ReplayFilter
+from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
 from ..wire.positions import CODECS, PositionCodec
-from .replay_filter import ReplayFilter
 
 
 class UnknownSegments(ValueError):
@@ -43,9 +43,9 @@ def _segments_from_info(info: VchannelInfo, known: dict[int, SegmentMeta]) -> di
     positions the replay filter could not drop what the segment already holds."""
     segs: dict[int, SegmentMeta] = {}
     unknown: list[int] = []
-    for state, infos, ids in ((GROWING, info.unflushedSegments, info.unflushedSegmentIds),
-                              (FLUSHED, info.flushedSegments, info.flushedSegmentIds),
-                              (DROPPED, info.dropped_segments, info.dropped_segmentIds)):
+    for state, infos, ids in ((SegmentState.GROWING, info.unflushedSegments, info.unflushedSegmentIds),
+                              (SegmentState.FLUSHED, info.flushedSegments, info.flushedSegmentIds),
+                              (SegmentState.DROPPED, info.dropped_segments, info.dropped_segmentIds)):
         for s in infos:
             segs[s.ID] = SegmentMeta(s.ID, s.partitionID, state, s.num_of_rows,
                                      dml_ts=s.dml_position.timestamp if s.HasField("dml_position") else 0,
@@ -91,9 +91,9 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
         replayed = [seg for seg_id, seg in _segments_from_info(info, committed.segments).items()
                     if seg_id not in state.segments]
         state.segments.update((seg.segment_id, seg) for seg in replayed)
-    replay = ReplayFilter.from_json(state.replay)   # a committed filter still active goes on where it was
-    replay.flushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state == FLUSHED)
-    replay.unflushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state in (GROWING, SEALED))
-    state.replay = replay.to_json() if replay.active else None
+    replay = ReplayFilter.of(state.replay)   # a committed filter still active goes on where it was
+    replay.flushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state == SegmentState.FLUSHED)
+    replay.unflushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state in (SegmentState.GROWING, SegmentState.SEALED))
+    state.replay = replay.state()
     state.node_id = node_id
     return state

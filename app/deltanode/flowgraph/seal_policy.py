@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..storage.channel_state import GROWING, SEALED, ChannelState, SegmentMeta
+from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.positions import physical_ms
 
 FLUSH_REQUEST, FLUSH_MESSAGE = "flush", "flush message"
@@ -68,12 +68,12 @@ def _seal(state: ChannelState, reasons: dict[int, str], at: int) -> ChannelState
     new = state.copy()
     for seg_id, reason in reasons.items():
         seg = new.segments[seg_id]
-        seg.state, seg.sealed_ts, seg.seal_reason = SEALED, at, reason
+        seg.state, seg.sealed_ts, seg.seal_reason = SegmentState.SEALED, at, reason
     return new
 
 
 def _growing(state: ChannelState) -> list[SegmentMeta]:
-    return [s for s in state.segments.values() if s.state == GROWING and s.num_rows > 0]
+    return [s for s in state.segments.values() if s.state == SegmentState.GROWING and s.num_rows > 0]
 
 
 def seal_for_flush(state: ChannelState, flush_ts: int) -> ChannelState | None:

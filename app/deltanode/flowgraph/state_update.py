@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, REPLAYED_DELETES, FileEntry
-from ..storage.channel_state import DROPPED, FLUSHED, GROWING, SEALED, ChannelState, SegmentMeta
-from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, Portion, PortionStats
+from ..records import EventKind, FileEntry, Portion, PortionStats, TableKind
+from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST
 
 
@@ -45,27 +44,27 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
     task would have had. Returns the corrected portions and the files to delete. (Quarantine
     rows of such messages stay: a record of bad input is never wrong.)
     """
-    drops = sorted((e for p in portions for e in p.events if e.kind in (DROP_PARTITION, DROP_COLLECTION)),
+    drops = sorted((e for p in portions for e in p.events if e.kind in (EventKind.DROP_PARTITION, EventKind.DROP_COLLECTION)),
                    key=lambda e: e.offset)
     if not drops:
         return portions, []
     kept, discarded = [], []
     for p in portions:
         earlier = [e for e in drops if e.offset < p.first]
-        everything = any(e.kind == DROP_COLLECTION for e in earlier)
-        parts = {e.partition_id for e in earlier if e.kind == DROP_PARTITION}
+        everything = any(e.kind == EventKind.DROP_COLLECTION for e in earlier)
+        parts = {e.partition_id for e in earlier if e.kind == EventKind.DROP_PARTITION}
         if not everything and not parts:
             kept.append(p)
             continue
 
         def gone(f: FileEntry) -> bool:
-            return f.table in (INSERT_TABLE, DELETE_TABLE, REPLAYED_DELETES) and (everything or f.partition_id in parts)
+            return f.table in (TableKind.INSERT, TableKind.DELETE, TableKind.REPLAYED_DELETES) and (everything or f.partition_id in parts)
 
         retracted = [f for f in p.files if gone(f)]
         discarded += retracted
-        rows = {t: sum(f.rows for f in retracted if f.table == t) for t in (INSERT_TABLE, DELETE_TABLE)}
-        stats = replace(p.stats, inserted_rows=p.stats.inserted_rows - rows[INSERT_TABLE],
-                        deleted_rows=p.stats.deleted_rows - rows[DELETE_TABLE])
+        rows = {t: sum(f.rows for f in retracted if f.table == t) for t in (TableKind.INSERT, TableKind.DELETE)}
+        stats = replace(p.stats, inserted_rows=p.stats.inserted_rows - rows[TableKind.INSERT],
+                        deleted_rows=p.stats.deleted_rows - rows[TableKind.DELETE])
         kept.append(replace(p, files=tuple(f for f in p.files if not gone(f)), stats=stats,
                             segments={s: st for s, st in p.segments.items()
                                       if not (everything or st.partition_id in parts)}))
@@ -90,7 +89,7 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
         for seg_id, st in p.segments.items():
             seg = new.segments.get(seg_id)
             if seg is None:
-                seg = new.segments[seg_id] = SegmentMeta(seg_id, st.partition_id, GROWING,
+                seg = new.segments[seg_id] = SegmentMeta(seg_id, st.partition_id, SegmentState.GROWING,
                                                          start_offset=st.first_offset, start_ts=st.first_ts)
             seg.num_rows += st.rows
             seg.size_bytes += st.bytes
@@ -100,27 +99,27 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
                 seg.start_offset, seg.start_ts = st.first_offset, st.first_ts
     for seg_id in (s for p in portions for s in p.sealed):
         seg = new.segments[seg_id]
-        if seg.state == GROWING:   # first rows read after the flush request, up to its ts
-            seg.state, seg.sealed_ts, seg.seal_reason = SEALED, new.flush_ts, FLUSH_REQUEST
+        if seg.state == SegmentState.GROWING:   # first rows read after the flush request, up to its ts
+            seg.state, seg.sealed_ts, seg.seal_reason = SegmentState.SEALED, new.flush_ts, FLUSH_REQUEST
     before_dropped = state.dropped_segments()
     events = sorted((e for p in portions for e in p.events), key=lambda e: e.offset)
     for e in events:
-        if e.kind == FLUSH:
+        if e.kind == EventKind.FLUSH:
             # Seal the segments that had rows before the flush; one first seen after it stays open.
             for seg in new.segments.values():
-                if seg.state == GROWING and 0 <= seg.start_offset < e.offset:
-                    seg.state, seg.dml_offset = FLUSHED, end
+                if seg.state == SegmentState.GROWING and 0 <= seg.start_offset < e.offset:
+                    seg.state, seg.dml_offset = SegmentState.FLUSHED, end
                     seg.sealed_ts, seg.seal_reason = e.ts, FLUSH_MESSAGE
-        elif e.kind == DROP_PARTITION:
+        elif e.kind == EventKind.DROP_PARTITION:
             if e.partition_id not in new.dropped_partitions:
                 new.dropped_partitions.append(e.partition_id)
             for seg in new.segments.values():
                 if seg.partition_id == e.partition_id:
-                    seg.state = DROPPED
-        elif e.kind == DROP_COLLECTION:
+                    seg.state = SegmentState.DROPPED
+        elif e.kind == EventKind.DROP_COLLECTION:
             new.collection_dropped = True
             for seg in new.segments.values():
-                seg.state = DROPPED
+                seg.state = SegmentState.DROPPED
     stats = [p.stats for p in portions]
     new.checkpoint_offset = end
     new.checkpoint_ts = max([new.checkpoint_ts] + [s.max_tick for s in stats])
@@ -128,9 +127,9 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
         new.seek_ts = 0    # the seek's TimeTick came: the seek rule is over (route.py)
     # A tick at or past a segment's seal ts: every row up to it was written before the tick, so
     # read by now (this batch or an earlier one): the segment is final, Flushed in this commit.
-    flushed = [seg for seg in new.segments.values() if seg.state == SEALED and seg.sealed_ts <= new.checkpoint_ts]
+    flushed = [seg for seg in new.segments.values() if seg.state == SegmentState.SEALED and seg.sealed_ts <= new.checkpoint_ts]
     for seg in flushed:
-        seg.state, seg.dml_offset = FLUSHED, end
+        seg.state, seg.dml_offset = SegmentState.FLUSHED, end
     if new.flush_ts and new.checkpoint_ts >= new.flush_ts:
         new.flush_ts = 0
     if len(portions) == 1:

@@ -9,9 +9,10 @@ alone: the other vchannels of the pipeline are not touched.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-from ..storage.binlog_writer import FileEntry
+from ..records import FileEntry, RouteContext
 from ..storage.channel_state import ChannelState
 from ..storage.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
@@ -19,13 +20,20 @@ from ..wire.milvus_proto import schema_pb2
 from ..wire.names import check_safe, pchannel_of
 from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
-from .context import RouteContext
+from .failure import Failure
 from .recovery import check_topic, initial_state
 from .seal_policy import SealSettings, seal_by_policies, seal_for_flush
 from .state_update import BatchOutcome
 
 MAX_BACKOFF = 60.0
-RUNNING, FAILED, DROPPED = "running", "failed", "dropped"
+
+
+class FlowgraphStatus(enum.StrEnum):
+    """Where a vchannel's flowgraph stands on this node."""
+
+    RUNNING = "running"
+    FAILED = "failed"      # waits out its backoff, then is loaded again from Delta
+    DROPPED = "dropped"    # its collection was dropped: nothing more to read, the drop's commit may be due
 
 
 @dataclass(frozen=True)
@@ -76,10 +84,10 @@ class VchannelFlowgraph:
         self.info, self.schema, self.node_id, self.positions = info, schema, node_id, positions
         self.layout = CollectionLayout.from_proto(schema)
         self.schema_bytes = schema.SerializeToString()   # shipped with every task that reads it
-        self.status = FAILED            # until ``load``
+        self.status = FlowgraphStatus.FAILED            # until ``load``
         self.failures = 0
         self.retry_at = 0.0
-        self.last_error = ""
+        self.last_failure: Failure | None = None
         self.committed: ChannelState | None = None
         self.watermarks = Watermarks()
         self.working: ChannelState | None = None
@@ -105,23 +113,28 @@ class VchannelFlowgraph:
         if topic_id:
             self.working.topic_id = topic_id
         self.pending, self.pending_since, self.committed_at = [], None, now
-        self.status = DROPPED if self.working.collection_dropped else RUNNING
+        self.status = FlowgraphStatus.DROPPED if self.working.collection_dropped else FlowgraphStatus.RUNNING
 
-    def fail(self, error: str, now: float) -> list[FileEntry]:
+    def fail(self, failure: Failure, now: float) -> list[FileEntry]:
         """Stop until the backoff is over; returns the uncommitted files to delete."""
         files = self.uncommitted_files()
         self.failures += 1
         self.retry_at = now + min(MAX_BACKOFF, 2.0 ** self.failures)
-        self.last_error = error[:500]
-        self.status, self.pending, self.pending_since, self.claim = FAILED, [], None, False
+        self.last_failure = failure
+        self.status, self.pending, self.pending_since, self.claim = FlowgraphStatus.FAILED, [], None, False
         return files
+
+    @property
+    def last_error(self) -> str:
+        """Why it last failed ("" if it never did), as logs and status documents show it."""
+        return str(self.last_failure)[:500] if self.last_failure is not None else ""
 
     def uncommitted_files(self) -> list[FileEntry]:
         return [f for b in self.pending for f in b.files]
 
     @property
     def readable(self) -> bool:
-        return self.status == RUNNING
+        return self.status == FlowgraphStatus.RUNNING
 
     # -- batches -----------------------------------------------------------------------------
     @property
@@ -146,7 +159,7 @@ class VchannelFlowgraph:
         if not outcome.idle and self.pending_since is None:
             self.pending_since = now
         if outcome.state.collection_dropped:
-            self.status = DROPPED   # nothing more to read; the commit of the drop is still due
+            self.status = FlowgraphStatus.DROPPED   # nothing more to read; the commit of the drop is still due
         if self.failures and now - self.retry_at > MAX_BACKOFF:
             self.failures = 0       # a minute of running since the last failure: start the backoff over
 

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from .types import BrokerError, Chunk, Delivered, OffsetRange
 
 log = logging.getLogger(__name__)
-
-Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
-
-
-class BrokerError(RuntimeError):
-    """The broker could not serve a request (unreachable, topic missing, data expired)."""
-
 
 Settings = dict[str, str]   # librdkafka properties from the conf (mq.kafka.*): SASL, TLS, ...
 SOCKET_TIMEOUT_MS = 10000   # the driver's metadata clients and the range readers
@@ -195,25 +196,6 @@ class Watermarks:
         self._consumer.close()
 
 
-@dataclass(frozen=True)
-class OffsetRange:
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-
-Chunk = list[tuple[int, "bytes | None"]]
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Yielded by a range read that found the topic's next message past the range's end: no
-    message lies between the range's last one and ``position`` (a Pulsar ledger boundary)."""
-
-    position: int
-
-
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
                 fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | BrokerError]]:
@@ -338,3 +320,38 @@ def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk
     # A paused partition stays paused when assigned again (librdkafka): resume before the next round.
     consumer.resume([TopicPartition(r.topic, r.partition) for _, r in ranges])
     consumer.unassign()
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaBackend:
+    """``backend.BrokerBackend`` over the Kafka protocol: ``address`` is the bootstrap servers,
+    ``settings`` the librdkafka properties of the conf."""
+
+    address: str
+    settings: Settings = field(default_factory=dict, repr=False)   # may hold secrets
+
+    def watermarks(self) -> Watermarks:
+        return Watermarks(self.address, self.settings)
+
+    def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | BrokerError]]:
+        return read_ranges(self.address, ranges, settings=self.settings)
+
+    def cut_points(self, first: int, end: int, parts: int, high: int) -> list[int]:
+        return cut_points(first, end, parts, high)
+
+    def create_topics(self, pchannels: list[str]) -> list[str]:
+        return create_topics(self.address, pchannels, settings=self.settings)
+
+    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
+        return send_each(self.address, payloads, settings=self.settings)
+
+    def sender(self) -> Sender:
+        return Sender(self.address, self.settings)
+
+    def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
+        """Lists the topics: Kafka answers without one (``probe_topic`` goes unused)."""
+        watermarks = Watermarks(self.address, self.settings)
+        try:
+            watermarks.list_topics(timeout=timeout)
+        finally:
+            watermarks.close()

@@ -20,13 +20,14 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
-from .kafka import BrokerError, Chunk, Delivered, Gap, OffsetRange
 from .kafka import cut_points as even_cut_points
+from .types import BrokerError, Chunk, Delivered, Gap, OffsetRange
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 # A reader that delivers nothing for this long although its range holds messages is replaced by a
@@ -235,7 +236,7 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
                 if pos >= r.end:
                     if chunk:
                         yield i, chunk
-                    yield i, Gap(pos)   # nothing before the next ledger: the range is done
+                    yield i, Gap(position=pos)   # nothing before the next ledger: the range is done
                     return
                 expected = pos          # a new ledger inside the range: nothing was in between
             if pos > expected:
@@ -326,3 +327,37 @@ class Sender:
 
     def close(self) -> None:
         self._client.close()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PulsarBackend:
+    """``backend.BrokerBackend`` over the Pulsar protocol: ``address`` is the service URL, topics
+    ``persistent://{tenant}/{namespace}/{pchannel}``, ``settings`` the conf's auth and TLS."""
+
+    address: str
+    tenant: str = "public"
+    namespace: str = "default"
+    settings: Settings = field(default_factory=dict, repr=False)   # may hold secrets
+
+    def watermarks(self) -> Watermarks:
+        return Watermarks(self.address, self.tenant, self.namespace, self.settings)
+
+    def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
+        return read_ranges(self.address, ranges, tenant=self.tenant, namespace=self.namespace,
+                           settings=self.settings)
+
+    def cut_points(self, first: int, end: int, parts: int, high: int) -> list[int]:
+        return cut_points(first, end, parts, high)
+
+    def create_topics(self, pchannels: list[str]) -> list[str]:
+        """Creates none: Pulsar creates a topic on its first use."""
+        return []
+
+    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
+        return send_each(self.address, payloads, self.tenant, self.namespace, self.settings)
+
+    def sender(self) -> Sender:
+        return Sender(self.address, self.tenant, self.namespace, self.settings)
+
+    def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
+        ping(self.address, topic_name(probe_topic, self.tenant, self.namespace), timeout, self.settings)

@@ -39,10 +39,16 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from ..storage.binlog_writer import INSERT_TABLE, FileEntry
+from ..executor.rewrite import rewrite
+from ..records import FileEntry, Rewrite, TableKind
 from ..storage.commit import CollectionCommitter, delete_files, delete_paths
-from ..storage.compaction import CompactionSettings, Rewrite, commit_rewrites, orphaned_filters, plan_segment, \
-    rewrite, segment_files
+from ..storage.compaction import (
+    CompactionSettings,
+    commit_rewrites,
+    orphaned_filters,
+    plan_segment,
+    segment_files,
+)
 from ..storage.delta_log import FilesRemoved, TxnMoved
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.tables import open_table
@@ -238,7 +244,7 @@ class Compactor:
         report.rewrites += len(kept)
         report.files_in += sum(len(r.inputs) for r, _ in kept)
         report.files_out += len(_written(kept))
-        inputs = [FileEntry(INSERT_TABLE, f.path, f.size, f.rows, "") for r, _ in kept for f in r.inputs]
+        inputs = [FileEntry(TableKind.INSERT, f.path, f.size, f.rows, "") for r, _ in kept for f in r.inputs]
         self._replaced.append(_Replaced(time.time() + self.settings.retention, insert_log.uri, inputs))
 
     def sweep(self) -> int:

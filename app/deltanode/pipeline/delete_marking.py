@@ -18,12 +18,11 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession
 
+from ..executor.delete_marks import ALL_PARTITIONS, mark
+from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, TableKind
 from ..storage.actions import AddFile
-from ..storage.binlog_writer import DELETE_TABLE, INSERT_TABLE, REPLAYED_DELETES, FileEntry
 from ..storage.commit import CollectionCommitter, VchannelSync
-from ..storage.compaction import segment_of
-from ..storage.delete_marks import ALL_PARTITIONS, MarkCandidate, MarkResult, MarkTask, mark
-from ..storage.layout import StorageLayout
+from ..storage.layout import StorageLayout, segment_of
 from .cycle_report import CycleReport
 from .jobs import JOB_GROUP
 
@@ -67,7 +66,7 @@ def _candidates(sync: VchannelSync, committed: dict[str, AddFile], pk: str,
     segments = {seg_id for seg_id in sync.state.segments if seg_id not in sync.dropped_segments}
     files = [(path, add.rows, add.stats, add.deletion_vector, where[0])
              for path, add in committed.items() if (where := segment_of(path)) is not None and where[1] in segments]
-    files += [(f.path, f.rows, f.stats, None, f.partition_id) for f in sync.table_files(INSERT_TABLE)
+    files += [(f.path, f.rows, f.stats, None, f.partition_id) for f in sync.table_files(TableKind.INSERT)
               if f.segment_id in segments]
     out = []
     for path, rows, stats, dv, partition in files:
@@ -89,7 +88,7 @@ class DeleteMarker:
 
     def plan(self, committer: CollectionCommitter, pk: str, syncs: list[VchannelSync]) -> list[MarkTask]:
         """The tasks of one collection's syncs (those with deletes)."""
-        with_deletes = [s for s in syncs if s.table_files(DELETE_TABLE) or s.table_files(REPLAYED_DELETES)]
+        with_deletes = [s for s in syncs if s.table_files(TableKind.DELETE) or s.table_files(TableKind.REPLAYED_DELETES)]
         if not with_deletes:
             return []
         with committer.lock:
@@ -97,7 +96,7 @@ class DeleteMarker:
             committed = dict(insert_log.live_files()) if insert_log is not None else {}
         tasks = []
         for s in with_deletes:
-            deletes = s.table_files(DELETE_TABLE) + s.table_files(REPLAYED_DELETES)
+            deletes = s.table_files(TableKind.DELETE) + s.table_files(TableKind.REPLAYED_DELETES)
             tasks.append(MarkTask(collection_id=committer.collection_id, vchannel=s.vchannel, pk=pk,
                                   deletes=tuple(f.path for f in deletes),
                                   candidates=tuple(_candidates(s, committed, pk, deletes)), storage=self.storage))
@@ -114,7 +113,7 @@ class DeleteMarker:
         try:
             results = sc.parallelize(tasks, min(len(tasks), self.max_tasks)).map(mark).collect()
         except Exception as e:  # noqa: BLE001 - these vchannels fail, alone; the next cycle reloads them
-            why = f"marking deletes failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:300]}"
+            why = f"its Spark job failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:300]}"
             results = [MarkResult(vchannel=t.vchannel, error=why) for t in tasks]
         report.mark_s += time.monotonic() - started
         for r in results:

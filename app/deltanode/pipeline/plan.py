@@ -19,7 +19,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-MAIN, CATCH_UP = "main", "catch-up"
+from ..records import Lane, ReadRange
+
 # The largest message a Milvus producer sends (docs/milvus-facts.md §1): the size a pchannel's
 # messages are counted at until an average is known.
 MAX_MESSAGE_BYTES = 10 << 20
@@ -41,22 +42,6 @@ class Limits:
     max_bytes: int = 256 << 20        # main-lane ranges of one cycle together
     catchup_bytes: int = 64 << 20     # catch-up ranges of one cycle together
     splits: int = 2                   # tasks per cycle
-
-
-@dataclass(frozen=True)
-class ReadRange:
-    pchannel: str
-    partition: int
-    first: int
-    end: int
-    members: tuple[str, ...]          # the vchannels whose next offset is in [first, end)
-    lane: str = MAIN
-    splittable: bool = True
-    high: int = 0                     # the pchannel's high watermark when planned (a message lies before it)
-
-    @property
-    def messages(self) -> int:
-        return self.end - self.first
 
 
 @dataclass(frozen=True)
@@ -104,13 +89,13 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
         main = tuple(p for p in members if p.next_offset >= head - window)
         behind = tuple(p for p in members if p.next_offset < head - window)
         main_first = min(p.next_offset for p in main)
-        wants.append(_Want(pchannel, partition, main_first, high, main, MAIN, high))
+        wants.append(_Want(pchannel, partition, main_first, high, main, Lane.MAIN, high))
         if behind:
-            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, CATCH_UP,
+            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, Lane.CATCH_UP,
                                high))
     ranges: list[ReadRange] = []
     capped = False
-    for lane, budget in ((MAIN, limits.max_bytes), (CATCH_UP, limits.catchup_bytes)):
+    for lane, budget in ((Lane.MAIN, limits.max_bytes), (Lane.CATCH_UP, limits.catchup_bytes)):
         lane_wants = [w for w in wants if w.lane == lane and w.limit > w.first]
         grants = _water_fill(lane_wants, averages, limits.max_messages, budget)
         for w, n in zip(lane_wants, grants):

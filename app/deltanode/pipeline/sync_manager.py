@@ -18,35 +18,22 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from ..flowgraph.vchannel import DROPPED, FAILED, RUNNING, VchannelFlowgraph
-from ..storage.binlog_writer import INSERT_TABLE
+from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..records import TableKind
 from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync
 from ..storage.layout import StorageLayout
 from ..wire.positions import physical_ms
 from .cycle_report import CycleReport
 from .delete_marking import DeleteMarker, with_marks
+from .failures import Fence
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 
 log = logging.getLogger(__name__)
-COMMIT_REFUSED = "CommitRefused"   # the error prefix of a vchannel whose Delta commit was refused
-
-
-class Fence(Protocol):
-    """The ownership check before a commit (``etcd.fence.OwnershipFence``)."""
-
-    @property
-    def reachable(self) -> bool:
-        """False while the source of ownership (etcd) cannot be asked."""
-
-    def check(self, vchannels: list[str]) -> dict[str, str]:
-        """The vchannels this node may no longer write, each with the reason."""
-
-
 class FailVchannel(Protocol):
-    def __call__(self, fg: VchannelFlowgraph, why: str, now: float, report: CycleReport | None = None,
+    def __call__(self, fg: VchannelFlowgraph, failure: Failure, now: float, report: CycleReport | None = None,
                  at_once: bool = False, keep_files: bool = False) -> None:
-        """Fail ``fg``: a reload after a backoff, or ``at_once``; its uncommitted files are
-        deleted unless ``keep_files`` (a refused commit deleted those it had not committed)."""
+        """Fail ``fg`` (``failures.FailurePolicy.fail``)."""
 
 
 class SyncManager:
@@ -87,7 +74,7 @@ class SyncManager:
 
     def sync(self, current: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
         """Commit the collections the policies pick among ``current`` (the cycle's live vchannels)."""
-        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (RUNNING, DROPPED)]
+        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (FlowgraphStatus.RUNNING, FlowgraphStatus.DROPPED)]
         chosen = set(self._selector.select([
             Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
                       fg.committed_at) for fg in waiting], now))
@@ -96,8 +83,8 @@ class SyncManager:
             return
         if self.fence is not None:
             for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
-                self._fail(current[vchannel], f"OwnershipLost: {why}", now, report)
-            syncing = [fg for fg in syncing if fg.status != FAILED]
+                self._fail(current[vchannel], Failure(kind=FailureKind.OWNERSHIP_LOST, message=why), now, report)
+            syncing = [fg for fg in syncing if fg.status != FlowgraphStatus.FAILED]
         groups = {cid: [fg for fg in syncing if fg.collection_id == cid]
                   for cid in sorted({fg.collection_id for fg in syncing})}
         syncs = {fg.vchannel: fg.sync() for fg in syncing}
@@ -107,12 +94,12 @@ class SyncManager:
         for fg in syncing:
             result = marked.get(fg.vchannel)
             if result is not None and result.error:
-                self._fail(fg, result.error, now, report)
+                self._fail(fg, Failure(kind=FailureKind.MARK_FAILED, message=result.error), now, report)
             elif result is not None and result.stale:
                 log.info("%s: commit waits for the next cycle: %s", fg.vchannel, result.stale)
         stale = {v for v, r in marked.items() if r.stale}
         for cid, group in groups.items():
-            live = [fg for fg in group if fg.status != FAILED and fg.vchannel not in stale]
+            live = [fg for fg in group if fg.status != FlowgraphStatus.FAILED and fg.vchannel not in stale]
             if live:
                 self._commit_collection(cid, live, {fg.vchannel: with_marks(syncs[fg.vchannel], marked.get(fg.vchannel))
                                                     for fg in live}, now, report)
@@ -129,12 +116,12 @@ class SyncManager:
                 result = committer.commit(list(syncs.values()))
         except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
             for fg in group:
-                self._fail(fg, f"commit failed: {type(e).__name__}: {e}", now, report)
+                self._fail(fg, Failure(kind=FailureKind.COMMIT_FAILED, message=f"{type(e).__name__}: {e}"), now, report)
             return
         if result.version is not None:
             with self._lock:
                 self._new_files[cid] = self._new_files.get(cid, 0) + sum(
-                    len(syncs[v].table_files(INSERT_TABLE)) for v in result.committed)
+                    len(syncs[v].table_files(TableKind.INSERT)) for v in result.committed)
             report.commits += 1
             report.commit_seconds.append(time.monotonic() - commit_started)
             _log_commit(cid, result.version, group, syncs, result.committed)
@@ -152,8 +139,8 @@ class SyncManager:
                 # etcd confirmed just now that this node owns the vchannel: the other writer is
                 # a node cut off from etcd, which stops at its next refused commit; restart at once.
                 owner = self.fence is not None and self.fence.reachable
-                self._fail(fg, f"{COMMIT_REFUSED}: {result.refused[fg.vchannel]}", now, report, at_once=owner,
-                           keep_files=True)
+                self._fail(fg, Failure(kind=FailureKind.COMMIT_REFUSED, message=result.refused[fg.vchannel]), now,
+                           report, at_once=owner, keep_files=True)
 
 
 def _log_commit(cid: int, version: int, group: list[VchannelFlowgraph], syncs: dict[str, VchannelSync],

@@ -16,8 +16,6 @@ from pyspark.sql import SparkSession
 
 def _load_task_modules(_: int) -> int:
     """Runs on executors: import what ``run_task`` and delete marking import, in the worker that will run them."""
-    from . import task  # noqa: F401
-    from ..storage import delete_marks  # noqa: F401
     return 1
 
 

@@ -82,9 +82,13 @@ def run(conf: Conf) -> int:
                  coord.catalog.describe())
         reporter = ProgressReporter(conf.get("standalone.progress.interval"))
         while not group.wait(1.0):
-            if group.broker is not None and group.broker.name in group.check() and broker.kind == "kafka" \
-                    and not mirror:
-                refuse_lost_topics(client, conf, broker.create_topics(pchannels))
+            restarted = group.check()   # an embedded service that exited is started again
+            if group.broker is not None and group.broker.name in restarted and not mirror:
+                # The embedded broker restarted: Tansu kept its topics in memory, so they are created
+                # again (pulsar-lite kept them on disk, and Pulsar creates topics on first use: none).
+                created = broker.create_topics(pchannels)
+                if created:
+                    refuse_lost_topics(client, conf, created)
             node.poll()
             reporter.maybe_report(node.progress, node.alerts, node.publish)
         log.info("stopping (%s)", group.stop_reason or "requested")

@@ -8,10 +8,21 @@ vchannels of the collection). Recovery reads the newest one back (see ``storage.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass, field, fields, replace
 
-GROWING, SEALED, FLUSHED, DROPPED = "Growing", "Sealed", "Flushed", "Dropped"
+from ..records import ReplayState
+
+
+class SegmentState(enum.StrEnum):
+    """A segment's state, as Milvus names them (its JSON is the name)."""
+
+    GROWING = "Growing"
+    SEALED = "Sealed"
+    FLUSHED = "Flushed"
+    DROPPED = "Dropped"
+
 STATES_KEY = "deltanode.channel_states"
 
 
@@ -19,7 +30,7 @@ STATES_KEY = "deltanode.channel_states"
 class SegmentMeta:
     segment_id: int
     partition_id: int
-    state: str = GROWING
+    state: SegmentState = SegmentState.GROWING
     num_rows: int = 0
     start_offset: int = -1   # position of the first message that brought rows
     start_ts: int = 0
@@ -42,7 +53,7 @@ class ChannelState:
     segments: dict[int, SegmentMeta] = field(default_factory=dict)
     dropped_partitions: list[int] = field(default_factory=list)
     collection_dropped: bool = False
-    replay: dict | None = None   # ReplayFilter state while the filter is still active
+    replay: ReplayState | None = None   # the replay filter while it is still active
     seek_ts: int = 0             # after a seek: skip messages with BeginTs <= seek_ts until a tick >= it
     flush_ts: int = 0            # a flush in progress: Sealed segments become Flushed once a tick reaches it
     flush_requested_ts: int = 0  # the latest flush request taken (its flush ts; a replayed request is ignored)
@@ -58,10 +69,10 @@ class ChannelState:
     def sealed_segments(self) -> dict[int, int]:
         """Segment -> the ts after which it takes no row (Sealed and Flushed segments that recorded one)."""
         return {s.segment_id: s.sealed_ts for s in self.segments.values()
-                if s.state in (SEALED, FLUSHED) and s.sealed_ts}
+                if s.state in (SegmentState.SEALED, SegmentState.FLUSHED) and s.sealed_ts}
 
     def dropped_segments(self) -> set[int]:
-        return {s.segment_id for s in self.segments.values() if s.state == DROPPED}
+        return {s.segment_id for s in self.segments.values() if s.state == SegmentState.DROPPED}
 
     def copy(self) -> "ChannelState":
         """A copy whose segments and lists can be changed without touching this one (``copy.deepcopy``
@@ -73,6 +84,7 @@ class ChannelState:
         doc = {f.name: getattr(self, f.name) for f in fields(self)}
         doc["segments"] = {str(k): dict(vars(s)) for k, s in self.segments.items()}
         doc["dropped_partitions"] = list(self.dropped_partitions)
+        doc["replay"] = self.replay.to_doc() if self.replay is not None else None
         return doc
 
     def to_json(self) -> str:
@@ -80,7 +92,8 @@ class ChannelState:
 
     @classmethod
     def from_doc(cls, doc: dict) -> "ChannelState":
-        doc = dict(doc, segments={int(k): SegmentMeta(**v) for k, v in doc.get("segments", {}).items()})
+        doc = dict(doc, replay=ReplayState.from_doc(doc["replay"]) if doc.get("replay") else None, segments={int(k): SegmentMeta(**dict(v, state=SegmentState(v.get("state", SegmentState.GROWING))))
+                                  for k, v in doc.get("segments", {}).items()})
         return cls(**doc)
 
     @classmethod

@@ -31,17 +31,16 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from ..executor.binlog_writer import delete_written, table_roots
 from ..faults import crash_point
-from .binlog_writer import DELETE_TABLE, INSERT_TABLE, QUARANTINE_TABLE, REPLAYED_DELETES, FileEntry, \
-    delete_written, table_roots
-from .channel_state import STATES_KEY, ChannelState
+from ..records import FileEntry, FileMark, TableKind
 from .actions import AddFile, RemoveFile
-from .delete_marks import FileMark
+from .channel_state import STATES_KEY, ChannelState
 from .delta_log import DeltaLog, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout
 
 log = logging.getLogger(__name__)
-SIDE_TABLES = (DELETE_TABLE, QUARANTINE_TABLE)   # committed before insert_log, in this order
+SIDE_TABLES = (TableKind.DELETE, TableKind.QUARANTINE)   # committed before insert_log, in this order
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class Watermarks:
     quarantine: int | None = None
 
     def of(self, table: str) -> int | None:
-        return {INSERT_TABLE: self.insert, DELETE_TABLE: self.delete, QUARANTINE_TABLE: self.quarantine}[table]
+        return {TableKind.INSERT: self.insert, TableKind.DELETE: self.delete, TableKind.QUARANTINE: self.quarantine}[table]
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,7 @@ def _stale_marks(insert_log: DeltaLog, syncs: list[VchannelSync]) -> dict[str, s
     current = insert_log.live_files()
     stale = {}
     for s in syncs:
-        new = {f.path for f in s.table_files(INSERT_TABLE)}
+        new = {f.path for f in s.table_files(TableKind.INSERT)}
         gone = next((m.path for m in s.marks if m.path not in new and (
             m.path not in current or current[m.path].deletion_vector != m.base)), None)
         if gone is not None:
@@ -187,27 +186,27 @@ class CollectionCommitter:
     def _log(self, table: str) -> DeltaLog:
         found = self._logs.get(table)
         if found is None:
-            uri, schema = {INSERT_TABLE: (self.storage.insert_log(self.collection_id), self.insert_schema),
-                           DELETE_TABLE: (self.storage.delta_log(self.collection_id), self.delete_schema)}[table]
+            uri, schema = {TableKind.INSERT: (self.storage.insert_log(self.collection_id), self.insert_schema),
+                           TableKind.DELETE: (self.storage.delta_log(self.collection_id), self.delete_schema)}[table]
             found = self._logs[table] = DeltaLog(uri, schema, self.storage.options)
         return found
 
     def commit(self, syncs: list[VchannelSync]) -> SyncResult:
         result = SyncResult()
-        insert_log = self._log(INSERT_TABLE)
+        insert_log = self._log(TableKind.INSERT)
         result.deferred = _stale_marks(insert_log, syncs)
         live = [s for s in syncs if s.vchannel not in result.deferred]
-        delete_txn = self._side_commit(DELETE_TABLE, self._log(DELETE_TABLE) if any(
-            s.table_files(DELETE_TABLE) for s in live) else None, live, result)
+        delete_txn = self._side_commit(TableKind.DELETE, self._log(TableKind.DELETE) if any(
+            s.table_files(TableKind.DELETE) for s in live) else None, live, result)
         live = [s for s in live if s.vchannel not in result.refused]
         with self.quarantine.lock:
-            quarantine_txn = self._side_commit(QUARANTINE_TABLE, self.quarantine.log() if any(
-                s.table_files(QUARANTINE_TABLE) for s in live) else None, live, result)
+            quarantine_txn = self._side_commit(TableKind.QUARANTINE, self.quarantine.log() if any(
+                s.table_files(TableKind.QUARANTINE) for s in live) else None, live, result)
         live = [s for s in live if s.vchannel not in result.refused]
         crash_point("after_side_commits")
         while live:
             dropped = frozenset().union(*(s.dropped_segments for s in live))
-            adds = _adds([f for s in live for f in s.table_files(INSERT_TABLE) if f.segment_id not in dropped])
+            adds = _adds([f for s in live for f in s.table_files(TableKind.INSERT) if f.segment_id not in dropped])
             removes = _committed_segment_files(insert_log, dropped)
             marked = _marked(insert_log, live, {a.path: a for a in adds}, {r.path for r in removes})
             committed = [path for path in marked if path not in {a.path for a in adds}]   # the others are new
@@ -220,11 +219,11 @@ class CollectionCommitter:
                     info={STATES_KEY: json.dumps({s.vchannel: s.state.to_doc() for s in live},
                                                  separators=(",", ":"))})
             except TxnMoved as e:
-                live = self._refuse(live, _moved(live, e, INSERT_TABLE), result, SIDE_TABLES)
+                live = self._refuse(live, _moved(live, e, TableKind.INSERT), result, SIDE_TABLES)
                 continue
-            delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(INSERT_TABLE)
+            delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(TableKind.INSERT)
                                           if f.segment_id in dropped])
-            discard(self.storage, self.collection_id, [f for s in live for f in s.table_files(REPLAYED_DELETES)])
+            discard(self.storage, self.collection_id, [f for s in live for f in s.table_files(TableKind.REPLAYED_DELETES)])
             self._own_txns.update((s.vchannel, s.end) for s in live)
             for s in live:
                 result.committed[s.vchannel] = Watermarks(
@@ -264,7 +263,7 @@ class CollectionCommitter:
     def _existing(self, table: str) -> DeltaLog | None:
         found = self._logs.get(table)
         if found is None:
-            uri = self.storage.insert_log(self.collection_id) if table == INSERT_TABLE else \
+            uri = self.storage.insert_log(self.collection_id) if table == TableKind.INSERT else \
                 self.storage.delta_log(self.collection_id)
             found = DeltaLog.open(uri, self.storage.options)
             if found is not None:
@@ -273,7 +272,7 @@ class CollectionCommitter:
 
     def insert_log(self) -> DeltaLog | None:
         """The insert_log's log, brought up to date; None while the table does not exist."""
-        found = self._existing(INSERT_TABLE)
+        found = self._existing(TableKind.INSERT)
         if found is not None:
             found.refresh()
         return found
@@ -281,7 +280,7 @@ class CollectionCommitter:
     def watermarks(self, vchannel: str) -> Watermarks:
         """The vchannel's txn in each table now (other writers' commits included)."""
         txns = []
-        for table in (INSERT_TABLE, DELETE_TABLE):
+        for table in (TableKind.INSERT, TableKind.DELETE):
             found = self._existing(table)
             if found is not None:
                 found.refresh()

@@ -48,16 +48,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from ..faults import crash_point
+from ..records import FileEntry, Rewrite, SegmentFile
 from .actions import AddFile
-from .binlog_writer import FileEntry, write_segment_file
-from .deletion_vectors import DeletionVector, inline, keep_mask, positions
+from .deletion_vectors import inline, positions
 from .delta_log import DeltaLog, FilesRemoved, ReadFiles
-from .layout import PK_BLOOM_DIR, StorageLayout, pk_bloom_path
+from .layout import PK_BLOOM_DIR, pk_bloom_path, segment_of
 
 log = logging.getLogger(__name__)
 
@@ -72,48 +70,11 @@ class CompactionSettings:
     deleted_ratio: float = 0.2       # a file whose DV deletes this share of its rows is rewritten; above 1: never
 
 
-@dataclass(frozen=True)
-class SegmentFile:
-    """A live insert binlog as planned (positional: tests build it from written files)."""
-
-    path: str      # relative to the table root
-    size: int
-    rows: int      # the file's (``numRecords``), deleted ones included
-    min_ts: int = 0                                # its least ``_ts`` (stats): the rewrite's input order
-    deletion_vector: DeletionVector | None = None  # its DV when planned
-
-    @property
-    def deleted(self) -> int:
-        return self.deletion_vector.cardinality if self.deletion_vector is not None else 0
-
-    @classmethod
-    def of(cls, add: AddFile) -> SegmentFile:
-        stats = json.loads(add.stats) if add.stats else {}
-        return cls(add.path, add.size, int(stats.get("numRecords", 0)), int(stats.get("minValues", {}).get("_ts", 0)),
-                   add.deletion_vector)
-
-
-@dataclass(frozen=True)
-class Rewrite:
-    """Files of one segment to rewrite as one file. Made on the driver, run on an executor.
-    ``inputs`` are in the output's order (``plan_segment`` orders them)."""
-
-    collection_id: int
-    vchannel: str
-    segment_id: int
-    partition_id: int
-    inputs: tuple[SegmentFile, ...]
-    schema: pa.Schema                # the insert_log table's (``CollectionLayout.insert_schema``)
-    pk: str                          # its primary key's column (the new file's bloom filter covers it)
-    storage: StorageLayout
-
-
-def segment_of(path: str) -> tuple[int, int] | None:
-    """(partition, segment) of an insert binlog path ``{partition}/{segment}/part-*.parquet``."""
-    parts = path.split("/")
-    if len(parts) == 3 and parts[0].lstrip("-").isdigit() and parts[1].isdigit():
-        return int(parts[0]), int(parts[1])
-    return None
+def segment_file(add: AddFile) -> SegmentFile:
+    """A live insert binlog as compaction plans it, from its add action."""
+    stats = json.loads(add.stats) if add.stats else {}
+    return SegmentFile(add.path, add.size, int(stats.get("numRecords", 0)), int(stats.get("minValues", {}).get("_ts", 0)),
+                       add.deletion_vector)
 
 
 def segment_files(adds: Iterable[AddFile], segments: Collection[int] | None = None
@@ -124,7 +85,7 @@ def segment_files(adds: Iterable[AddFile], segments: Collection[int] | None = No
     for add in adds:
         where = segment_of(add.path)
         if where is not None and (segments is None or where[1] in segments):
-            out.setdefault(where, []).append(SegmentFile.of(add))
+            out.setdefault(where, []).append(segment_file(add))
     return out
 
 
@@ -158,28 +119,6 @@ def _fill(files: list[SegmentFile], target_bytes: int) -> list[tuple[SegmentFile
     if group:
         groups.append(tuple(group))
     return groups
-
-
-def rewrite(task: Rewrite) -> FileEntry | None:
-    """Runs on an executor: the rows of the inputs their planned DVs keep, in input order, as one
-    file of the segment; None when every row is deleted."""
-    fs, base = task.storage.filesystem(task.storage.insert_log(task.collection_id))
-    rows = pa.concat_tables([_kept_rows(task, f, fs, base) for f in task.inputs])
-    if len(rows) == 0:
-        return None
-    return write_segment_file(task.storage, task.collection_id, task.schema, task.pk, task.segment_id,
-                              task.partition_id, rows)
-
-
-def _kept_rows(task: Rewrite, f: SegmentFile, fs: pafs.FileSystem, base: str) -> pa.Table:
-    """One input's rows but those its planned DV deletes. Its rows must be what its add action
-    says (``numRecords`` counts deleted rows too): the DV's positions index them."""
-    table = pq.read_table(f"{base}/{f.path}", filesystem=fs, schema=task.schema)
-    if len(table) != f.rows:
-        raise RuntimeError(f"segment {task.segment_id}: {f.path} has {len(table)} rows, its add action says {f.rows}")
-    if f.deletion_vector is None:
-        return table
-    return table.filter(keep_mask(positions(f.deletion_vector, base, fs), f.rows))
 
 
 def commit_rewrites(insert_log: DeltaLog, done: list[tuple[Rewrite, FileEntry | None]],

@@ -29,13 +29,21 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
 from .actions import AddFile, RemoveFile
 from .log_replay import apply_actions, live_adds
-from .object_store import LOCAL, StoreOptions, bucket_and_key, delta_storage_options, filesystem, is_object_store
+from .object_store import (
+    LOCAL,
+    StoreOptions,
+    bucket_and_key,
+    delta_storage_options,
+    filesystem,
+    is_object_store,
+)
 from .tables import open_or_create, open_table
 
 log = logging.getLogger(__name__)
@@ -80,6 +88,16 @@ def _version_name(version: int) -> str:
     return f"{version:020d}.json"
 
 
+class LogStore(Protocol):
+    """A table's ``_delta_log`` directory, as ``DeltaLog`` uses it; ``name``: a file in it."""
+
+    def get(self, name: str) -> bytes | None:
+        """The file's content, None when it does not exist."""
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        """Create the file holding ``data``; False, and nothing written, when it exists."""
+
+
 class DeltaLog:
     """One table's commit stream, as this process has seen it.
 
@@ -92,7 +110,7 @@ class DeltaLog:
         self.uri, self.options = uri, options
         fs, base = filesystem(uri, options)
         self.dir = f"{base}/{LOG_DIR}"
-        self._store = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) else None
+        self._store: LogStore = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) else _LocalLog(self.dir)
         self.storage_options = delta_storage_options(uri, options)
         table = (open_or_create(uri, schema, self.storage_options) if schema is not None
                  else open_table(uri, self.storage_options))
@@ -176,14 +194,8 @@ class DeltaLog:
         return sorted(p for p in read.paths if self._removes.get(p, -1) > read.version)
 
     def _read(self, version: int) -> list[dict] | None:
-        if self._store is not None:
-            data = self._store.get(f"{LOG_DIR}/{_version_name(version)}")
-            return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
-        try:
-            with open(os.path.join(self.dir, _version_name(version)), "rb") as f:
-                return [json.loads(line) for line in f if line.strip()]
-        except FileNotFoundError:
-            return None
+        data = self._store.get(_version_name(version))
+        return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
 
     def _enabling_deletion_vectors(self) -> list[dict]:
         """The ``protocol`` and ``metaData`` actions that let the table's files carry deletion
@@ -227,7 +239,7 @@ class DeltaLog:
             if gone:
                 raise FilesRemoved(gone)
             version = self.version + 1
-            if self._put_if_absent(version, data):
+            if self._store.put_if_absent(_version_name(version), data):
                 self.version = version
                 self._deletion_vectors = self._deletion_vectors or with_dvs
                 if self._live is not None:
@@ -238,20 +250,6 @@ class DeltaLog:
                     CHECKPOINTS.request(self.uri, self.storage_options)
                 return version
             self.refresh()
-
-    def _put_if_absent(self, version: int, data: bytes) -> bool:
-        if self._store is not None:
-            return self._store.put_if_absent(f"{LOG_DIR}/{_version_name(version)}", data)
-        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}.json")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        try:
-            os.link(tmp, os.path.join(self.dir, _version_name(version)))
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
 
     def commit_infos(self) -> Iterator[tuple[int, dict]]:
         """``(version, commitInfo)`` from the newest version this object knows down to 0."""
@@ -264,6 +262,33 @@ class DeltaLog:
                 yield version, info
 
 
+class _LocalLog:
+    """A table's ``_delta_log`` on a filesystem: a put writes a temporary file beside the target
+    and ``link(2)``s it to the target's name, which fails when that name exists."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.dir = log_dir
+
+    def get(self, name: str) -> bytes | None:
+        try:
+            with open(os.path.join(self.dir, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}.json")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, os.path.join(self.dir, name))
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+
 class _ObjectStoreLog:
     """A table's ``_delta_log`` on S3: reads through pyarrow, puts through boto3 with
     ``If-None-Match: *`` (pyarrow has no conditional write). Driver only."""
@@ -273,7 +298,7 @@ class _ObjectStoreLog:
     def __init__(self, uri: str, fs, options: StoreOptions) -> None:
         self.fs, self.options = fs, options
         self.bucket, prefix = bucket_and_key(uri)
-        self.prefix = prefix.rstrip("/")
+        self.prefix = f"{prefix.rstrip('/')}/{LOG_DIR}"
 
     def _client(self):
         found = self._clients.get(self.options)

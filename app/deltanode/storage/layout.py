@@ -14,7 +14,13 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from ..wire.names import check_safe
-from .object_store import LOCAL, StoreOptions, check_supported, delta_storage_options, filesystem
+from .object_store import (
+    LOCAL,
+    StoreOptions,
+    check_supported,
+    delta_storage_options,
+    filesystem,
+)
 
 QUARANTINE_SCHEMA = pa.schema([
     pa.field("vchannel", pa.string()), pa.field("pchannel", pa.string()),
@@ -37,6 +43,14 @@ def pk_bloom_path(binlog_path: str) -> str:
     under a directory whose name starts with ``_``, which Delta readers and delta-rs's vacuum
     leave alone (it holds no table data)."""
     return f"{PK_BLOOM_DIR}/{binlog_path}.bloom"
+
+
+def segment_of(path: str) -> tuple[int, int] | None:
+    """(partition, segment) of an insert binlog path ``{partition}/{segment}/part-*.parquet``."""
+    parts = path.split("/")
+    if len(parts) == 3 and parts[0].lstrip("-").isdigit() and parts[1].isdigit():
+        return int(parts[0]), int(parts[1])
+    return None
 
 
 class StorageLayout:

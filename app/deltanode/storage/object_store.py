@@ -68,7 +68,7 @@ class StoreOptions:
 
     def boto3(self):
         """An S3 client for the conditional PUTs of the commit writer (driver only)."""
-        import boto3   # the driver's commit writer alone needs it
+        import boto3  # the driver's commit writer alone needs it
         return boto3.client("s3", endpoint_url=self.endpoint or None, region_name=self.region,
                             aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
                             aws_session_token=self.session_token, verify=self.ca_file or None)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2
 
-from .descriptors import DEPENDENCIES, FieldProto as F, field, load
+from .descriptors import DEPENDENCIES, field, load
+from .descriptors import FieldProto as F
 
 
 def _build() -> descriptor_pb2.FileDescriptorProto:

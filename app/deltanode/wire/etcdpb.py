@@ -11,7 +11,8 @@ import enum
 
 from google.protobuf import descriptor_pb2
 
-from .descriptors import DEPENDENCIES, FieldProto as F, field, load
+from .descriptors import DEPENDENCIES, field, load
+from .descriptors import FieldProto as F
 
 
 class CollectionState(enum.IntEnum):

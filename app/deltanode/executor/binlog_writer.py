@@ -27,13 +27,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
-from .pk_bloom import PkBloom
+from ..records import FileEntry, QuarantineRow, SegmentStats, TableKind
+from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
+from ..storage.pk_bloom import PkBloom
 
-INSERT_TABLE, DELETE_TABLE, QUARANTINE_TABLE = "insert", "delete", "quarantine"
-# Deletes read again by a replay and already in delta_log: written under delta_log's root to mark
-# the rows they delete (``delete_marks``), never committed, deleted after the sync.
-REPLAYED_DELETES = "replayed-deletes"
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
 # of the time a 150-row file takes to write (docs/platform.md). Vector columns are written plain:
@@ -49,43 +46,6 @@ INSERT_CONSTANTS = ("_segment_id", "_partition_id")
 DELETE_STATS = ("_ts", "_partition_id")
 DELETE_CONSTANTS = ("_partition_id",)
 _made_dirs: set[str] = set()   # per Python worker: each directory is created once
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """A written, not yet committed, binlog file."""
-
-    table: str         # INSERT_TABLE, DELETE_TABLE, REPLAYED_DELETES or QUARANTINE_TABLE
-    path: str          # relative to the table root
-    size: int
-    rows: int
-    stats: str         # Delta add-action stats JSON
-    segment_id: int = -1
-    partition_id: int = -1
-
-
-@dataclass
-class SegmentStats:
-    """Rows one task wrote into one segment, and where the first of them was read."""
-
-    partition_id: int
-    rows: int = 0
-    min_ts: int = 0
-    max_ts: int = 0
-    first_offset: int = -1
-    first_ts: int = 0
-    bytes: int = 0          # wire bytes of the messages
-
-
-@dataclass(frozen=True)
-class QuarantineRow:
-    vchannel: str
-    pchannel: str
-    partition: int
-    offset: int
-    msg_type: int | None
-    reason: str
-    payload: bytes
 
 
 @dataclass(frozen=True)
@@ -228,8 +188,8 @@ class BinlogWriter:
                  delete_schema: pa.Schema) -> None:
         self.roots = table_roots(storage, collection_id)
         deletes = delete_format(delete_schema)
-        self._formats = {INSERT_TABLE: insert_format(insert_schema, delete_schema.names[0]), DELETE_TABLE: deletes,
-                         REPLAYED_DELETES: deletes, QUARANTINE_TABLE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
+        self._formats = {TableKind.INSERT: insert_format(insert_schema, delete_schema.names[0]), TableKind.DELETE: deletes,
+                         TableKind.REPLAYED_DELETES: deletes, TableKind.QUARANTINE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
         self.storage = storage
         self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
@@ -253,7 +213,7 @@ class BinlogWriter:
         f = self._segments.get(segment)
         if f is None:
             f = self._segments[segment] = self._new_file(
-                INSERT_TABLE, f"{partition}/{segment}/", {"_segment_id": segment, "_partition_id": partition},
+                TableKind.INSERT, f"{partition}/{segment}/", {"_segment_id": segment, "_partition_id": partition},
                 segment, partition)
         f.write(columns, rows, nbytes)
         st = self.segments.get(segment)
@@ -267,7 +227,7 @@ class BinlogWriter:
 
     def add_delete(self, partition: int, keys: pa.Array, timestamps: pa.Array, replayed: bool = False) -> None:
         """``replayed``: already in delta_log (read again after a crash): only marks rows."""
-        table = REPLAYED_DELETES if replayed else DELETE_TABLE
+        table = TableKind.REPLAYED_DELETES if replayed else TableKind.DELETE
         f = self._deletes.get((table, partition))
         if f is None:
             f = self._deletes[(table, partition)] = self._new_file(table, "", {"_partition_id": partition},
@@ -276,7 +236,7 @@ class BinlogWriter:
 
     def add_quarantine(self, row: QuarantineRow) -> None:
         if self._quarantine is None:
-            self._quarantine = self._new_file(QUARANTINE_TABLE, "")
+            self._quarantine = self._new_file(TableKind.QUARANTINE, "")
         batch = pa.RecordBatch.from_pydict({
             "vchannel": [row.vchannel], "pchannel": [row.pchannel], "partition": [row.partition],
             "offset": [row.offset], "msg_type": [row.msg_type], "reason": [row.reason], "payload": [row.payload],
@@ -295,14 +255,14 @@ class BinlogWriter:
 
 def table_roots(storage: StorageLayout, collection_id: int) -> dict[str, str]:
     """The root of each table kind's files."""
-    return {INSERT_TABLE: storage.insert_log(collection_id), DELETE_TABLE: storage.delta_log(collection_id),
-            REPLAYED_DELETES: storage.delta_log(collection_id), QUARANTINE_TABLE: storage.quarantine()}
+    return {TableKind.INSERT: storage.insert_log(collection_id), TableKind.DELETE: storage.delta_log(collection_id),
+            TableKind.REPLAYED_DELETES: storage.delta_log(collection_id), TableKind.QUARANTINE: storage.quarantine()}
 
 
 def delete_written(storage: StorageLayout, root: str, entry: FileEntry) -> None:
     """Delete a written file, and its bloom filter if it is an insert binlog; missing ones are no error."""
     fs, base = storage.filesystem(root)
-    paths = [entry.path, pk_bloom_path(entry.path)] if entry.table == INSERT_TABLE else [entry.path]
+    paths = [entry.path, pk_bloom_path(entry.path)] if entry.table == TableKind.INSERT else [entry.path]
     for path in paths:
         try:
             fs.delete_file(f"{base}/{path}")
@@ -318,7 +278,7 @@ def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema
     fmt = insert_format(insert_schema, pk)
     fs, base = storage.filesystem(storage.insert_log(collection_id))
     rel = f"{partition_id}/{segment_id}/part-{uuid.uuid4().hex}-compacted.parquet"
-    out = _File(fs, base, INSERT_TABLE, rel, fmt, {"_segment_id": segment_id, "_partition_id": partition_id},
+    out = _File(fs, base, TableKind.INSERT, rel, fmt, {"_segment_id": segment_id, "_partition_id": partition_id},
                 segment_id, partition_id)
     try:
         variable = rows.select([f.name for f in insert_schema if f.name not in INSERT_CONSTANTS])

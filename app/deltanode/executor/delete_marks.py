@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .deletion_vectors import DeletionVector, inline, positions
-from .layout import StorageLayout, pk_bloom_path
-from .pk_bloom import PkBloom
+from ..records import FileMark, MarkResult, MarkTask
+from ..storage.deletion_vectors import inline, positions
+from ..storage.layout import StorageLayout, pk_bloom_path
+from ..storage.pk_bloom import PkBloom
 
 ALL_PARTITIONS = -1
 # Kept per Python worker, by file (files never change): the same files are candidates cycle after
@@ -38,51 +39,6 @@ ALL_PARTITIONS = -1
 # half of its time (build/bench.sh --deletes).
 BLOOM_CACHE_BYTES = 128 << 20
 KEY_CACHE_BYTES = 256 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class MarkCandidate:
-    """An insert binlog that may hold rows the deletes remove."""
-
-    path: str                                  # relative to the insert_log root
-    rows: int
-    partition_id: int
-    deletion_vector: DeletionVector | None     # its DV when the task was planned
-    pk_min: object = None                      # its key range (stats), None when unknown
-    pk_max: object = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MarkTask:
-    """One vchannel's deletes of one sync and the files they may hit. Made on the driver."""
-
-    collection_id: int
-    vchannel: str
-    pk: str                                    # the primary key's column
-    deletes: tuple[str, ...]                   # delete binlogs, relative to the delta_log root
-    candidates: tuple[MarkCandidate, ...]
-    storage: StorageLayout
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileMark:
-    """A file's deletion vector after the task: ``base`` (the one it had) plus the new rows."""
-
-    path: str
-    base: DeletionVector | None
-    deletion_vector: DeletionVector
-    newly_deleted: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class MarkResult:
-    vchannel: str
-    marks: tuple[FileMark, ...] = ()
-    files_read: int = 0
-    files_skipped: int = 0                     # by their key range or bloom filter
-    seconds: float = 0.0
-    error: str | None = None
-    stale: str | None = None                   # a candidate file was gone (compacted): marked again next cycle
 
 
 class _FileCache:
@@ -199,7 +155,7 @@ def mark(task: MarkTask) -> MarkResult:
         return _mark(task, started)
     except Exception as e:  # noqa: BLE001 - the vchannel fails alone, with the reason
         return MarkResult(vchannel=task.vchannel, seconds=time.monotonic() - started,
-                          error=f"marking deletes failed: {type(e).__name__}: {e}")
+                          error=f"{type(e).__name__}: {e}")
 
 
 def _mark(task: MarkTask, started: float) -> MarkResult:

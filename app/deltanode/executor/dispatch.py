@@ -10,10 +10,10 @@ that reads its offset. A router that raises is failed alone; the range goes on f
 
 from __future__ import annotations
 
-from ..flowgraph import decode
-from ..flowgraph.results import Portion, ReadStats
-from ..flowgraph.route import VchannelRouter
-from .plan import ReadRange
+from ..records import Portion, ReadRange, ReadStats
+from . import decode
+from .route import VchannelRouter
+
 
 class PchannelDispatcher:
     def __init__(self, piece: ReadRange, routers: list[VchannelRouter]) -> None:

@@ -20,8 +20,16 @@ import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
-from ..wire.schema import (FLOAT_LIST, SPARSE_MAP, VALUE_SLOTS, CollectionLayout, DataType, FieldSpec, arrow_type,
-                           type_name)
+from ..wire.schema import (
+    FLOAT_LIST,
+    SPARSE_MAP,
+    VALUE_SLOTS,
+    CollectionLayout,
+    DataType,
+    FieldSpec,
+    arrow_type,
+    type_name,
+)
 
 MsgType = common_pb2.MsgType
 # Plain ints on the per-message paths: each attribute read of a protobuf enum wrapper costs

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..records import ReplayState
+
 
 @dataclass
 class ReplayFilter:
@@ -47,12 +49,13 @@ class ReplayFilter:
         if self.active and tick_ts >= max([*self.flushed.values(), *self.unflushed.values()]):
             self.flushed, self.unflushed = {}, {}
 
-    def to_json(self) -> dict:
-        return {"flushed": {str(k): v for k, v in self.flushed.items()},
-                "unflushed": {str(k): v for k, v in self.unflushed.items()}}
+    def state(self) -> ReplayState | None:
+        """Its sets, None once it is no longer active."""
+        if not self.active:
+            return None
+        return ReplayState(flushed=tuple(sorted(self.flushed.items())), unflushed=tuple(sorted(self.unflushed.items())))
 
     @classmethod
-    def from_json(cls, doc: dict | None) -> "ReplayFilter":
-        doc = doc or {}
-        return cls({int(k): int(v) for k, v in doc.get("flushed", {}).items()},
-                   {int(k): int(v) for k, v in doc.get("unflushed", {}).items()})
+    def of(cls, state: ReplayState | None) -> ReplayFilter:
+        """The filter ``state`` holds (an empty one for None)."""
+        return cls(dict(state.flushed), dict(state.unflushed)) if state is not None else cls()

@@ -10,37 +10,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import time
-from dataclasses import dataclass
 
 import pyarrow as pa
 
 from ..faults import crash_point
-from ..flowgraph.context import RouteContext
-from ..flowgraph.results import Portion, ReadStats
-from ..flowgraph.route import VchannelRouter
-from ..mq.broker import Broker, BrokerError, Gap, OffsetRange
-from ..storage.layout import StorageLayout
+from ..mq.broker import BrokerError, Gap, OffsetRange
+from ..records import TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
 from .dispatch import PchannelDispatcher
-from .plan import ReadRange
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    cycle: int
-    pieces: tuple[ReadRange, ...]
-    contexts: dict[str, RouteContext]   # the pieces' members
-    schemas: dict[int, bytes]           # collection id -> serialized CollectionSchema
-    storage: StorageLayout   # the root and how to reach it (an object store's endpoint and credentials)
-    broker: Broker
-
-
-@dataclass(frozen=True)
-class TaskOutput:
-    portions: tuple[Portion, ...]
-    reads: tuple[ReadStats, ...]
-    seconds: float = 0.0       # wall clock of the task
-    cpu_seconds: float = 0.0   # CPU of its Python worker meanwhile (below ``seconds``: it waited)
+from .route import VchannelRouter
 
 
 def run_task(spec: TaskSpec) -> TaskOutput:

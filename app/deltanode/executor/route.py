@@ -22,14 +22,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from ..storage.binlog_writer import BinlogWriter, QuarantineRow
+from ..records import (
+    ControlEvent,
+    EventKind,
+    Portion,
+    PortionStats,
+    QuarantineRow,
+    ReplayState,
+    RouteContext,
+)
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
 from . import decode
-from .context import RouteContext
+from .binlog_writer import BinlogWriter
 from .pack_order import PackOrder
 from .replay_filter import ReplayFilter
-from .results import DROP_COLLECTION, DROP_PARTITION, FLUSH, ControlEvent, Portion, PortionStats
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class _CleanTick:
 
     end: int                 # the offset after the tick
     ts: int
-    replay: dict | None      # the filter's state there
+    replay: ReplayState | None   # the filter's state there
     counters: tuple[int, ...]
     events: int
     sealed: int
@@ -55,7 +62,7 @@ class VchannelRouter:
         self.delete_schema = layout.delete_schema()
         self.dropped_partitions = set(ctx.dropped_partitions)
         self.collection_dropped = ctx.collection_dropped
-        self.replay = ReplayFilter.from_json(ctx.replay) if ctx.replay else None
+        self.replay = ReplayFilter.of(ctx.replay) if ctx.replay else None
         self.seeking = ctx.seek_ts > 0
         self.sealed = dict(ctx.sealed)
         self.newly_sealed: list[int] = []
@@ -174,7 +181,7 @@ class VchannelRouter:
         for write in self._deferred:
             write()
         self._deferred = []
-        self._clean = _CleanTick(end, ts, self.replay.to_json() if self.replay.active else None, self._counters(),
+        self._clean = _CleanTick(end, ts, self.replay.state(), self._counters(),
                                  len(self.events), len(self.newly_sealed))
 
     def _counters(self) -> tuple[int, ...]:
@@ -192,13 +199,13 @@ class VchannelRouter:
 
     def _apply_control(self, offset: int, msg_type: int, msg, ts: int) -> None:
         if msg_type == decode.MSG_FLUSH:
-            self.events.append(ControlEvent(FLUSH, offset, ts))
+            self.events.append(ControlEvent(EventKind.FLUSH, offset, ts))
         elif msg_type == decode.MSG_DROP_COLLECTION:
             self.collection_dropped = True
-            self.events.append(ControlEvent(DROP_COLLECTION, offset, ts))
+            self.events.append(ControlEvent(EventKind.DROP_COLLECTION, offset, ts))
         elif msg_type == decode.MSG_DROP_PARTITION:
             self.dropped_partitions.add(msg.partitionID)
-            self.events.append(ControlEvent(DROP_PARTITION, offset, ts, msg.partitionID))
+            self.events.append(ControlEvent(EventKind.DROP_PARTITION, offset, ts, msg.partitionID))
 
     def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
         self.quarantined += 1
@@ -210,7 +217,7 @@ class VchannelRouter:
     # -- results -------------------------------------------------------------------------
     def finish(self, max_tick: int) -> Portion:
         """``max_tick``: the range's last TimeTick if this vchannel read it, else 0."""
-        end, replay = self.end, self.replay.to_json() if self.replay is not None and self.replay.active else None
+        end, replay = self.end, self.replay.state() if self.replay is not None else None
         if self._order is not None and self._order.holding:
             clean = self._clean
             if clean is not None:     # end at the last clean tick: the rest is read again next batch

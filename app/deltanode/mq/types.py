@@ -1,0 +1,39 @@
+"""The records and the error every broker backend speaks in (``kafka``, ``pulsar``, ``broker``).
+
+Positions are 64-bit integers that grow with every message: Kafka offsets, or Pulsar message
+ids mapped as docs/pulsar.md says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["BrokerError", "Chunk", "Delivered", "Gap", "OffsetRange"]
+
+Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
+Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive messages of one range
+
+
+class BrokerError(RuntimeError):
+    """The broker could not serve a request (unreachable, topic missing, data expired)."""
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """The messages of ``topic[partition]`` at positions [start, end).
+
+    Positional as well as keyword: the pipeline's tasks and the tests build it positionally."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap:
+    """Yielded by a range read that found the topic's next message past the range's end: no
+    message lies between the range's last one and ``position`` (a Pulsar ledger boundary)."""
+
+    position: int

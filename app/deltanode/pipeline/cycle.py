@@ -1,0 +1,241 @@
+"""One cycle of the shared pipeline (driver): plan, one Spark job, apply.
+
+1. plan: the high watermark of every pchannel with a vchannel on this node, then the cycle's
+   offset ranges (``plan``): each pchannel once for the vchannels near its head, once more for
+   those catching up, within the byte and message caps; flush requests and seal policies first;
+2. read, route and write (executors): one Spark job of at most ``splits`` tasks; a task reads
+   its ranges once and writes each vchannel's binlogs (``executor.task``);
+3. apply: each vchannel's portions move its working state (``flowgraph.state_update``).
+
+The sync step (``sync_manager``) follows in the same cycle. Data never passes through the
+driver: it sees offsets, file lists and counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from ..executor.task import run_task
+from ..faults import crash_point
+from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.seal_policy import SealSettings
+from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
+from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..mq.broker import Broker, BrokerError, HighWatermarks
+from ..records import Portion, ReadStats, TaskOutput, TaskSpec
+from ..storage.channel_state import SegmentState
+from ..storage.commit import discard
+from ..storage.layout import StorageLayout
+from .cycle_report import CycleReport
+from .failures import FailurePolicy
+from .jobs import JOB_GROUP
+from .plan import MAX_MESSAGE_BYTES, Limits, Plan, Position, plan_cycle, split_tasks
+from .registry import VchannelRegistry
+
+log = logging.getLogger(__name__)
+
+
+class CycleRunner:
+    """Runs on the driver, in the pipeline's loop; keeps what cycles learn of the pchannels."""
+
+    def __init__(self, spark: SparkSession, storage: StorageLayout, broker: Broker, limits: Limits,
+                 seal: SealSettings, registry: VchannelRegistry, failures: FailurePolicy,
+                 flushes: Callable[[], dict[int, int]], stopping: threading.Event) -> None:
+        """``flushes``: collection id -> the latest flush ts requested; ``stopping``: set when the
+        pipeline stops (a failed job is then not retried task by task)."""
+        self.spark, self.storage, self.broker, self.limits, self.seal = spark, storage, broker, limits, seal
+        self.registry, self.failures, self.flushes, self.stopping = registry, failures, flushes, stopping
+        self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
+        self.number = 0
+        self.highs_seen: dict[tuple[str, int], int] = {}
+        self._averages: dict[str, float] = {}                 # pchannel -> bytes per DML message
+
+    def run(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Plan:
+        """Plan, read and apply for ``members`` (failed ones reloaded first, when due)."""
+        self.number = report.number
+        self.failures.reload_due(members, now, report)
+        readable = [fg for fg in members.values() if fg.readable]
+        self._seal(readable)
+        highs = self._highs(readable, report, now)
+        readable = [fg for fg in readable if fg.readable]
+        averages = self._message_sizes(readable)
+        plan = plan_cycle([Position(fg.vchannel, fg.pchannel, fg.working.partition, fg.next_offset,
+                                    fg.working.replay is not None or fg.working.seek_ts > 0
+                                    or fg.working.flush_ts > 0, fg.min_range)
+                           for fg in readable],
+                          highs, averages, self.limits)
+        for vchannel, why in plan.lost.items():
+            self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
+        tasks = split_tasks(plan.ranges, averages, self.limits.splits, self.broker.cut_points)
+        report.plan_s = time.monotonic() - now
+        if not tasks:
+            return plan
+        report.ranges, report.tasks = len(plan.ranges), len(tasks)
+        contexts = {fg.vchannel: fg.context() for fg in readable}
+        schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
+        specs = []
+        for pieces in tasks:
+            names = {v for p in pieces for v in p.members}
+            specs.append(TaskSpec(self.number, tuple(pieces), {v: contexts[v] for v in names},
+                                  {members[v].collection_id: schemas[members[v].collection_id] for v in names},
+                                  self.storage, self.broker))
+        job_started = time.monotonic()
+        outputs = self._run_tasks(specs, members, report)
+        report.job_s = time.monotonic() - job_started
+        crash_point("after_binlog_write")
+        apply_started = time.monotonic()
+        self._apply(outputs, members, apply_started, report)
+        report.apply_s = time.monotonic() - apply_started
+        return plan
+
+    def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
+               now: float) -> dict[tuple[str, int], int]:
+        highs: dict[tuple[str, int], int] = {}
+        errors: dict[tuple[str, int], str] = {}
+        for key, high in self.watermarks.highs(sorted({(fg.pchannel, fg.working.partition) for fg in readable})).items():
+            if isinstance(high, BrokerError):
+                errors[key] = str(high)
+            else:
+                highs[key] = self.highs_seen[key] = high
+        for fg in readable:
+            error = errors.get((fg.pchannel, fg.working.partition))
+            if error is not None:
+                self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
+        return highs
+
+    def _run_tasks(self, specs: list[TaskSpec], members: dict[str, VchannelFlowgraph],
+                   report: CycleReport) -> list[TaskOutput]:
+        """The cycle's Spark job. If it fails, each task runs as a job of its own, so a range that
+        breaks its task (a worker crash) fails only its own vchannels."""
+        sc = self.spark.sparkContext
+        sc.setJobGroup(JOB_GROUP, f"deltanode cycle {self.number}: {len(specs)} task(s)", interruptOnCancel=True)
+        try:
+            return sc.parallelize(specs, len(specs)).map(run_task).collect()
+        except Exception as e:  # noqa: BLE001 - isolated below
+            if self.stopping.is_set():
+                raise
+            log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", self.number,
+                        str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
+        outputs = []
+        for spec in specs:
+            try:
+                outputs += sc.parallelize([spec], 1).map(run_task).collect()
+            except Exception as e:  # noqa: BLE001 - this task's vchannels fail, alone
+                why = Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
+                for v in {v for p in spec.pieces for v in p.members}:
+                    if v in members:
+                        self.failures.fail(members[v], why, time.monotonic(), report)
+        return outputs
+
+    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], now: float,
+               report: CycleReport) -> None:
+        by_vchannel: dict[str, list[Portion]] = {}
+        read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
+        for out in outputs:
+            report.task_s += out.seconds
+            report.task_cpu_s += out.cpu_seconds
+            for read in out.reads:
+                self._learn(read, report)
+                total = read_sizes.setdefault(read.pchannel, [0, 0])
+                total[0] += read.dml_bytes if read.dml_messages else read.bytes
+                total[1] += read.dml_messages or read.messages
+            for p in out.portions:
+                by_vchannel.setdefault(p.vchannel, []).append(p)
+        current = self.registry.members()
+        for vchannel, portions in by_vchannel.items():
+            fg = members[vchannel]
+            files = [f for p in portions for f in p.files]
+            if current.get(vchannel) is not fg or fg.status != FlowgraphStatus.RUNNING:
+                discard(self.storage, fg.collection_id, files)   # released (or failed) meanwhile
+                continue
+            errors = [p.error for p in portions if p.error]
+            if errors:
+                discard(self.storage, fg.collection_id, files)
+                self.failures.fail(fg, Failure(kind=FailureKind.ROUTER, message=errors[0]), now, report)
+                continue
+            tickless = sum(p.tickless for p in portions)
+            if tickless:
+                fg.read_without_tick(tickless)
+                continue
+            portions, retracted = retract_after_drops(portions)
+            discard(self.storage, fg.collection_id, retracted)
+            try:
+                outcome = advance(fg.working, portions)
+            except BatchRangeError as e:
+                discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+                self.failures.fail(fg, Failure(kind=FailureKind.BATCH_RANGE, message=str(e)), now, report)
+                continue
+            nbytes, messages = read_sizes.get(fg.pchannel, (0, 0))
+            fg.apply(outcome, now, nbytes / messages if messages else None)
+            report.rows += outcome.inserted_rows
+            report.deletes += outcome.deleted_rows
+            report.quarantined += outcome.quarantined
+        for read in (r for out in outputs for r in out.reads if r.next_position is not None and r.error is None):
+            for fg in members.values():
+                if fg.pchannel == read.pchannel and fg.status == FlowgraphStatus.RUNNING and fg.next_offset == read.end:
+                    fg.skip_gap(read.next_position)
+
+    def _seal(self, readable: list[VchannelFlowgraph]) -> None:
+        """Flush requests and seal policies, before the cycle reads (its batches seal the segments
+        first seen up to a flush ts, and flush what a tick reaches: state_update.advance)."""
+        flushes = self.flushes()
+        for fg in readable:
+            flush_ts = flushes.get(fg.collection_id)
+            if flush_ts and fg.request_flush(flush_ts):
+                log.info("%s: flush at ts %d: segments %s sealed at %d", fg.vchannel, flush_ts,
+                         sorted(s.segment_id for s in fg.working.segments.values() if s.state == SegmentState.SEALED),
+                         fg.working.flush_ts)
+            due = fg.seal_due(self.seal)
+            if due:
+                log.info("%s: segments %s sealed (%s)", fg.vchannel, due,
+                         ", ".join(sorted({fg.working.segments[s].seal_reason for s in due})))
+
+    def _learn(self, read: ReadStats, report: CycleReport) -> None:
+        """Per pchannel: bytes per DML message as reads see them, at once up, a tenth per read down."""
+        report.messages += read.messages
+        report.bytes += read.bytes
+        if read.dml_messages:
+            seen = read.dml_bytes / read.dml_messages
+            self._averages[read.pchannel] = max(seen, 0.9 * self._averages.get(read.pchannel, 0.0))
+
+    def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
+        """The size each pchannel's messages are counted at when planning: never below the size of
+        any vchannel on it, and the largest Milvus message while one has never been read (a
+        pchannel's recent reads may have seen only another vchannel's small inserts while one
+        just added has a backlog of large ones behind them)."""
+        sizes = dict(self._averages)
+        for fg in readable:
+            own = fg.message_size() or MAX_MESSAGE_BYTES
+            sizes[fg.pchannel] = max(sizes.get(fg.pchannel, 0.0), own)
+        return {p: size for p, size in sizes.items() if size}
+
+
+def log_cycle(r: CycleReport) -> None:
+    """One INFO line per cycle that did something (DEBUG for the others)."""
+    if not (r.rows or r.deletes or r.quarantined or r.commits or r.failed):
+        log.debug("cycle %d: %d messages in %d range(s), nothing to commit, %.3f s", r.number, r.messages,
+                  r.ranges, r.seconds)
+        return
+    log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
+             "%d commit(s) for %d vchannel(s)%s; %.3f s (plan %.3f, job %.3f, apply %.3f, commits %.3f; tasks %.3f s, "
+             "their CPU %.3f s)",
+             r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits,
+             r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s, r.job_s,
+             r.apply_s, r.sync_s, r.task_s, r.task_cpu_s)
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)
+_JVM_PREFIXES = ("org.", "java.", "scala.", "py4j.", "pyspark.errors")
+
+
+def summarize_error(text: str) -> str:
+    """The Python exception behind a failed Spark job, not the JVM stack around it."""
+    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(_JVM_PREFIXES)]
+    line = f"{found[-1].group(1)}: {found[-1].group(2)}" if found else (text.strip().splitlines() or ["?"])[0]
+    return line[:500]

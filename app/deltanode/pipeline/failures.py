@@ -1,0 +1,78 @@
+"""Why a vchannel's flowgraph stopped, and what happens then (driver).
+
+A vchannel that fails drops what it did not commit (unless the refused commit already deleted
+exactly what it had not committed) and is loaded again from Delta after a backoff (2, 4, ... 60 s:
+``VchannelFlowgraph.fail``), alone: the cycle goes on for the others. Two kinds are special: a
+commit Delta refused while etcd confirms this node owns the vchannel restarts at once (the other
+writer is a node cut off from etcd, refused at its next commit), and one refused while etcd cannot
+be asked waits until it can (restarting would only take turns with the other writer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..storage.commit import discard
+from ..storage.layout import StorageLayout
+from .cycle_report import CycleReport
+
+log = logging.getLogger(__name__)
+
+
+class Fence(Protocol):
+    """The ownership check before a commit (``etcd.fence.OwnershipFence``)."""
+
+    @property
+    def reachable(self) -> bool:
+        """False while the source of ownership (etcd) cannot be asked."""
+
+    def check(self, vchannels: list[str]) -> dict[str, str]:
+        """The vchannels this node may no longer write, each with the reason."""
+
+
+class FailurePolicy:
+    """Runs on the driver, in the pipeline's loop (``fail`` also from the sync step)."""
+
+    def __init__(self, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
+                 forget_topic: Callable[[str], None]) -> None:
+        """``load``: a flowgraph's state from Delta again; ``forget_topic``: drop a pchannel's
+        cached topic id (a failed vchannel's reload asks the broker)."""
+        self.storage, self.fence, self._load, self._forget_topic = storage, fence, load, forget_topic
+
+    def _waits_for_etcd(self, failure: Failure | None) -> bool:
+        return (failure is not None and failure.kind is FailureKind.COMMIT_REFUSED and self.fence is not None
+                and not self.fence.reachable)
+
+    def fail(self, fg: VchannelFlowgraph, failure: Failure, now: float, report: CycleReport | None = None,
+             at_once: bool = False, keep_files: bool = False) -> None:
+        """Stop ``fg``: its uncommitted files are deleted unless ``keep_files``; it restarts after
+        its backoff, or ``at_once``."""
+        files = fg.fail(failure, now)
+        if not keep_files:
+            discard(self.storage, fg.collection_id, files)
+        self._forget_topic(fg.pchannel)
+        if at_once:
+            fg.retry_at = now
+        then = ("not restarted until etcd can say which node owns it" if self._waits_for_etcd(failure)
+                else f"restarting from Delta in {fg.retry_at - now:.0f} s")
+        log.error("%s: flowgraph failed (%d in a row), %s: %s", fg.vchannel, fg.failures, then, failure)
+        if report is not None:
+            report.failed.append(fg.vchannel)
+
+    def reload_due(self, members: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
+        """Load again from Delta the failed flowgraphs whose backoff is over."""
+        for fg in members.values():
+            if fg.status != FlowgraphStatus.FAILED or now < fg.retry_at or self._waits_for_etcd(fg.last_failure):
+                continue
+            refused = fg.last_failure is not None and fg.last_failure.kind is FailureKind.COMMIT_REFUSED
+            try:
+                self._load(fg)
+                fg.claim = refused   # etcd said it is ours (above): commit at its next cycle
+                log.info("%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
+            except Exception as e:  # noqa: BLE001 - retried after the next backoff
+                self.fail(fg, Failure(kind=FailureKind.RESTART_FAILED, message=f"{type(e).__name__}: {e}"), now,
+                          report)

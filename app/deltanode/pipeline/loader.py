@@ -1,0 +1,63 @@
+"""Loading a vchannel's flowgraph from Delta (driver): at its watch, and again after a failure.
+
+Its committed state and its ``txn`` in each table come from its collection's committer, and
+the broker's id of its pchannel topic is checked against the one it committed under
+(``flowgraph.recovery.check_topic``). A start loads every vchannel of a pchannel in a burst, so
+topic ids are asked at most every ``TOPIC_ID_TTL`` seconds, unless a vchannel of the pchannel
+failed or left since (``forget``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..flowgraph.vchannel import VchannelFlowgraph
+from ..mq.broker import BrokerError, HighWatermarks
+from ..storage import meta
+from ..storage.commit import CollectionCommitter
+from .sync_manager import SyncManager
+
+log = logging.getLogger(__name__)
+TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
+
+
+class VchannelLoader:
+    """Runs on the driver: in the loop, and in channel watchers' threads (``load``)."""
+
+    def __init__(self, syncs: SyncManager) -> None:
+        self._syncs = syncs
+        self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
+        self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
+
+    def committer(self, fg: VchannelFlowgraph) -> CollectionCommitter:
+        return self._syncs.committer(fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema())
+
+    def load(self, fg: VchannelFlowgraph) -> None:
+        """``fg`` from Delta's state of its vchannel (else its VchannelInfo's)."""
+        committer = self.committer(fg)
+        with committer.lock:
+            insert_log = committer.insert_log()
+            committed = meta.channel_state_in(insert_log, fg.vchannel) if insert_log is not None else None
+            watermarks = committer.watermarks(fg.vchannel)
+        fg.load(committed, watermarks, time.monotonic(), self._topic_id(fg.pchannel))
+
+    def forget(self, pchannel: str) -> None:
+        """The next load of a vchannel of ``pchannel`` asks the broker, not the cache."""
+        self._topic_ids.pop(pchannel, None)
+
+    def _topic_id(self, pchannel: str) -> str:
+        """The broker's id of the pchannel topic ("" when it gives none or cannot answer now: the
+        check is skipped, the reads will tell)."""
+        known = self._topic_ids.get(pchannel)
+        if known is not None and time.monotonic() - known[1] < TOPIC_ID_TTL:
+            return known[0]
+        if self.watermarks is None:
+            return ""
+        try:
+            topic_id = self.watermarks.topic_id(pchannel)
+        except BrokerError as e:
+            log.warning("%s: cannot check the topic's id (%s); loading without the check", pchannel, e)
+            return ""
+        self._topic_ids[pchannel] = (topic_id, time.monotonic())
+        return topic_id

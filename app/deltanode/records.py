@@ -1,0 +1,286 @@
+"""The records that cross the driver/executor line, both ways (nothing else lives here).
+
+The driver plans a cycle's reads (``ReadRange``), a vchannel's routing state (``RouteContext``),
+the marking of deletes (``MarkTask``) and compaction rewrites (``Rewrite``); a Spark task (the
+``executor`` package) returns what it wrote and saw: binlog files (``FileEntry``), a vchannel's
+share of a range (``Portion``), a range's read (``ReadStats``), deletion vectors (``FileMark``).
+Everything here is small, immutable and pickled with a task or its result.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .mq.broker import Broker
+from .storage.deletion_vectors import DeletionVector
+from .storage.layout import StorageLayout
+
+
+class TableKind(enum.StrEnum):
+    """Which table a written file is for."""
+
+    INSERT = "insert"
+    DELETE = "delete"
+    # Deletes a replay read again after their delta_log commit (a crash before the insert_log
+    # commit): written under delta_log's root only to mark the rows they remove, never committed.
+    REPLAYED_DELETES = "replayed-deletes"
+    QUARANTINE = "quarantine"
+
+
+class EventKind(enum.StrEnum):
+    """A control message a vchannel saw in a range."""
+
+    FLUSH = "flush"
+    DROP_PARTITION = "drop_partition"
+    DROP_COLLECTION = "drop_collection"
+
+
+class Lane(enum.StrEnum):
+    """Which read of a pchannel a range is (``pipeline.plan``)."""
+
+    MAIN = "main"
+    CATCH_UP = "catch-up"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayState:
+    """The replay filter's sets while it is active (``executor.replay_filter``): S, the flushed
+    segments, and G, the unflushed ones, each with its dml position's ts."""
+
+    flushed: tuple[tuple[int, int], ...] = ()
+    unflushed: tuple[tuple[int, int], ...] = ()
+
+    def to_doc(self) -> dict:
+        """As a vchannel's committed state holds it (JSON)."""
+        return {"flushed": {str(k): v for k, v in self.flushed}, "unflushed": {str(k): v for k, v in self.unflushed}}
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> ReplayState:
+        return cls(flushed=tuple((int(k), int(v)) for k, v in doc.get("flushed", {}).items()),
+                   unflushed=tuple((int(k), int(v)) for k, v in doc.get("unflushed", {}).items()))
+
+
+# -- a cycle's task ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReadRange:
+    pchannel: str
+    partition: int
+    first: int
+    end: int
+    members: tuple[str, ...]          # the vchannels whose next offset is in [first, end)
+    lane: Lane = Lane.MAIN
+    splittable: bool = True
+    high: int = 0                     # the pchannel's high watermark when planned (a message lies before it)
+
+    @property
+    def messages(self) -> int:
+        return self.end - self.first
+
+
+@dataclass(frozen=True)
+class RouteContext:
+    vchannel: str
+    collection_id: int
+    collection_name: str
+    pchannel: str
+    partition: int                      # of the pchannel topic (Milvus uses 0)
+    start: int                          # the vchannel's next offset: earlier messages are not its own
+    seek_ts: int = 0                    # skip messages with BeginTs <= seek_ts until a tick >= it
+    dropped_segments: frozenset[int] = frozenset()
+    dropped_partitions: frozenset[int] = frozenset()
+    collection_dropped: bool = False
+    replay: ReplayState | None = None   # the replay filter while active
+    delete_watermark: int = 0           # deletes below this offset are committed already
+    quarantine_watermark: int = 0       # so are quarantine rows below this one
+    flush_ts: int = 0                   # a flush in progress: a segment with rows up to it is sealed at it
+    sealed: dict[int, int] = field(default_factory=dict)   # segment -> ts after which it takes no row
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    cycle: int
+    pieces: tuple[ReadRange, ...]
+    contexts: dict[str, RouteContext]   # the pieces' members
+    schemas: dict[int, bytes]           # collection id -> serialized CollectionSchema
+    storage: StorageLayout   # the root and how to reach it (an object store's endpoint and credentials)
+    broker: Broker
+
+
+# -- what a task returns -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A written, not yet committed, binlog file."""
+
+    table: TableKind
+    path: str          # relative to the table root
+    size: int
+    rows: int
+    stats: str         # Delta add-action stats JSON
+    segment_id: int = -1
+    partition_id: int = -1
+
+
+@dataclass
+class SegmentStats:
+    """Rows one task wrote into one segment, and where the first of them was read."""
+
+    partition_id: int
+    rows: int = 0
+    min_ts: int = 0
+    max_ts: int = 0
+    first_offset: int = -1
+    first_ts: int = 0
+    bytes: int = 0          # wire bytes of the messages
+
+
+@dataclass(frozen=True)
+class QuarantineRow:
+    vchannel: str
+    pchannel: str
+    partition: int
+    offset: int
+    msg_type: int | None
+    reason: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    kind: EventKind
+    offset: int
+    ts: int
+    partition_id: int = -1
+
+
+@dataclass(frozen=True)
+class PortionStats:
+    max_tick: int = 0       # the largest TimeTick in the portion, 0 if none
+    dml_messages: int = 0   # this vchannel's Insert/Delete messages, with their wire bytes
+    dml_bytes: int = 0
+    inserted_rows: int = 0
+    deleted_rows: int = 0
+    quarantined: int = 0
+
+
+@dataclass(frozen=True)
+class Portion:
+    """What one task did for one vchannel over offsets ``[first, end)`` of its pchannel."""
+
+    vchannel: str
+    first: int
+    end: int
+    files: tuple[FileEntry, ...] = ()
+    segments: dict[int, SegmentStats] = field(default_factory=dict)
+    events: tuple[ControlEvent, ...] = ()
+    stats: PortionStats = PortionStats()
+    replay: ReplayState | None = None   # the replay filter at ``end`` while it is active
+    error: str | None = None       # the vchannel failed in this task; nothing of it is kept
+    tickless: int = 0              # pack order: messages read without a TimeTick to end at; nothing done
+    sealed: tuple[int, ...] = ()   # segments it sealed at the context's flush ts (their rows reach it)
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """One offset range of a pchannel as a task read it (all its vchannels together)."""
+
+    pchannel: str
+    first: int
+    end: int
+    messages: int = 0
+    bytes: int = 0
+    dml_messages: int = 0
+    dml_bytes: int = 0
+    error: str | None = None       # the broker could not serve the range; its vchannels fail
+    next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)
+
+
+@dataclass(frozen=True)
+class TaskOutput:
+    portions: tuple[Portion, ...]
+    reads: tuple[ReadStats, ...]
+    seconds: float = 0.0       # wall clock of the task
+    cpu_seconds: float = 0.0   # CPU of its Python worker meanwhile (below ``seconds``: it waited)
+
+
+# -- marking deletes ------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class MarkCandidate:
+    """An insert binlog that may hold rows the deletes remove."""
+
+    path: str                                  # relative to the insert_log root
+    rows: int
+    partition_id: int
+    deletion_vector: DeletionVector | None     # its DV when the task was planned
+    pk_min: object = None                      # its key range (stats), None when unknown
+    pk_max: object = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkTask:
+    """One vchannel's deletes of one sync and the files they may hit. Made on the driver."""
+
+    collection_id: int
+    vchannel: str
+    pk: str                                    # the primary key's column
+    deletes: tuple[str, ...]                   # delete binlogs, relative to the delta_log root
+    candidates: tuple[MarkCandidate, ...]
+    storage: StorageLayout
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileMark:
+    """A file's deletion vector after the task: ``base`` (the one it had) plus the new rows."""
+
+    path: str
+    base: DeletionVector | None
+    deletion_vector: DeletionVector
+    newly_deleted: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkResult:
+    vchannel: str
+    marks: tuple[FileMark, ...] = ()
+    files_read: int = 0
+    files_skipped: int = 0                     # by their key range or bloom filter
+    seconds: float = 0.0
+    error: str | None = None
+    stale: str | None = None                   # a candidate file was gone (compacted): marked again next cycle
+
+
+# -- compaction -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """A live insert binlog as planned (positional: tests build it from written files)."""
+
+    path: str      # relative to the table root
+    size: int
+    rows: int      # the file's (``numRecords``), deleted ones included
+    min_ts: int = 0                                # its least ``_ts`` (stats): the rewrite's input order
+    deletion_vector: DeletionVector | None = None  # its DV when planned
+
+    @property
+    def deleted(self) -> int:
+        return self.deletion_vector.cardinality if self.deletion_vector is not None else 0
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Files of one segment to rewrite as one file. Made on the driver, run on an executor.
+    ``inputs`` are in the output's order (``plan_segment`` orders them)."""
+
+    collection_id: int
+    vchannel: str
+    segment_id: int
+    partition_id: int
+    inputs: tuple[SegmentFile, ...]
+    schema: pa.Schema                # the insert_log table's (``CollectionLayout.insert_schema``)
+    pk: str                          # its primary key's column (the new file's bloom filter covers it)
+    storage: StorageLayout
