@@ -17,6 +17,7 @@ from deltanode.datacoord.coordinator import DataCoord
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
+from deltanode.settings import Settings
 from deltanode.storage import meta
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table, read_table
@@ -220,7 +221,7 @@ def data_files_added(table_root: str) -> int:
 def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
     """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
     return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
-                     open_catalog(conf, client), watch_timeout=30, refresh_interval=0.5, balance=balance).start()
+                     open_catalog(Settings.of(conf), client), watch_timeout=30, refresh_interval=0.5, balance=balance).start()
 
 
 class TwoShards:

@@ -13,6 +13,7 @@ from deltanode.admin import commands
 from deltanode.datanode.node import DataNode
 from deltanode.etcd import flush_request
 from deltanode.etcd.client import EtcdClient
+from deltanode.settings import Settings
 from deltanode.storage import meta
 from deltanode.storage.channel_state import SegmentState
 from deltanode.storage.layout import StorageLayout
@@ -29,7 +30,7 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
     root, storage = conf.get("etcd.root"), StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
     coord = coordinator(client, conf)
-    node = DataNode(conf, spark).start()
+    node = DataNode(Settings.of(conf), spark).start()
     stop, quiet = threading.Event(), threading.Event()
     coll = TwoShards(client, conf, "flushed", stop)
     record = coll.record

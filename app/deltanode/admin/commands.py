@@ -25,6 +25,7 @@ from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..mq.broker import Broker, BrokerError
+from ..settings import Settings
 from ..storage import meta
 from ..storage.channel_state import SegmentState
 from ..storage.layout import StorageLayout
@@ -50,7 +51,7 @@ def _client(conf: Conf) -> EtcdClient:
 
 def _records(conf: Conf, client: EtcdClient) -> list[CollectionRecord]:
     """The collections of the conf's catalog (DeltaNode's, or the mirrored Milvus's)."""
-    catalog = open_catalog(conf, client)
+    catalog = open_catalog(Settings.of(conf), client)
     try:
         return catalog.collections()
     finally:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from ..config import Conf
 from ..etcd.client import EtcdClient
-from ..mq.broker import Broker
+from ..settings import Settings
 from ..wire.positions import CODECS
 from .catalog import Catalog, OwnCatalog
 from .milvus_catalog import MilvusCatalog
 
 
-def open_catalog(conf: Conf, client: EtcdClient) -> Catalog:
+def open_catalog(settings: Settings, client: EtcdClient) -> Catalog:
     """``client``: DeltaNode's etcd (``etcd.endpoints``). Close the catalog when done."""
-    meta_root = conf.get("milvus.meta.root")
-    if meta_root is None:
-        return OwnCatalog(client, conf.get("etcd.root"))
-    endpoints = conf.get("milvus.etcd.endpoints")
-    milvus = client if endpoints in (None, conf.get("etcd.endpoints")) else EtcdClient(endpoints)
-    return MilvusCatalog(milvus, meta_root, own_client=client, own_root=conf.get("etcd.root"),
-                         broker=Broker.from_conf(conf), positions=CODECS[conf.get("mq.type")],
-                         start=conf.get("milvus.start"))
+    mirror = settings.mirror
+    if mirror.meta_root is None:
+        return OwnCatalog(client, settings.etcd.root)
+    endpoints = mirror.etcd_endpoints
+    milvus = client if endpoints in (None, settings.etcd.endpoints) else EtcdClient(endpoints)
+    return MilvusCatalog(milvus, mirror.meta_root, own_client=client, own_root=settings.etcd.root,
+                         broker=settings.broker, positions=CODECS[settings.broker.kind], start=mirror.start)

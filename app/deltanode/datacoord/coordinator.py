@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..config import Conf
 from ..etcd.client import EtcdClient
+from ..settings import Settings
 from ..storage import meta
 from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
@@ -43,11 +43,11 @@ class DataCoord:
                                       watch_timeout=watch_timeout, balance=balance)
 
     @classmethod
-    def from_conf(cls, conf: Conf, client: EtcdClient) -> "DataCoord":
-        """The coordinator a conf describes, on DeltaNode's etcd ``client`` (not started)."""
-        return cls(client, conf.get("etcd.root"), StorageLayout.from_conf(conf), CODECS[conf.get("mq.type")],
-                   open_catalog(conf, client), watch_timeout=conf.get("datacoord.watch.timeout"),
-                   balance=conf.get("datacoord.channel.balance"))
+    def of(cls, settings: Settings, client: EtcdClient) -> "DataCoord":
+        """The coordinator ``settings`` describe, on DeltaNode's etcd ``client`` (not started)."""
+        return cls(client, settings.etcd.root, settings.storage, CODECS[settings.broker.kind],
+                   open_catalog(settings, client), watch_timeout=settings.datacoord.watch_timeout,
+                   balance=settings.datacoord.balance)
 
     def _catalog_changed(self) -> None:
         self._refreshed = 0.0

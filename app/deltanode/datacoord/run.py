@@ -8,6 +8,7 @@ import time
 
 from ..config import Conf
 from ..etcd.client import EtcdClient
+from ..settings import Settings
 from .coordinator import DataCoord
 
 log = logging.getLogger("deltanode.datacoord")
@@ -18,8 +19,9 @@ def run(conf: Conf) -> int:
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
-    with EtcdClient(conf.get("etcd.endpoints")) as client:
-        coord = DataCoord.from_conf(conf, client).start()
+    settings = Settings.of(conf)
+    with EtcdClient(settings.etcd.endpoints) as client:
+        coord = DataCoord.of(settings, client).start()
         try:
             while not signals:
                 time.sleep(0.5)

@@ -20,19 +20,13 @@ import time
 
 from pyspark.sql import SparkSession
 
-from ..config import Conf
 from ..datanode.channel_watch import ChannelWatcher
 from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
 from ..etcd.reachability import Reachability
 from ..etcd.session import Session, SessionError
-from ..flowgraph.seal_policy import SealSettings
-from ..mq.broker import Broker
-from ..pipeline.pipeline import Pipeline, PipelineSettings
-from ..pipeline.plan import Limits
-from ..pipeline.sync_policy import SyncSettings
-from ..storage.compaction import CompactionSettings
-from ..storage.layout import StorageLayout
+from ..pipeline.pipeline import Pipeline
+from ..settings import Settings
 from .flowgraphs import FlowgraphManager
 from .flush_watch import FlushWatcher
 from .metrics import MetricsServer, NodeView
@@ -41,36 +35,14 @@ from .status import FAILING_SHOWN, NodeStatus, process_name, remove_status, writ
 log = logging.getLogger(__name__)
 
 
-def pipeline_settings(conf: Conf) -> PipelineSettings:
-    return PipelineSettings(
-        Limits(max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
-               catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits")),
-        SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
-                     checkpoint_interval=conf.get("datanode.checkpoint.interval"),
-                     idle_rate=conf.get("datanode.checkpoint.max.rate")),
-        trigger_interval=conf.get("datanode.trigger.interval"),
-        compaction=CompactionSettings(interval=conf.get("datanode.compaction.interval"),
-                                      min_files=conf.get("datanode.compaction.min.files"),
-                                      target_bytes=conf.get("datanode.compaction.target.size"),
-                                      retention=conf.get("datanode.compaction.retention"),
-                                      orphan_retention=conf.get("datanode.compaction.orphan.retention"),
-                                      deleted_ratio=conf.get("datanode.compaction.deleted.ratio")),
-        seal=SealSettings(by_policies=conf.get("milvus.meta.root") is None,
-                          max_size=conf.get("datanode.segment.max.size"),
-                          seal_proportion=conf.get("datanode.segment.seal.proportion"),
-                          max_life=conf.get("datanode.segment.max.life"),
-                          max_idle=conf.get("datanode.segment.max.idle"),
-                          min_size_from_idle=conf.get("datanode.segment.min.size.from.idle")))
-
-
 REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register a new session
 
 
 class DataNode:
-    def __init__(self, conf: Conf, spark: SparkSession) -> None:
-        self.conf = conf
+    def __init__(self, settings: Settings, spark: SparkSession) -> None:
+        self.settings = settings
         self.spark = spark
-        self.reachability = Reachability(conf.get("etcd.endpoints"))
+        self.reachability = Reachability(settings.etcd.endpoints)
         self.client: EtcdClient | None = None
         self.session: Session | None = None
         self.watcher: ChannelWatcher | None = None
@@ -91,19 +63,17 @@ class DataNode:
         return self.session.server_id if self.session else 0
 
     def start(self) -> "DataNode":
-        conf = self.conf
-        self.client = EtcdClient(conf.get("etcd.endpoints"))
-        self.fence = OwnershipFence(conf.get("etcd.endpoints"), conf.get("etcd.root"), 0,
-                                    reachability=self.reachability)
-        if conf.get("metrics.port"):
-            self.metrics = MetricsServer(self.view(), conf.get("metrics.address"), conf.get("metrics.port")).start()
-        self.pipeline = Pipeline(self.spark, StorageLayout.from_conf(conf), Broker.from_conf(conf),
-                                 pipeline_settings(conf), fence=self.fence,
+        settings = self.settings
+        self.client = EtcdClient(settings.etcd.endpoints)
+        self.fence = OwnershipFence(settings.etcd.endpoints, settings.etcd.root, 0, reachability=self.reachability)
+        if settings.node.metrics_port:
+            self.metrics = MetricsServer(self.view(), settings.node.metrics_address, settings.node.metrics_port).start()
+        self.pipeline = Pipeline(self.spark, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
                                  on_cycle=self.metrics.on_cycle if self.metrics else None)
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
         self._register()
-        self.flushes = FlushWatcher(self.client, conf.get("etcd.root"), self.pipeline).start()
+        self.flushes = FlushWatcher(self.client, settings.etcd.root, self.pipeline).start()
         self.publish([])
         self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
         self._rejoiner.start()
@@ -121,9 +91,9 @@ class DataNode:
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
-        root = self.conf.get("etcd.root")
-        session = Session(self.client, root, "datanode", self.conf.get("datanode.address"),
-                          ttl=max(1, int(self.conf.get("session.ttl"))), on_lost=self._on_lost,
+        root = self.settings.etcd.root
+        session = Session(self.client, root, "datanode", self.settings.node.address,
+                          ttl=max(1, int(self.settings.etcd.session_ttl)), on_lost=self._on_lost,
                           reachability=self.reachability)
         self.session = session
         self.fence.node_id = self.pipeline.node_id = session.server_id
@@ -185,7 +155,7 @@ class DataNode:
     def publish(self, rows: list[dict]) -> None:
         """Write this node's status document for ``admin health`` (``rows``: ``progress()``)."""
         failing = {r["vchannel"]: r["last_error"] for r in rows if r["status"] == "failed"}
-        status = NodeStatus(process_name(), self.node_id, time.time(), self.conf.get("standalone.progress.interval"),
+        status = NodeStatus(process_name(), self.node_id, time.time(), self.settings.node.progress_interval,
                             len(rows), sum(r["status"] != "failed" for r in rows),
                             dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
                             self.reachability.error or None, self.sessions_lost)

@@ -8,6 +8,7 @@ import signal
 import time
 
 from ..config import Conf
+from ..settings import Settings
 from .node import DataNode
 from .progress import ProgressReporter
 from .spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
@@ -21,9 +22,10 @@ def run(conf: Conf) -> int:
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
-    spark = spark_session(conf)
-    node = DataNode(conf, spark)
-    reporter = ProgressReporter(conf.get("standalone.progress.interval"))
+    settings = Settings.of(conf)
+    spark = spark_session(conf.spark_conf(), settings)
+    node = DataNode(settings, spark)
+    reporter = ProgressReporter(settings.node.progress_interval)
     try:
         node.start()
         while not signals:

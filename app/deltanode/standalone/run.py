@@ -16,8 +16,7 @@ from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 from ..etcd.client import EtcdClient
-from ..mq.broker import Broker
-from ..wire.names import pchannel_name
+from ..settings import Settings
 from .lifecycle import ServiceGroup
 from .services import ServiceError
 from .timeticks import TimeTicker
@@ -55,32 +54,33 @@ def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> No
 
 
 def run(conf: Conf) -> int:
-    mirror = conf.get("milvus.meta.root") is not None
+    settings = Settings.of(conf)
+    mirror = settings.mirror.enabled
     with ServiceGroup(conf) as group:
-        broker = Broker.from_conf(conf)
-        pchannels = [pchannel_name(conf.get("mq.pchannel.prefix"), i) for i in range(conf.get("mq.pchannel.count"))]
-        client = EtcdClient(conf.get("etcd.endpoints"))
+        broker = settings.broker
+        pchannels = settings.pchannels.names()
+        client = EtcdClient(settings.etcd.endpoints)
         group.add("etcd client", client.close)
         if not mirror:
             created = broker.create_topics(pchannels)
             if created:
                 log.info("created %d pchannel topics on %s", len(created), broker.address)
                 refuse_lost_topics(client, conf, created)
-            if conf.get("standalone.timetick.interval") > 0:
-                ticker = TimeTicker(broker, pchannels, conf.get("standalone.timetick.interval")).start()
+            if settings.timetick_interval > 0:
+                ticker = TimeTicker(broker, pchannels, settings.timetick_interval).start()
                 group.add("timeticks", ticker.stop)
-        coord = DataCoord.from_conf(conf, client).start()
+        coord = DataCoord.of(settings, client).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
-        spark = spark_session(conf, "deltanode-standalone")
+        spark = spark_session(conf.spark_conf(), settings, "deltanode-standalone")
         group.add("spark", lambda: _stop_spark(spark))
-        node = DataNode(conf, spark)
+        node = DataNode(settings, spark)
         group.add("datanode", node.stop)
         node.start()
         log.info("standalone up: etcd %s, %s broker %s, Delta tables under %s, collections from %s; Ctrl-C to stop",
-                 conf.get("etcd.endpoints"), broker.kind, broker.address, conf.get("storage.root"),
+                 settings.etcd.endpoints, broker.kind, broker.address, settings.storage.root,
                  coord.catalog.describe())
-        reporter = ProgressReporter(conf.get("standalone.progress.interval"))
+        reporter = ProgressReporter(settings.node.progress_interval)
         while not group.wait(1.0):
             restarted = group.check()   # an embedded service that exited is started again
             if group.broker is not None and group.broker.name in restarted and not mirror:

@@ -1,0 +1,145 @@
+"""The conf as typed sections, one per concern, made once at start (``Settings.of``).
+
+``config.Conf`` reads and checks a conf file key by key; the components take these frozen
+sections instead, so each knows the few values it uses by name and type, and the conf keys are
+read in this one place (plus the broker's and the storage's own ``from_conf``, which carry
+client settings and credentials that never show in a repr).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Conf
+from .flowgraph.seal_policy import SealSettings
+from .mq.broker import Broker
+from .pipeline.pipeline import PipelineSettings
+from .pipeline.plan import Limits
+from .pipeline.sync_policy import SyncSettings
+from .storage.compaction import CompactionSettings
+from .storage.layout import StorageLayout
+from .wire.names import pchannel_name
+
+
+class MirrorStart(enum.StrEnum):
+    """Where a mirrored vchannel that never committed starts (``milvus.start``)."""
+
+    CREATION = "creation"       # right after the collection's CreateCollection message
+    CHECKPOINT = "checkpoint"   # there, else at Milvus's own channel checkpoint (the gap recorded)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EtcdSettings:
+    endpoints: str
+    root: str
+    session_ttl: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorSettings:
+    """The Milvus whose collections are mirrored; ``meta_root`` None: DeltaNode's own catalog."""
+
+    meta_root: str | None = None
+    etcd_endpoints: str | None = None      # None: DeltaNode's etcd
+    start: MirrorStart = MirrorStart.CREATION
+
+    @property
+    def enabled(self) -> bool:
+        return self.meta_root is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PchannelSettings:
+    """DeltaNode's own catalog's pchannels (a mirrored Milvus's come from its meta)."""
+
+    prefix: str
+    count: int
+
+    def names(self) -> list[str]:
+        return [pchannel_name(self.prefix, i) for i in range(self.count)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbeddedSettings:
+    """What ``standalone`` starts itself."""
+
+    etcd: bool
+    broker: bool
+    data_dir: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSettings:
+    """A DataNode process: its session, metrics, progress reports and Spark warm-up."""
+
+    address: str
+    metrics_port: int                  # 0: no metrics server
+    metrics_address: str
+    progress_interval: float
+    warmup: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataCoordSettings:
+    watch_timeout: float
+    balance: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    etcd: EtcdSettings
+    mirror: MirrorSettings
+    pchannels: PchannelSettings
+    embedded: EmbeddedSettings
+    node: NodeSettings
+    pipeline: PipelineSettings
+    datacoord: DataCoordSettings
+    timetick_interval: float           # standalone's own TimeTicks (0: none)
+    broker: Broker
+    storage: StorageLayout
+
+    @classmethod
+    def of(cls, conf: Conf) -> Settings:
+        mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"), etcd_endpoints=conf.get("milvus.etcd.endpoints"),
+                                start=MirrorStart(conf.get("milvus.start")))
+        return cls(
+            etcd=EtcdSettings(endpoints=conf.get("etcd.endpoints"), root=conf.get("etcd.root"),
+                              session_ttl=conf.get("session.ttl")),
+            mirror=mirror,
+            pchannels=PchannelSettings(prefix=conf.get("mq.pchannel.prefix"), count=conf.get("mq.pchannel.count")),
+            embedded=EmbeddedSettings(etcd=conf.get("embedded.etcd"), broker=conf.get("embedded.broker"),
+                                      data_dir=Path(conf.get("embedded.data.dir"))),
+            node=NodeSettings(address=conf.get("datanode.address"), metrics_port=conf.get("metrics.port"),
+                              metrics_address=conf.get("metrics.address"),
+                              progress_interval=conf.get("standalone.progress.interval"),
+                              warmup=conf.get("datanode.warmup")),
+            pipeline=_pipeline(conf, mirror),
+            datacoord=DataCoordSettings(watch_timeout=conf.get("datacoord.watch.timeout"),
+                                        balance=conf.get("datacoord.channel.balance")),
+            timetick_interval=conf.get("standalone.timetick.interval"),
+            broker=Broker.from_conf(conf),
+            storage=StorageLayout.from_conf(conf),
+        )
+
+
+def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:
+    return PipelineSettings(
+        limits=Limits(max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
+                      catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits")),
+        sync=SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
+                          checkpoint_interval=conf.get("datanode.checkpoint.interval"),
+                          idle_rate=conf.get("datanode.checkpoint.max.rate")),
+        trigger_interval=conf.get("datanode.trigger.interval"),
+        compaction=CompactionSettings(interval=conf.get("datanode.compaction.interval"),
+                                      min_files=conf.get("datanode.compaction.min.files"),
+                                      target_bytes=conf.get("datanode.compaction.target.size"),
+                                      retention=conf.get("datanode.compaction.retention"),
+                                      orphan_retention=conf.get("datanode.compaction.orphan.retention"),
+                                      deleted_ratio=conf.get("datanode.compaction.deleted.ratio")),
+        # A mirrored Milvus's DataCoord seals the segments its proxies write to (SealSettings).
+        seal=SealSettings(by_policies=not mirror.enabled, max_size=conf.get("datanode.segment.max.size"),
+                          seal_proportion=conf.get("datanode.segment.seal.proportion"),
+                          max_life=conf.get("datanode.segment.max.life"), max_idle=conf.get("datanode.segment.max.idle"),
+                          min_size_from_idle=conf.get("datanode.segment.min.size.from.idle")))
