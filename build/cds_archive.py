@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     archive = os.path.abspath(args.archive)
     sys.path.insert(0, os.path.abspath(APP))
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
     from deltanode.jvm import C1_ONLY
     from deltanode.pipeline.warmup import warm_up
-    from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
     spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={

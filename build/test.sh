@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bootstrap (idempotent), then run the whole test suite. Extra arguments go to pytest,
+# Bootstrap (idempotent), lint (build/lint.sh: ruff and mypy; a finding fails the run before
+# any test), then run the whole test suite. Extra arguments go to pytest,
 # e.g. build/test.sh -k config -x; with a path among them only those paths run
 # (build/test.sh tests/unit).
 set -uo pipefail
@@ -8,6 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 bash build/bootstrap.sh || { echo "build/test.sh: bootstrap failed" >&2; exit 1; }
+bash build/lint.sh || { echo "build/test.sh: lint failed" >&2; exit 1; }
 bash build/milvus_env.sh || { echo "build/test.sh: the real-Milvus environment failed" >&2; exit 1; }
 
 TARGET=(tests)

@@ -36,7 +36,8 @@ def by_polars(uri: str, columns: list[str]) -> pa.Table:
 
 
 def by_deltalake_sql(uri: str, columns: list[str]) -> pa.Table:
-    return pa.table(QueryBuilder().register("t", DeltaTable(uri)).execute(f"SELECT {_select(columns)} FROM t").read_all())
+    query = QueryBuilder().register("t", DeltaTable(uri))
+    return pa.table(query.execute(f"SELECT {_select(columns)} FROM t").read_all())
 
 
 READERS = {"duckdb": by_duckdb, "polars": by_polars, "deltalake-sql": by_deltalake_sql}

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from pyarrow import fs as pafs
+
 from deltanode.storage.deletion_vectors import (
     FILE_VERSION,
     DeletionVector,
@@ -19,7 +21,6 @@ from deltanode.storage.deletion_vectors import (
     serialize,
     z85_encode,
 )
-from pyarrow import fs as pafs
 
 
 @dataclass(frozen=True, kw_only=True)

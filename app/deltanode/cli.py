@@ -19,7 +19,7 @@ import importlib
 import logging
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from deltanode import __version__
 from deltanode.config import ENV_PREFIX, ConfError, load_conf

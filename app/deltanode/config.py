@@ -49,9 +49,10 @@ import difflib
 import os
 import re
 import urllib.parse
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "ConfError", "Conf", "Key", "KEYS", "ENV_PREFIX", "COMMON_SPARK_KEYS", "load_conf",
@@ -625,9 +626,10 @@ def _check_cross(conf: Conf) -> None:
             fail("milvus.meta.root", "empty: give the Milvus meta root, e.g. by-dev/meta")
         if own == theirs or own.startswith(theirs + "/"):
             blamed = "milvus.meta.root" if conf.source("etcd.root") == "default" else "etcd.root"
-            fail(blamed, f"etcd.root {conf.get('etcd.root')!r} ({conf.source('etcd.root')}) is {'the' if own == theirs else 'inside the'} Milvus "
-                              f"meta root {milvus_root!r} (milvus.meta.root): DeltaNode never writes under Milvus's "
-                              f"keys; give it a root of its own, e.g. deltanode/meta")
+            where = "the" if own == theirs else "inside the"
+            fail(blamed, f"etcd.root {conf.get('etcd.root')!r} ({conf.source('etcd.root')}) is {where} Milvus "
+                         f"meta root {milvus_root!r} (milvus.meta.root): DeltaNode never writes under Milvus's "
+                         f"keys; give it a root of its own, e.g. deltanode/meta")
     if conf.get("embedded.etcd"):
         eps = conf.hostports("etcd.endpoints")
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from .mq.broker import Broker
 from .storage.deletion_vectors import DeletionVector
 from .storage.layout import StorageLayout
+
+# A primary key's value: int (an Int64 key) or str (a VarChar key). One type in a collection, so
+# keys compare with each other; a union would not say that to mypy.
+PrimaryKey: TypeAlias = Any
 
 
 class TableKind(enum.StrEnum):
@@ -217,8 +222,8 @@ class MarkCandidate:
     rows: int
     partition_id: int
     deletion_vector: DeletionVector | None     # its DV when the task was planned
-    pk_min: object = None                      # its key range (stats), None when unknown
-    pk_max: object = None
+    pk_min: PrimaryKey | None = None           # its key range (stats), None when unknown
+    pk_max: PrimaryKey | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

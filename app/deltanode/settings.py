@@ -102,7 +102,8 @@ class Settings:
 
     @classmethod
     def of(cls, conf: Conf) -> Settings:
-        mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"), etcd_endpoints=conf.get("milvus.etcd.endpoints"),
+        mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"),
+                                etcd_endpoints=conf.get("milvus.etcd.endpoints"),
                                 start=MirrorStart(conf.get("milvus.start")))
         return cls(
             etcd=EtcdSettings(endpoints=conf.get("etcd.endpoints"), root=conf.get("etcd.root"),
@@ -126,7 +127,8 @@ class Settings:
 
 def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:
     return PipelineSettings(
-        limits=Limits(max_messages=conf.get("datanode.batch.max.messages"), max_bytes=conf.get("datanode.batch.max.bytes"),
+        limits=Limits(max_messages=conf.get("datanode.batch.max.messages"),
+                      max_bytes=conf.get("datanode.batch.max.bytes"),
                       catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits")),
         sync=SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
                           checkpoint_interval=conf.get("datanode.checkpoint.interval"),
@@ -141,5 +143,6 @@ def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:
         # A mirrored Milvus's DataCoord seals the segments its proxies write to (SealSettings).
         seal=SealSettings(by_policies=not mirror.enabled, max_size=conf.get("datanode.segment.max.size"),
                           seal_proportion=conf.get("datanode.segment.seal.proportion"),
-                          max_life=conf.get("datanode.segment.max.life"), max_idle=conf.get("datanode.segment.max.idle"),
+                          max_life=conf.get("datanode.segment.max.life"),
+                          max_idle=conf.get("datanode.segment.max.idle"),
                           min_size_from_idle=conf.get("datanode.segment.min.size.from.idle")))

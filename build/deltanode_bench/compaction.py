@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+
 from deltanode.executor.binlog_writer import INSERT_STATS
 from deltanode.executor.rewrite import rewrite
 from deltanode.records import Rewrite

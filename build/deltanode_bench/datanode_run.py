@@ -72,6 +72,8 @@ def child(args: dict) -> int:
     _emit(status, "process_started")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", "")
+    from pyspark.sql import SparkSession
+
     from deltanode.jvm import spark_defaults
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
@@ -81,7 +83,6 @@ def child(args: dict) -> int:
     from deltanode.storage.layout import StorageLayout
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.milvus_proto import schema_pb2
-    from pyspark.sql import SparkSession
 
     # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
     spark = SparkSession.builder.appName("deltanode-bench").config(map={

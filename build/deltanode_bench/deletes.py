@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
 from deltanode.executor.delete_marks import ALL_PARTITIONS
 from deltanode.storage.delta_log import DeltaLog
 
@@ -332,7 +333,8 @@ def figures(run: DeleteRun, phase: Phase, commits: dict[str, list[lat.Commit]]) 
     cycles = [e for e in events if e["ev"] == "cycle" and phase.t0 <= e["started"] <= phase.t1]
     numbers = {c["number"] for c in cycles}
     return Figures(phase, len(inserts), sum(s.size for s in inserts), insert_lat, uncommitted,
-                   sum(len(r) for r in phase.batches.values()), sum(r.deletes for b in phase.batches.values() for r in b),
+                   sum(len(r) for r in phase.batches.values()),
+                   sum(r.deletes for b in phase.batches.values() for r in b),
                    to_commit, [t for i, t in phase.tracker.latencies.items() if i != CONTROL],
                    window(run.node.sampler.samples, phase.t0, phase.t1), cycles,
                    [e for e in events if e["ev"] == "cycle" and phase.t0 <= e["started"] <= phase.t_settled],
@@ -377,7 +379,8 @@ def _mark_rows(f: Figures) -> list[list[str]]:
     return [
         ["mark jobs (cycles marking rows)", f"{jobs} ({len(with_marks)})"],
         ["mark job ms / candidate files: first 10% of jobs -> last 10%",
-         f"{_ms(_mean([m['job_s'] for m in marks[:tenth]]))} / {_per(sum(m['candidates'] for m in marks[:tenth]), tenth)}"
+         f"{_ms(_mean([m['job_s'] for m in marks[:tenth]]))} / "
+         f"{_per(sum(m['candidates'] for m in marks[:tenth]), tenth)}"
          f" -> {_ms(_mean([m['job_s'] for m in marks[-tenth:]]))} / "
          f"{_per(sum(m['candidates'] for m in marks[-tenth:]), tenth)}" if jobs else "-"],
         ["mark job ms: whole / its longest task / rest (Spark)",
@@ -456,8 +459,9 @@ def targets(figs: list[Figures], check: Check) -> list[str]:
     if with_d.visible:
         p99 = lat.percentile(with_d.visible, 99)
         seen = with_d.phase.tracker.pending == 0
-        lines.append(f"  delete -> visible to DuckDB p99 <= {VISIBLE_P99:.0f} s: {p99:.2f} s over {len(with_d.visible)} "
-                     f"batches{'' if seen else f', {with_d.phase.tracker.pending} never seen'} -> "
+        unseen = "" if seen else f", {with_d.phase.tracker.pending} never seen"
+        lines.append(f"  delete -> visible to DuckDB p99 <= {VISIBLE_P99:.0f} s: {p99:.2f} s over "
+                     f"{len(with_d.visible)} batches{unseen} -> "
                      f"{verdict(p99 <= VISIBLE_P99 and seen)}")
     else:
         lines.append("  delete -> visible to DuckDB: no batch seen deleted -> NOT met")

@@ -51,7 +51,8 @@ def commits_from_log(table_uri: str) -> dict[str, list[Commit]]:
         for a in actions:
             if "txn" in a:
                 v = a["txn"]["appId"]
-                out.setdefault(v, []).append(Commit(int(name[:20]), int(a["txn"]["version"]), info["timestamp"] / 1000.0,
+                out.setdefault(v, []).append(Commit(int(name[:20]), int(a["txn"]["version"]),
+                                                    info["timestamp"] / 1000.0,
                                                     int(states.get(v, {}).get("rows", 0))))
     return out
 

@@ -259,7 +259,8 @@ class Bench:
         self._nodes += 1
         n = self._nodes
         a = self.args
-        spec = {"mq": self.broker.kind, "address": self.broker.address, "storage_root": self.storage_root, "status_file": "",
+        spec = {"mq": self.broker.kind, "address": self.broker.address, "storage_root": self.storage_root,
+                "status_file": "",
                 "collections": [{"collection_id": coll.collection_id, "vchannels": coll.vchannels,
                                  "schema_b64": coll.schema_b64}],
                 "trigger_s": a.trigger_ms / 1000, "max_messages": a.max_messages_per_batch,

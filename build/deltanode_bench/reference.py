@@ -42,7 +42,8 @@ def kafka_chunks(bootstrap: str, topic: str, start: int, end: int) -> Iterator[l
     try:
         while next_offset < end:
             if time.monotonic() - last_progress > STALL_S:
-                raise RuntimeError(f"no data from {topic} at offset {next_offset} for {STALL_S} s (range ends at {end})")
+                raise RuntimeError(f"no data from {topic} at offset {next_offset} for {STALL_S} s "
+                                   f"(range ends at {end})")
             chunk = []
             for m in consumer.consume(num_messages=min(64, end - next_offset), timeout=0.5):
                 if m.error() is not None:
@@ -62,8 +63,10 @@ def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterato
     """The values of positions [start, end) of ``topic``, one message at a time (a repeat the
     broker delivers is dropped, as the DataNode drops it)."""
     import pulsar
+
     from deltanode.mq.pulsar import message_id, position, topic_name
-    client = pulsar.Client(service_url, operation_timeout_seconds=10, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    client = pulsar.Client(service_url, operation_timeout_seconds=10,
+                           logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     first = message_id(start) if start > 0 else pulsar.MessageId.earliest
     reader = client.create_reader(topic_name(topic), first, receiver_queue_size=1, start_message_id_inclusive=True)
     last = start - 1
@@ -72,7 +75,8 @@ def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterato
             try:
                 msg = reader.read_next(STALL_S * 1000)
             except pulsar.Timeout:
-                raise RuntimeError(f"no data from {topic} after position {last} for {STALL_S} s (range ends at {end})")
+                raise RuntimeError(f"no data from {topic} after position {last} for {STALL_S} s "
+                                   f"(range ends at {end})") from None
             pos = position(msg.message_id().ledger_id(), msg.message_id().entry_id())
             if pos <= last:
                 continue
@@ -87,9 +91,10 @@ def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from pymilvus.grpc_gen import schema_pb2
+
     from deltanode.executor import decode
     from deltanode.wire.schema import CollectionLayout
-    from pymilvus.grpc_gen import schema_pb2
 
     layout = CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(base64.b64decode(ch["schema_b64"])))
     schema = layout.insert_schema()

@@ -48,7 +48,8 @@ from .workload import BenchProducer, Sent, bench_schema
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PCHANNELS = 16
 ROWS, DIM = 50, 128
-SERVICES = ("etcd", "tansu", "pulsar-lite")   # process names of the embedded services, left out of the DataNode's figures
+# process names of the embedded services, left out of the DataNode's figures
+SERVICES = ("etcd", "tansu", "pulsar-lite")
 
 
 @dataclass
@@ -280,11 +281,13 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         t1 = time.time()
         proxy.sender.flush(60)
         say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")
-        last = {(r.collection_id, v): max((s.offset for s in producers[r.collection_id].sent if s.rows and s.topic == p),
-                                          default=-1) for r in records for p, v in zip(r.pchannels, r.vchannels)}
+        last = {(r.collection_id, v): max((s.offset for s in producers[r.collection_id].sent
+                                           if s.rows and s.topic == p), default=-1)
+                for r in records for p, v in zip(r.pchannels, r.vchannels)}
         deadline = time.monotonic() + drain
         while time.monotonic() < deadline and not all(
-                (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) > off for (cid, v), off in last.items()):
+                (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) > off
+                for (cid, v), off in last.items()):
             time.sleep(2)
         stats = window(sampler.samples, t0, t1)
     finally:
@@ -298,7 +301,8 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
     lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
     inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
     return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores,
-                       (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services, stats.cores_machine,
+                       (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
+                       stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
                        _cycle_median(node.text(), t0, t1), setup_s)
 
@@ -307,7 +311,8 @@ def render(results: list[ScaleResult], argv: list[str]) -> str:
     out = ["DeltaNode scale benchmark", f"command : build/bench.sh {' '.join(argv)}",
            f"traffic : per vchannel one InsertRequest of {ROWS} rows x {DIM}-dim a second; a TimeTick every 200 ms "
            f"on each of {PCHANNELS} pchannels; collections of 2 shards; standalone with its defaults", "",
-           "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) without the embedded etcd and broker "
+           "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) "
+           "without the embedded etcd and broker "
            "(services); cores averaged and RSS (summed over the tree) at its peak during the load; latency = insert "
            "produce() -> timestamp of the Delta commit covering it"]
     rows = []
@@ -318,7 +323,8 @@ def render(results: list[ScaleResult], argv: list[str]) -> str:
                      " / ".join(secs(c) for c in r.cores_split), secs(r.cores_services),
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
                      secs(r.cycle_median), r.rows_produced, r.rows_committed, r.uncommitted, secs(r.setup_s, 0)])
-    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "driver / JVM / workers", "services cores", "machine cores",
+    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "driver / JVM / workers",
+                      "services cores", "machine cores",
                       "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s", "median cycle s", "rows produced",
                       "rows in Delta", "inserts uncommitted", "setup s"], rows))
     out += ["", "Targets (issue 8)"]

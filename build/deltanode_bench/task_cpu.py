@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import numpy as np
+
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
@@ -99,7 +100,8 @@ def main() -> None:
         times = [run(storage, msgs, contexts, layouts) for _ in range(args.runs)]
         total = sum(len(v) for v in msgs.values())
         print(f"{total} messages for {len(contexts)} vchannels ({len(contexts)} binlog files a run): "
-              f"CPU per run {' / '.join(f'{t:.3f}' for t in times)} s, best {min(times) * 1e3 / total:.3f} ms a message")
+              f"CPU per run {' / '.join(f'{t:.3f}' for t in times)} s, "
+              f"best {min(times) * 1e3 / total:.3f} ms a message")
         if args.profile:
             profile = cProfile.Profile()
             profile.enable()

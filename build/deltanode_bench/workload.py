@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, field_data, ticker
 from deltanode.wire.milvus_proto import msg_pb2
@@ -151,7 +152,8 @@ def make_collection(broker: Broker, collection_id: int, dim: int, shards: int,
     schema = schema_from_json(bench_schema(dim), name)
     layout = CollectionLayout.from_proto(schema)
     producer = BenchProducer(Proxy(broker), layout, collection_id, name)
-    coll = BenchCollection(collection_id, name, dim, pchannels, vchannels, base64.b64encode(schema.SerializeToString()).decode(), producer,
+    coll = BenchCollection(collection_id, name, dim, pchannels, vchannels,
+                           base64.b64encode(schema.SerializeToString()).decode(), producer,
                            {v: 1000 + i for i, v in enumerate(vchannels)})
     ticker(producer, pchannels, coll._stop, tick_interval)
     return coll

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+
 from deltanode.config import Conf
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
@@ -34,8 +35,9 @@ def client(etcd_server):
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from deltanode.jvm import spark_defaults
     from pyspark.sql import SparkSession
+
+    from deltanode.jvm import spark_defaults
     session = SparkSession.builder.appName("deltanode-tests").config(map={
         **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
@@ -145,7 +147,8 @@ def conf(etcd_server, mq, etcd_root, tmp_path):
     broker = {"mq.type": "pulsar", "mq.pulsar.service.url": mq.address} if mq.kind == "pulsar" else \
         {"mq.kafka.bootstrap.servers": mq.address}
     return Conf.from_dict({
-        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root, **broker, "storage.root": str(tmp_path / "delta"),
+        "etcd.endpoints": etcd_server.endpoint, "etcd.root": etcd_root, **broker,
+        "storage.root": str(tmp_path / "delta"),
         "mq.pchannel.prefix": f"sys{int(time.time() * 1000) % 10**9}-rootcoord-dml", "mq.pchannel.count": 4,
         "datanode.trigger.interval": "200ms",
         "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",

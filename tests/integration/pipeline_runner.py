@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "app"))
 
-from deltanode import faults  # noqa: E402
+from deltanode import faults  # after the sys.path line above
 
 
 def main() -> int:
@@ -25,6 +25,8 @@ def main() -> int:
     faults.arm(os.getpgrp())
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
+    from pyspark.sql import SparkSession
+
     from deltanode.jvm import spark_defaults
     from deltanode.logs import setup_logging
     from deltanode.mq.broker import Broker
@@ -35,7 +37,6 @@ def main() -> int:
     from deltanode.storage.layout import StorageLayout
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.schema import schema_from_json
-    from pyspark.sql import SparkSession
     spark = SparkSession.builder.config(map={**spark_defaults(), "spark.ui.enabled": "false"}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     setup_logging("INFO")

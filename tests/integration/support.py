@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import create_collection
 from deltanode.datacoord.catalogs import open_catalog
@@ -220,8 +221,9 @@ def data_files_added(table_root: str) -> int:
 
 def coordinator(client: EtcdClient, conf: Conf, balance: bool = True) -> DataCoord:
     """A started DataCoord for ``conf``'s etcd root, storage and broker, quick to react."""
-    return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")), CODECS[conf.get("mq.type")],
-                     open_catalog(Settings.of(conf), client), watch_timeout=30, refresh_interval=0.5, balance=balance).start()
+    return DataCoord(client, conf.get("etcd.root"), StorageLayout(conf.get("storage.root")),
+                     CODECS[conf.get("mq.type")], open_catalog(Settings.of(conf), client),
+                     watch_timeout=30, refresh_interval=0.5, balance=balance).start()
 
 
 class TwoShards:

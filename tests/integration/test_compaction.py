@@ -13,6 +13,7 @@ import time
 
 import pyarrow as pa
 import pytest
+
 from deltanode.storage.compaction import CompactionSettings
 from deltanode.storage.layout import segment_of
 from deltanode.storage.tables import open_table, read_table
@@ -73,8 +74,8 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
     for coll in colls:
         coll.producer.flush_producer()
         targets = {v: settled_watermark(coll, p) for p, v in zip(coll.pchannels, coll.vchannels)}
-        wait_until(lambda: all(coll.committed_offset(v) >= t for v, t in targets.items()), 90,
-                   "every vchannel to commit the traffic")
+        wait_until(lambda coll=coll, targets=targets: all(coll.committed_offset(v) >= t for v, t in targets.items()),
+                   90, "every vchannel to commit the traffic")
     totals = copy.copy(pipe.compactor.totals)
     assert totals.rewrites > 0 and totals.failed == 0, totals
     before = {c.collection_id: sum(segment_files(c).values()) for c in colls}

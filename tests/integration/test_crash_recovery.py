@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+
 from deltanode.faults import COMPACTION_POINTS, CRASH_AT, CRASH_DIR, POINTS
 from deltanode.storage.tables import open_table, read_table
 
@@ -30,7 +31,8 @@ def runner_args(colls, tmp_path, targets: dict[str, int], max_messages: int, **e
     return [sys.executable, RUNNER, json.dumps(args)]
 
 
-def run_node(colls, tmp_path, targets, crash: str | None, max_messages: int = 6, **extra) -> subprocess.CompletedProcess:
+def run_node(colls, tmp_path, targets, crash: str | None, max_messages: int = 6,
+             **extra) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT, CRASH_DIR)}
     if crash:
         env[CRASH_AT], env[CRASH_DIR] = crash, str(tmp_path)
@@ -71,7 +73,8 @@ def test_sigkill_then_restart_keeps_every_row_exactly_once(point, mq, make_colle
 
     produce(40)
     crashed = run_node([coll], tmp_path, {v: settled_watermark(coll, p)}, crash=f"{point}:3")
-    assert crashed.returncode < 0, f"the node was not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}"
+    assert crashed.returncode < 0, (
+        f"the node was not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}")
     rows_at_crash = len(coll.insert_rows())
     produce(10)  # more traffic while the node is down
     target = settled_watermark(coll, p)
@@ -79,8 +82,8 @@ def test_sigkill_then_restart_keeps_every_row_exactly_once(point, mq, make_colle
     restarted = run_node([coll], tmp_path, {v: target}, crash=None)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     rows, _ = exactly_once(coll, produced, deleted)
-    print(f"{mq.kind} {point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, {rows} after restart, "
-          f"0 duplicated")
+    print(f"{mq.kind} {point}: produced {len(produced)} rows, {rows_at_crash} in Delta at the crash, "
+          f"{rows} after restart, 0 duplicated")
     deletes = read_table(coll.storage, coll.storage.delta_log(coll.collection_id)).column("pk").to_pylist()
     assert sorted(deletes) == sorted(deleted)
     state = coll.state(v)
@@ -109,7 +112,8 @@ def test_sigkill_during_a_compaction_commit_loses_nothing(point, make_collection
     produce(40)
     crashed = run_node([coll], tmp_path, {v: settled_watermark(coll, p)}, crash=f"{point}:1", max_messages=2,
                        compaction=compaction, rewrites=1)
-    assert crashed.returncode < 0, f"the node was not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}"
+    assert crashed.returncode < 0, (
+        f"the node was not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}")
     rows_at_crash = len(coll.insert_rows())
     produce(10)
     target = settled_watermark(coll, p)
@@ -136,7 +140,7 @@ def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(make_col
     produced = {c.collection_id: [] for c in colls}
 
     def produce(rounds: int) -> None:
-        for r in range(rounds):
+        for _ in range(rounds):
             for c in colls:
                 for k, (p, v) in enumerate(zip(c.pchannels, c.vchannels)):
                     first = c.producer.insert(p, v, segment_id=c.collection_id * 10 + k, partition_id=1, rows=20)
@@ -167,5 +171,6 @@ def test_forty_vchannels_on_four_pchannels_survive_a_sigkill_mid_stream(make_col
         rows, _ = exactly_once(c, produced[c.collection_id])
         total += rows
     expected = sum(len(p) for p in produced.values())
-    print(f"40 vchannels: produced {expected} rows, {at_kill} in Delta at the kill, {total} after restart, 0 duplicated")
+    print(f"40 vchannels: produced {expected} rows, {at_kill} in Delta at the kill, {total} after restart, "
+          f"0 duplicated")
     assert at_kill < expected

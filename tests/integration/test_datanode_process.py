@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from deltanode.storage.layout import StorageLayout
 
 from .processes import descendants, start, stop, zombie

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+
 from deltanode.datanode.node import DataNode
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient

@@ -8,6 +8,7 @@ current state: the rows the test's own model keeps, with the upserted versions, 
 from __future__ import annotations
 
 import pytest
+
 from deltanode.storage.current_state import current_rows
 
 from ..delta_readers import READERS

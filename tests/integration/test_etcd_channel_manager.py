@@ -6,13 +6,14 @@ import threading
 import time
 
 import pytest
+from pymilvus.grpc_gen import msg_pb2, schema_pb2
+
 from deltanode.datacoord.channel_manager import ChannelManager, ChannelSpec
 from deltanode.datanode.channel_watch import ChannelWatcher
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
 from deltanode.etcd.session import Session
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
-from pymilvus.grpc_gen import msg_pb2, schema_pb2
 
 from .support import wait_until
 

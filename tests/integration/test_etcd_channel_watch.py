@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from deltanode.datanode.channel_watch import ChannelWatcher
 from deltanode.etcd import keys
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo

@@ -8,6 +8,7 @@ import time
 import urllib.request
 
 import pytest
+
 from deltanode.etcd.client import EtcdClient, EtcdUnavailable
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.watch import DELETE, PUT

@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from pymilvus.grpc_gen import schema_pb2
+
 from deltanode.etcd import keys
 from deltanode.etcd.fence import OwnershipFence
 from deltanode.etcd.session import Session
 from deltanode.standalone.services import free_port
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
-from pymilvus.grpc_gen import schema_pb2
 
 from .support import wait_until
 

@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+
 from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.storage.layout import StorageLayout
 

@@ -6,8 +6,9 @@ import json
 
 import pyarrow as pa
 import pytest
-from deltanode.storage.tables import open_table, read_table
 from pymilvus.grpc_gen import common_pb2, msg_pb2
+
+from deltanode.storage.tables import open_table, read_table
 
 from .support import ALL_BROKERS, settled_watermark, wait_until
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+
 from deltanode.admin import commands
 from deltanode.datanode.node import DataNode
 from deltanode.etcd import flush_request

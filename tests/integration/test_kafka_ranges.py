@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Producer
+
 from deltanode.mq.kafka import Watermarks, create_topics, read_ranges
 from deltanode.mq.types import BrokerError, OffsetRange
 
@@ -56,7 +57,7 @@ def test_high_watermarks_of_many_partitions_in_one_request_and_a_missing_topic_a
     create_topics(broker.bootstrap_servers, topics)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
     for n, t in enumerate(topics):
-        for i in range(3 * n + 2):   # 2, 5 and 8 messages, each its own batch
+        for _ in range(3 * n + 2):   # 2, 5 and 8 messages, each its own batch
             producer.produce(t, b"m")
             producer.flush()
     producer.produce(topics[0], b"tick")   # a broker may leave the last batch out of its high watermark

@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+
 from deltanode.config import Conf
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError, free_port

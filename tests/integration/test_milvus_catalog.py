@@ -64,8 +64,10 @@ def test_collections_are_read_from_milvus_meta_with_fields_and_partitions_joined
 
     assert sorted(records) == ["docs", "items"]   # not being created, not a tombstone or garbage
     docs = records["docs"]
-    assert (docs.collection_id, docs.state, docs.database, docs.shards) == (445000000000000001, CollectionStatus.CREATED, "default", 2)
-    assert docs.vchannels == ["by-dev-rootcoord-dml_3_445000000000000001v0", "by-dev-rootcoord-dml_7_445000000000000001v1"]
+    assert (docs.collection_id, docs.state, docs.database, docs.shards) == (
+        445000000000000001, CollectionStatus.CREATED, "default", 2)
+    assert docs.vchannels == ["by-dev-rootcoord-dml_3_445000000000000001v0",
+                              "by-dev-rootcoord-dml_7_445000000000000001v1"]
     assert docs.start_offsets == {"by-dev-rootcoord-dml_3": 41, "by-dev-rootcoord-dml_7": 42}
     assert docs.partitions == {"_default": 445000000000000002, "p1": 445000000000000003}
     assert [f.fieldID for f in docs.schema.fields] == [0, 1, 100, 101, 102]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from deltanode.standalone.services import free_port
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout

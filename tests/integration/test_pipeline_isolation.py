@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from deltanode.etcd import keys
 from deltanode.etcd.fence import OwnershipFence
 from deltanode.etcd.session import Session
@@ -124,7 +125,8 @@ def test_a_vchannel_watched_far_behind_catches_up_without_stalling_the_others(pi
     while late.committed_offset(late.vchannels[0]) < head - 50:    # measured while it is still far behind
         sent = produce(live, 1)[live.vchannels[0]]
         started = time.monotonic()
-        wait_until(lambda: set(sent) <= set(pks_of(live, live.vchannels[0])), 30, "a live insert to commit", 0.05)
+        wait_until(lambda sent=sent: set(sent) <= set(pks_of(live, live.vchannels[0])), 30, "a live insert to commit",
+                   0.05)
         waits.append(time.monotonic() - started)
     wait_until(lambda: len(late.insert_rows()) >= len(backlog), 120, "the late vchannel to catch up")
     print(f"{len(waits)} live inserts -> committed while the late vchannel caught up: max {max(waits):.2f} s, "
@@ -154,6 +156,7 @@ def test_a_vchannel_whose_topic_was_created_again_is_not_read_from_its_old_offse
     checkpoint, is refused at the next load instead of read from the old offset (which would skip
     the new topic's first messages)."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
     from deltanode.flowgraph.recovery import TopicRecreated
 
     coll = make_collection(shards=1, ticking=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulsar
 import pytest
+
 from deltanode.standalone.services import EmbeddedPulsar
 from deltanode.wire.positions import pulsar_ledger_entry, pulsar_msg_id
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from deltanode.etcd.client import EtcdClient
 from deltanode.standalone.services import free_port
 from deltanode.storage import meta
@@ -161,7 +162,8 @@ class Mirror:
         self.storage = StorageLayout(str(tmp_path / "delta"))
         self.log = tmp_path / "mirror.log"
         self.env = dict(os.environ, DELTANODE_ETCD_ENDPOINTS=etcd_server.endpoint,
-                        DELTANODE_ETCD_ROOT=f"deltanode-{tmp_path.name}/meta", DELTANODE_MILVUS_META_ROOT=milvus.meta_root,
+                        DELTANODE_ETCD_ROOT=f"deltanode-{tmp_path.name}/meta",
+                        DELTANODE_MILVUS_META_ROOT=milvus.meta_root,
                         DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
                         DELTANODE_STORAGE_ROOT=str(self.storage.root), DELTANODE_METRICS_PORT=str(free_port()),
                         DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"),
@@ -277,8 +279,9 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, mil
                              f"{name}, read by {reader_name}")
         assert len(expected) == mc.count(name) > 0
         cid = made[name]["collection_id"]
-        print(f"{name:11} {len(expected):16,} {len(delta):19,} {table_rows(mirror.storage, mirror.storage.insert_log(cid)):16,}"
-              f" {table_rows(mirror.storage, mirror.storage.delta_log(cid)):15,}")
+        insert_rows = table_rows(mirror.storage, mirror.storage.insert_log(cid))
+        delta_rows = table_rows(mirror.storage, mirror.storage.delta_log(cid))
+        print(f"{name:11} {len(expected):16,} {len(delta):19,} {insert_rows:16,} {delta_rows:15,}")
     assert table_rows(mirror.storage, mirror.storage.quarantine(), "offset") == 0
     assert mirrored(mirror.storage, made["halves"]["collection_id"], HALVES) == \
         {i: halves_row(i) for i in range(50)}
@@ -298,7 +301,8 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, mil
     with EtcdClient(mirror.env["DELTANODE_ETCD_ENDPOINTS"]) as client:
         sessions = [k.rsplit("/", 1)[1] for k, _, _ in client.get_prefix(f"{milvus.meta_root}/session/")]
         assert len([s for s in sessions if s.startswith("datanode-")]) == 1, sessions
-        ours = {k.rsplit("/", 1)[1] for k, _, _ in client.get_prefix(f"{mirror.env['DELTANODE_ETCD_ROOT']}/channelwatch/")}
+        watch_root = f"{mirror.env['DELTANODE_ETCD_ROOT']}/channelwatch/"
+        ours = {k.rsplit("/", 1)[1] for k, _, _ in client.get_prefix(watch_root)}
         assert {v for d in made.values() for v in d["vchannels"]} <= ours
     mc.flush("sharded")
     assert mc.count("sharded") == len(mirrored(mirror.storage, made["sharded"]["collection_id"], SHARDED))

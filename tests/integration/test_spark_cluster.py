@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from deltanode.standalone.services import free_port
 from deltanode.storage.layout import StorageLayout
 
@@ -105,7 +106,8 @@ spark.driver.bindAddress = 127.0.0.1""")
     node = start("datanode", conf, log)
     try:
         traffic.burst(100)
-        wait_until(lambda: len(traffic.rows()) >= 1000, 240, "the DataNode on the cluster to commit part of the backlog")
+        wait_until(lambda: len(traffic.rows()) >= 1000, 240,
+                   "the DataNode on the cluster to commit part of the backlog")
         workers = python_workers_on_the_archive(work)
         assert workers, "no Python worker runs ./env/bin/python in an executor directory"
         executors = executor_jvms()

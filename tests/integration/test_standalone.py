@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from deltanode.standalone.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,8 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         assert sum(s["num_rows"] for s in segments) == 2000
         assert all(s["binlog_rows"] == s["num_rows"] and s["binlog_files"] for s in segments)
         rc, channels = admin(env, "show-channels")
-        assert [c["state"] for c in channels] == ["WatchSuccess", "WatchSuccess"] and all(c["checkpoint_ts"] for c in channels)
+        assert [c["state"] for c in channels] == ["WatchSuccess", "WatchSuccess"]
+        assert all(c["checkpoint_ts"] for c in channels)
         rc, health = admin(env, "health")
         assert rc == 0 and health["healthy"] is True
         # The driver's own metrics and health, as Prometheus and a probe see them.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from deltanode.storage.compaction import CompactionSettings
 from deltanode.storage.tables import open_table, read_table
 from deltanode.wire.schema import CollectionLayout
@@ -36,7 +37,7 @@ def test_every_type_is_stored_value_for_value_and_survives_compaction(pipelines,
         coll.producer.send_raw(p, req.SerializeToString())
         produced += rows_of(layout, req)
         target = settled_watermark(coll, p)
-        wait_until(lambda: coll.committed_offset(v) >= target, 90, "the insert to commit")
+        wait_until(lambda target=target: coll.committed_offset(v) >= target, 90, "the insert to commit")
     coll.producer.delete(p, v, PARTITION, ["pk-1"])
     target = settled_watermark(coll, p)
     wait_until(lambda: coll.committed_offset(v) >= target, 90, "the delete to commit")

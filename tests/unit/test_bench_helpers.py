@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+
 from deltanode_bench import latency as lat
 from deltanode_bench.main import parse_args
 from deltanode_bench.procs import Sample, _machine_busy, classify, window

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from pymilvus.grpc_gen import msg_pb2, schema_pb2
+
 from deltanode.etcd.fence import _watch_state
 from deltanode.wire.datapb import (
     ChannelWatchInfo,
@@ -10,7 +12,6 @@ from deltanode.wire.datapb import (
     SegmentInfo,
     VchannelInfo,
 )
-from pymilvus.grpc_gen import msg_pb2, schema_pb2
 
 
 def full_info(state: int) -> ChannelWatchInfo:

@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
+
 from deltanode import cli, jvm
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import threading
 
 import pyarrow as pa
 import pytest
+
 from deltanode.datacoord.catalog import CollectionRecord, OwnCatalog
 from deltanode.datacoord.recovery import vchannel_info
 from deltanode.executor.binlog_writer import BinlogWriter

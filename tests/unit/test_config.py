@@ -6,6 +6,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+
 from deltanode.config import (
     KEYS,
     Conf,

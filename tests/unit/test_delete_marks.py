@@ -3,6 +3,7 @@
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from deltanode.executor.delete_marks import (
     ALL_PARTITIONS,
     SortedKeys,

@@ -25,16 +25,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaProtocolError
+from pyarrow import fs as pafs
+
 from deltanode.storage import deletion_vectors as dv
-from deltanode.storage.log_replay import live_adds
-
-
-def live_deletion_vectors(filesystem, root, version=None) -> dict:
-    return {path: add.deletion_vector for path, add in live_adds(filesystem, root, version).items()}
 from deltanode.storage.layout import StorageLayout
+from deltanode.storage.log_replay import live_adds
 from deltanode.storage.pk_bloom import PkBloom, hash_keys
 from deltanode.storage.tables import open_or_create, read_table
-from pyarrow import fs as pafs
 
 from .. import dv_files
 
@@ -43,6 +40,11 @@ LOCAL = pafs.LocalFileSystem()
 SCHEMA = pa.schema([("pk", pa.int64()), ("_ts", pa.int64())])
 DUCKDB_DELTA = importlib.metadata.distribution("duckdb-ext-delta").locate_file(
     f"duckdb_ext/extensions/v{duckdb.__version__}/linux_amd64/delta.duckdb_extension")
+
+
+def live_deletion_vectors(filesystem, root, version=None) -> dict:
+    return {path: add.deletion_vector for path, add in live_adds(filesystem, root, version).items()}
+
 
 # delta-kernel-rs's test table table-with-dv-small (written by Databricks Runtime): its DV file
 # deletes rows 0 and 9; its add action: {"storageType":"u","pathOrInlineDv":"vBn[lx{q8@P<9BNH/isA",

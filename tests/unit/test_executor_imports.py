@@ -18,7 +18,8 @@ DRIVER_ONLY = ("deltanode.pipeline", "deltanode.flowgraph", "deltanode.datanode"
 
 
 def test_the_executor_package_imports_no_driver_module():
-    modules = ["deltanode.records"] + [f"deltanode.executor.{m.name}" for m in pkgutil.iter_modules(deltanode.executor.__path__)]
+    modules = ["deltanode.records"] + [f"deltanode.executor.{m.name}"
+                                       for m in pkgutil.iter_modules(deltanode.executor.__path__)]
     code = (f"import sys; sys.path.insert(0, {str(APP)!r}); " + "; ".join(f"import {m}" for m in modules)
             + "; print('\\n'.join(sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -1,6 +1,7 @@
 """The DataNode's channel handler refuses what it must not start, before the pipeline sees it."""
 
 import pytest
+
 from deltanode.datanode.flowgraphs import FlowgraphManager
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.cycle import summarize_error
@@ -24,7 +25,8 @@ def test_a_hostile_vchannel_name_is_refused_before_anything_starts(tmp_path, nam
 
 def test_a_watch_without_schema_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no collection schema"):
-        manager(tmp_path).watch(ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName="p_1_1v0")), lambda: None)
+        info = ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName="p_1_1v0"))
+        manager(tmp_path).watch(info, lambda: None)
 
 
 def test_summarize_error_finds_the_python_cause_in_a_job_failure():

@@ -1,6 +1,7 @@
 """Where a mirrored vchannel starts when the broker no longer holds its collection's start."""
 
 import pytest
+
 from deltanode.datacoord.catalog import CatalogError, StartPosition
 from deltanode.datacoord.milvus_catalog import start_after_retention
 
@@ -14,7 +15,8 @@ def test_milvus_checkpoint_is_taken_and_the_gap_recorded():
         ("p_1v0", 42, 900, 9000, 500)
 
 
-@pytest.mark.parametrize("checkpoint, held", [(None, "is none"), (StartPosition(offset=100, ts=1), "offset 100, also gone")])
+@pytest.mark.parametrize("checkpoint, held",
+                         [(None, "is none"), (StartPosition(offset=100, ts=1), "offset 100, also gone")])
 def test_no_usable_milvus_checkpoint_is_an_error_naming_the_offsets(checkpoint, held):
     with pytest.raises(CatalogError) as e:
         start_after_retention("p_1v0", CREATED, 500, checkpoint, "by-dev/meta")

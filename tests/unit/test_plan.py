@@ -69,7 +69,8 @@ def test_a_busy_range_is_split_for_every_core_unless_its_replay_filter_runs():
     pieces = sorted((r.pchannel, r.first, r.end) for t in tasks for r in t)
     assert pieces == [("p0", 0, 50), ("p0", 50, 100), ("p1", 0, 2)]
     replaying = plan_cycle([pos("a", "p0", 0, replaying=True)], {P0: 100}, {"p0": 1e6}, Limits())
-    assert [[(r.first, r.end) for r in t] for t in split_tasks(replaying.ranges, {"p0": 1e6}, 2, KAFKA.cut_points)] == [[(0, 100)]]
+    tasks = split_tasks(replaying.ranges, {"p0": 1e6}, 2, KAFKA.cut_points)
+    assert [[(r.first, r.end) for r in t] for t in tasks] == [[(0, 100)]]
 
 
 def test_many_small_ranges_are_packed_into_at_most_splits_tasks():

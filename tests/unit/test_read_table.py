@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
+
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 

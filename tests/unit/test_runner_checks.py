@@ -1,6 +1,7 @@
 """Start-up refusals that must come before any service or JVM starts: the broker of mq.type."""
 
 import pytest
+
 from deltanode.config import Conf, ConfError
 from deltanode.mq.broker import Broker
 

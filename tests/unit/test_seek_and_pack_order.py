@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.replay_filter import ReplayFilter
 from deltanode.executor.route import VchannelRouter
@@ -139,8 +140,8 @@ def payload(m: Msg) -> bytes:
     return req.SerializeToString()
 
 
-def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflushed: dict[int, int], storage: StorageLayout,
-                   sizes: random.Random) -> tuple[list[int], int]:
+def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflushed: dict[int, int],
+                   storage: StorageLayout, sizes: random.Random) -> tuple[list[int], int]:
     """What DeltaNode writes when the log comes in batches of random sizes; and the batches."""
     info = VchannelInfo(collectionID=CID, channelName=VCHANNEL)
     info.seek_position.msgID, info.seek_position.timestamp = CODECS["kafka"].to_msg_id(0), seek_ts

@@ -1,6 +1,7 @@
 """How a batch of portions changes a vchannel's ChannelState."""
 
 import pytest
+
 from deltanode.flowgraph.state_update import (
     BatchRangeError,
     advance,
@@ -52,7 +53,8 @@ def test_flush_and_drops_are_urgent():
     out = advance(state(), [portion(10, 14, segments={9: SegmentStats(2, 1, 600, 600, 11, 600)}, events=events)])
     assert out.urgent
     assert out.state.segments[7].state == SegmentState.FLUSHED
-    assert out.state.segments[9].state == SegmentState.DROPPED and out.newly_dropped == {9}  # first row at 11: not sealed
+    # first row at 11: not sealed
+    assert out.state.segments[9].state == SegmentState.DROPPED and out.newly_dropped == {9}
     assert out.state.dropped_partitions == [2]
     out2 = advance(out.state, [portion(14, 15, events=[ControlEvent(EventKind.DROP_COLLECTION, 14, 1)])])
     assert out2.state.collection_dropped and out2.newly_dropped == {7}

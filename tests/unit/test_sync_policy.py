@@ -14,7 +14,8 @@ def cand(v, cid, *, urgent=False, data_since=None, pending_bytes=0, committed_at
 
 def test_data_and_events_are_committed_at_the_end_of_the_cycle_that_read_them():
     sel = SyncSelector(SyncSettings(), now=0.0)
-    chosen = sel.select([cand("a", 1, data_since=100.0, committed_at=99.0), cand("b", 2, urgent=True, committed_at=99.0),
+    chosen = sel.select([cand("a", 1, data_since=100.0, committed_at=99.0),
+                         cand("b", 2, urgent=True, committed_at=99.0),
                          cand("c", 3, committed_at=99.5)], now=100.0)
     assert chosen == [1, 2]   # c only moved its checkpoint, 0.5 s after its last commit
 

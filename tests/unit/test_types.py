@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from deltanode.executor import decode
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.executor.rewrite import rewrite
@@ -306,7 +307,8 @@ def test_binlogs_of_every_type_compact_and_read_back_through_delta(tmp_path):
                    LAYOUT.primary_key.name, storage)
     compacted = rewrite(task)
     log = DeltaLog(uri, LAYOUT.insert_schema())
-    log.commit(adds=[AddFile(path=compacted.path, size=compacted.size, stats=compacted.stats)], txns={}, expected={}, info={})
+    log.commit(adds=[AddFile(path=compacted.path, size=compacted.size, stats=compacted.stats)],
+               txns={}, expected={}, info={})
     table = read_table(storage, uri)
     expected = sorted((r | {"_segment_id": 5, "_partition_id": 1} for req in reqs for r in rows_of(LAYOUT, req)),
                       key=lambda r: r["_ts"])

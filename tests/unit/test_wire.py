@@ -3,6 +3,8 @@
 import numpy as np
 import pyarrow as pa
 import pytest
+from pymilvus.grpc_gen import common_pb2, msg_pb2
+
 from deltanode.etcd import flush_request
 from deltanode.executor import decode
 from deltanode.mq.broker import Broker
@@ -17,7 +19,6 @@ from deltanode.wire.positions import (
     pulsar_msg_id,
 )
 from deltanode.wire.schema import CollectionLayout, SchemaError, schema_from_json
-from pymilvus.grpc_gen import common_pb2, msg_pb2
 
 ALL_TYPES = {"fields": [
     {"name": "pk", "data_type": "VarChar", "is_primary_key": True, "max_length": 32},
@@ -85,7 +86,8 @@ def test_bad_schemas_say_why(doc, message):
 
 def test_every_supported_type_decodes_to_its_arrow_column():
     layout = CollectionLayout.from_proto(schema_from_json(ALL_TYPES, "c"))
-    producer = MilvusProducer(Proxy(Broker("kafka", "127.0.0.1:1")), layout, 1, "c")  # builds messages only; never sends
+    # builds messages only; never sends
+    producer = MilvusProducer(Proxy(Broker("kafka", "127.0.0.1:1")), layout, 1, "c")
     req = producer.insert_request("v", 1, 1, 3)
     msg_type, msg = decode.parse(req.SerializeToString())
     assert msg_type == common_pb2.MsgType.Insert

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+from google.protobuf.message import DecodeError
+
 from ..config import Conf
 from ..datacoord.catalog import (
     CatalogError,
@@ -89,7 +91,7 @@ def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWa
         node, _, vchannel = key[len(prefix):].partition("/")
         try:
             out[vchannel] = (node, ChannelWatchInfo.FromString(value))
-        except Exception:  # a foreign or corrupt value: show it as such
+        except DecodeError:  # a foreign or corrupt value: show it as such
             out[vchannel] = (node, ChannelWatchInfo())
     return out
 
@@ -148,7 +150,8 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
     rows = []
     for record in records:
         states = [meta.channel_state(storage, record.collection_id, v) for v in record.vchannels]
-        dropped = record.state == CollectionStatus.DROPPED or (all(states) and all(s.collection_dropped for s in states))
+        dropped = record.state == CollectionStatus.DROPPED or all(
+            s is not None and s.collection_dropped for s in states)
         rows.append({
             "collection_id": record.collection_id, "name": record.name, "database": record.database,
             "state": CollectionStatus.DROPPED if dropped else record.state, "vchannels": record.vchannels,
@@ -230,7 +233,8 @@ def flush(conf: Conf, args: argparse.Namespace) -> int:
     segments = [{"segment_id": seg.segment_id, "vchannel": v, "state": seg.state, "num_rows": seg.num_rows,
                  "sealed_ts": seg.sealed_ts, "seal_reason": seg.seal_reason}
                 for v, st in states.items() if st is not None
-                for seg in sorted(st.segments.values(), key=lambda s: s.segment_id) if seg.state == SegmentState.FLUSHED]
+                for seg in sorted(st.segments.values(), key=lambda s: s.segment_id)
+                if seg.state == SegmentState.FLUSHED]
     _print({"collection": record.name, "flush_ts": flush_ts, "flushed": not pending,
             "pending": pending, "segments": segments})
     return 0 if not pending else 1
@@ -276,7 +280,8 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         producer.proxy.close()
     seconds = time.monotonic() - started
     _print({"collection": record.name, "insert_requests": args.messages, "rows": args.messages * args.rows,
-            "segments": segments, "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3), "seconds": round(seconds, 3)})
+            "segments": segments, "deleted_pks": deleted, "wire_mb": round(producer.bytes / 1e6, 3),
+            "seconds": round(seconds, 3)})
     return 0
 
 

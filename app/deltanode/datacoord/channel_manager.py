@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from google.protobuf.message import DecodeError
 from pymilvus.grpc_gen.schema_pb2 import CollectionSchema
 
 from deltanode.etcd import keys
@@ -213,7 +214,7 @@ class ChannelManager:
                 continue
             try:
                 info = ChannelWatchInfo.FromString(value)
-            except Exception as exc:
+            except DecodeError as exc:
                 log.error("ignoring %s: not a ChannelWatchInfo (%s)", key, exc)
                 continue
             node = None if parked else int(node_part)
@@ -330,6 +331,7 @@ class ChannelManager:
         """Move one channel from the most to the least loaded node when they differ by two or more."""
         load = {node: 0 for node in p.load}
         for e in entries:
+            assert e.node is not None   # _settled: every entry is held by a live node, none is parked
             load[e.node] += 1
         targets = [n for n in load if p.now - self._failed_nodes.get(n, -FAILED_NODE_COOLDOWN) >= FAILED_NODE_COOLDOWN]
         if len(load) < 2 or not targets:

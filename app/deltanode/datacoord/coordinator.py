@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..etcd.client import EtcdClient
+from ..etcd.client import EtcdClient, PrefixWatch
 from ..settings import Settings
 from ..storage import meta
 from ..storage.delta_log import DeltaLog
@@ -38,7 +38,7 @@ class DataCoord:
         self._dropped: set[str] = set()                     # vchannels whose collection Delta says was dropped
         self._logs: dict[int, DeltaLog] = {}                # collection -> its insert_log, followed commit by commit
         self._refreshed = 0.0
-        self._catalog_watch = None
+        self._catalog_watch: PrefixWatch | None = None
         self.manager = ChannelManager(client, root, self.channels, self.recovery, self.schema,
                                       watch_timeout=watch_timeout, balance=balance)
 

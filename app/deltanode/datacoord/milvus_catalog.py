@@ -186,7 +186,8 @@ class MilvusCatalog:
         if not partitions:   # before 2.3 partitions lived in the CollectionInfo
             partitions = dict(zip(info.partitionNames, info.partitionIDs))
         return CollectionRecord(
-            collection_id=info.ID, name=schema.name, schema_b64=encode_schema(schema), shards=info.shards_num or len(vchannels),
+            collection_id=info.ID, name=schema.name, schema_b64=encode_schema(schema),
+            shards=info.shards_num or len(vchannels),
             vchannels=vchannels, pchannels=pchannels, start_offsets=starts, start_ts=info.create_time,
             state=CollectionStatus.DROPPING if info.state == CollectionState.DROPPING else CollectionStatus.CREATED,
             database=databases.get(info.db_id, "default"), partitions=partitions)

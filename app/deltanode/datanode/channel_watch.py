@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
+
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdError, PrefixWatch
 from deltanode.etcd.watch import DELETE, WatchEvent
@@ -99,7 +101,7 @@ class ChannelWatcher:
             return
         try:
             info = ChannelWatchInfo.FromString(event.value)
-        except Exception as exc:
+        except DecodeError as exc:
             log.error("%s does not hold a ChannelWatchInfo (%s); ignored", event.key, exc)
             return
         if info.state in _END_STATES or info.progress != 0:

@@ -194,7 +194,7 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args) -> None:   # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args) -> None:   # `format`: the base class's name
         """Scrapes are not logged."""
 
 

@@ -1,8 +1,9 @@
 """A DataNode: an etcd session, the MEP 7 channel watch, and the shared pipeline of its vchannels.
 
 The etcd client's background thread keeps the session lease alive and delivers channel
-watch events and flush requests (``flush_watch``); the pipeline's thread runs the cycles; the main thread only polls. A DataNode
-never calls the coordinator: it persists on its own, fenced by its session and its watch keys.
+watch events and flush requests (``flush_watch``); the pipeline's thread runs the cycles; the
+main thread only polls. A DataNode never calls the coordinator: it persists on its own, fenced
+by its session and its watch keys.
 
 etcd away does not stop it: the vchannels it owns keep committing (each commit is a
 compare-and-swap on the vchannel's Delta ``txn``, see ``storage.commit``), and the outage is
@@ -91,6 +92,9 @@ class DataNode:
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
+        # set by start() before it registers (the rejoin thread registers after it)
+        assert self.client is not None and self.fence is not None
+        assert self.pipeline is not None and self.flowgraphs is not None
         root = self.settings.etcd.root
         session = Session(self.client, root, "datanode", self.settings.node.address,
                           ttl=max(1, int(self.settings.etcd.session_ttl)), on_lost=self._on_lost,
@@ -122,6 +126,9 @@ class DataNode:
         self.sessions_lost += 1
         log.error("DataNode %d lost its etcd session (%s): the coordinator is reassigning its channels; "
                   "releasing them and registering a new session", old, reason)
+        # a lost session is one that start() registered, with everything else
+        assert self.watcher is not None and self.session is not None
+        assert self.pipeline is not None and self.flowgraphs is not None
         self.watcher.stop(timeout=10)
         for vchannel in self.pipeline.vchannels():
             self.flowgraphs.release(vchannel)
@@ -141,6 +148,7 @@ class DataNode:
     def poll(self) -> None:
         """Run from the main loop; raises RuntimeError if the pipeline's thread ended (it catches
         every cycle's errors, so only a bug gets here)."""
+        assert self.pipeline is not None, "poll() after start()"
         if not self.pipeline.alive:
             raise RuntimeError(f"DataNode {self.node_id}: its pipeline loop stopped")
 
@@ -159,6 +167,7 @@ class DataNode:
                             len(rows), sum(r["status"] != "failed" for r in rows),
                             dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
                             self.reachability.error or None, self.sessions_lost)
+        assert self.pipeline is not None, "publish() after start()"
         try:
             write_status(self.pipeline.storage, status)
         except OSError as exc:

@@ -45,7 +45,7 @@ class KeepAlive:
             try:
                 reply = await asyncio.wait_for(self._loop.aio.refresh_lease(self.lease_id), self._interval)
                 ttl = reply.TTL
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is a missed refresh; keep refreshing
                 self._reachability.failed(f"refreshing lease {self.lease_id:x}: {describe(exc)}")
                 continue
             self._reachability.answered()

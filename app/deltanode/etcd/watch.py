@@ -113,7 +113,7 @@ class PrefixWatch:
                 log.info("watch on %r: revision %d was compacted, listing the prefix again",
                          self.prefix, revision + 1)
                 relist = True
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any break re-creates the watch; it must not end
                 # Warned once per outage (the first retry); the retries after it go to DEBUG.
                 log.log(logging.WARNING if backoff == _MIN_BACKOFF else logging.DEBUG,
                         "watch on %r broke (%s); re-creating it in %.1f s", self.prefix, describe(exc), backoff)
@@ -124,7 +124,7 @@ class PrefixWatch:
                 # watch from unwinding (its caller is waiting in EtcdLoop.cancel).
                 try:
                     await asyncio.wait_for(watcher.shutdown(), _SHUTDOWN_TIMEOUT)
-                except (Exception, asyncio.TimeoutError) as exc:  # the stream is discarded anyway
+                except Exception as exc:  # noqa: BLE001 - the stream is discarded anyway (a timeout too)
                     log.debug("closing a watch stream on %r: %r", self.prefix, exc)
 
     def _deliver(self, event: aetcd.Event) -> int:

@@ -105,7 +105,7 @@ class _File:
     their statistics are known without computing them.
     """
 
-    def __init__(self, fs: pafs.FileSystem, base: str, table: str, rel: str, fmt: _FileFormat,
+    def __init__(self, fs: pafs.FileSystem, base: str, table: TableKind, rel: str, fmt: _FileFormat,
                  constants: dict[str, int] | None = None, segment_id: int = -1, partition_id: int = -1) -> None:
         self.fs, self.table, self.rel, self.fmt = fs, table, rel, fmt
         self.path = f"{base}/{rel}"
@@ -188,8 +188,9 @@ class BinlogWriter:
                  delete_schema: pa.Schema) -> None:
         self.roots = table_roots(storage, collection_id)
         deletes = delete_format(delete_schema)
-        self._formats = {TableKind.INSERT: insert_format(insert_schema, delete_schema.names[0]), TableKind.DELETE: deletes,
-                         TableKind.REPLAYED_DELETES: deletes, TableKind.QUARANTINE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
+        self._formats = {TableKind.INSERT: insert_format(insert_schema, delete_schema.names[0]),
+                         TableKind.DELETE: deletes, TableKind.REPLAYED_DELETES: deletes,
+                         TableKind.QUARANTINE: _FileFormat.of(QUARANTINE_SCHEMA, ("offset",))}
         self.storage = storage
         self._filesystems: dict[str, tuple[pafs.FileSystem, str]] = {}
         self.task_id = uuid.uuid4().hex
@@ -199,7 +200,7 @@ class BinlogWriter:
         self._quarantine: _File | None = None
         self.segments: dict[int, SegmentStats] = {}
 
-    def _new_file(self, table: str, rel_dir: str, constants: dict[str, int] | None = None, segment_id: int = -1,
+    def _new_file(self, table: TableKind, rel_dir: str, constants: dict[str, int] | None = None, segment_id: int = -1,
                   partition_id: int = -1) -> _File:
         fs_base = self._filesystems.get(table)
         if fs_base is None:
@@ -253,7 +254,7 @@ class BinlogWriter:
             delete_written(self.storage, self.roots[f.table], f)
 
 
-def table_roots(storage: StorageLayout, collection_id: int) -> dict[str, str]:
+def table_roots(storage: StorageLayout, collection_id: int) -> dict[TableKind, str]:
     """The root of each table kind's files."""
     return {TableKind.INSERT: storage.insert_log(collection_id), TableKind.DELETE: storage.delta_log(collection_id),
             TableKind.REPLAYED_DELETES: storage.delta_log(collection_id), TableKind.QUARANTINE: storage.quarantine()}

@@ -21,13 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..records import FileMark, MarkResult, MarkTask
+from ..records import FileMark, MarkResult, MarkTask, PrimaryKey
 from ..storage.deletion_vectors import inline, positions
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.pk_bloom import PkBloom
@@ -40,17 +41,19 @@ ALL_PARTITIONS = -1
 BLOOM_CACHE_BYTES = 128 << 20
 KEY_CACHE_BYTES = 256 << 20
 
+T = TypeVar("T")
 
-class _FileCache:
+
+class _FileCache(Generic[T]):
     """Something read from each file (a bloom filter, its key columns), least recently used out
     first, within ``capacity`` bytes."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity, self.used = capacity, 0
-        self._items: collections.OrderedDict[str, tuple[object, int]] = collections.OrderedDict()
+        self._items: collections.OrderedDict[str, tuple[T, int]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str, load: Callable[[], tuple[object, int] | None]) -> object | None:
+    def get(self, key: str, load: Callable[[], tuple[T, int] | None]) -> T | None:
         """The item of ``key``, read by ``load`` (item and its size; None: nothing to keep) on a miss."""
         with self._lock:
             if key in self._items:
@@ -68,8 +71,8 @@ class _FileCache:
         return loaded[0]
 
 
-BLOOMS = _FileCache(BLOOM_CACHE_BYTES)
-KEYS = _FileCache(KEY_CACHE_BYTES)
+BLOOMS: _FileCache[PkBloom] = _FileCache(BLOOM_CACHE_BYTES)
+KEYS: _FileCache[SortedKeys] = _FileCache(KEY_CACHE_BYTES)
 
 
 def _bloom(storage: StorageLayout, root: str, path: str) -> PkBloom | None:
@@ -92,7 +95,9 @@ def _keys(storage: StorageLayout, root: str, path: str, pk: str) -> SortedKeys:
         table = pq.read_table(f"{base}/{path}", filesystem=fs, columns=[pk, "_ts"])
         keys = SortedKeys.of(table.column(pk), table.column("_ts").to_numpy())
         return keys, table.nbytes + keys.rows.nbytes
-    return KEYS.get(f"{root}/{path}", load)
+    keys = KEYS.get(f"{root}/{path}", load)
+    assert keys is not None   # this load() always gives something to keep
+    return keys
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ class SortedKeys:
         rows = np.arange(len(values), dtype=np.int64) if rows is None else rows
         return cls(values[order], rows[order], ts[order])
 
-    def between(self, lo: object, hi: object) -> SortedKeys:
+    def between(self, lo: PrimaryKey, hi: PrimaryKey) -> SortedKeys:
         """The entries whose key is in ``[lo, hi]``."""
         i, j = np.searchsorted(self.keys, lo, "left"), np.searchsorted(self.keys, hi, "right")
         return SortedKeys(self.keys[i:j], self.rows[i:j], self.ts[i:j])

@@ -33,8 +33,9 @@ class PchannelDispatcher:
         self.next_position: int | None = None   # the broker's next message, past a gap after the range
 
     def on_message(self, offset: int, value: bytes | None) -> None:
+        size = len(value or b"")
         self.messages += 1
-        self.bytes += len(value or b"")
+        self.bytes += size
         try:
             msg_type, msg = decode.parse(value)
         except decode.Reject as e:
@@ -46,7 +47,7 @@ class PchannelDispatcher:
             return
         if msg_type == decode.MSG_INSERT or msg_type == decode.MSG_DELETE:
             self.dml_messages += 1
-            self.dml_bytes += len(value)
+            self.dml_bytes += size
             router = self._by_shard.get(msg.shardName)
             if router is not None and router.first <= offset:
                 self._call(router, router.dml, offset, msg_type, msg, value)

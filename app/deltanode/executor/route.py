@@ -166,6 +166,7 @@ class VchannelRouter:
             self.seeking = False
         if self._order is None:
             return
+        assert self.replay is not None   # pack order is kept only while a replay filter is
         for apply in self._order.release(ts):
             apply()
         self.replay.on_tick(ts)
@@ -178,6 +179,7 @@ class VchannelRouter:
                 self._order = None
 
     def _clean_tick(self, end: int, ts: int) -> None:
+        assert self.replay is not None   # called in pack order only (tick), kept while replaying
         for write in self._deferred:
             write()
         self._deferred = []

@@ -30,7 +30,8 @@ def check_topic(committed: ChannelState | None, topic_id: str) -> None:
     if committed is not None and committed.topic_id and topic_id and topic_id != committed.topic_id:
         raise TopicRecreated(
             f"{committed.vchannel}: the topic {committed.pchannel} was deleted and created again (its id is "
-            f"{topic_id}, the checkpoint at offset {committed.checkpoint_offset} was committed in {committed.topic_id}): "
+            f"{topic_id}, the checkpoint at offset {committed.checkpoint_offset} was committed in "
+            f"{committed.topic_id}): "
             f"its messages up to the checkpoint are gone, and reading the new topic from that offset would skip "
             f"messages; the vchannel is not read. Restore the topic, or drop the collection's tables and "
             f"checkpoints to start it over")
@@ -93,7 +94,8 @@ def initial_state(committed: ChannelState | None, info: VchannelInfo, node_id: i
         state.segments.update((seg.segment_id, seg) for seg in replayed)
     replay = ReplayFilter.of(state.replay)   # a committed filter still active goes on where it was
     replay.flushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state == SegmentState.FLUSHED)
-    replay.unflushed.update((s.segment_id, s.dml_ts) for s in replayed if s.state in (SegmentState.GROWING, SegmentState.SEALED))
+    replay.unflushed.update((s.segment_id, s.dml_ts) for s in replayed
+                            if s.state in (SegmentState.GROWING, SegmentState.SEALED))
     state.replay = replay.state()
     state.node_id = node_id
     return state

@@ -8,6 +8,7 @@ portion kept that an earlier portion's drop filters out.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from ..records import EventKind, FileEntry, Portion, PortionStats, TableKind
@@ -34,6 +35,12 @@ class BatchOutcome:
     urgent: bool                  # control events or a replay filter change: sync without delay
 
 
+def _dropped(everything: bool, parts: set[int], f: FileEntry) -> bool:
+    """A data file that the drops filter out: any (a DropCollection) or one of ``parts`` (DropPartition)."""
+    return f.table in (TableKind.INSERT, TableKind.DELETE, TableKind.REPLAYED_DELETES) and (
+        everything or f.partition_id in parts)
+
+
 def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[FileEntry]]:
     """Take back what a portion kept that a drop in an earlier portion of the same batch filters out.
 
@@ -44,7 +51,8 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
     task would have had. Returns the corrected portions and the files to delete. (Quarantine
     rows of such messages stay: a record of bad input is never wrong.)
     """
-    drops = sorted((e for p in portions for e in p.events if e.kind in (EventKind.DROP_PARTITION, EventKind.DROP_COLLECTION)),
+    drops = sorted((e for p in portions for e in p.events
+                    if e.kind in (EventKind.DROP_PARTITION, EventKind.DROP_COLLECTION)),
                    key=lambda e: e.offset)
     if not drops:
         return portions, []
@@ -57,9 +65,7 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
             kept.append(p)
             continue
 
-        def gone(f: FileEntry) -> bool:
-            return f.table in (TableKind.INSERT, TableKind.DELETE, TableKind.REPLAYED_DELETES) and (everything or f.partition_id in parts)
-
+        gone = functools.partial(_dropped, everything, parts)
         retracted = [f for f in p.files if gone(f)]
         discarded += retracted
         rows = {t: sum(f.rows for f in retracted if f.table == t) for t in (TableKind.INSERT, TableKind.DELETE)}
@@ -127,7 +133,8 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
         new.seek_ts = 0    # the seek's TimeTick came: the seek rule is over (route.py)
     # A tick at or past a segment's seal ts: every row up to it was written before the tick, so
     # read by now (this batch or an earlier one): the segment is final, Flushed in this commit.
-    flushed = [seg for seg in new.segments.values() if seg.state == SegmentState.SEALED and seg.sealed_ts <= new.checkpoint_ts]
+    flushed = [seg for seg in new.segments.values()
+               if seg.state == SegmentState.SEALED and seg.sealed_ts <= new.checkpoint_ts]
     for seg in flushed:
         seg.state, seg.dml_offset = SegmentState.FLUSHED, end
     if new.flush_ts and new.checkpoint_ts >= new.flush_ts:
@@ -143,7 +150,7 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
     new.dml_messages += total.dml_messages
     new.dml_bytes += total.dml_bytes
     files = tuple(f for p in portions for f in p.files)
-    sealing = bool(flushed) or any(p.sealed for p in portions) or (state.flush_ts and not new.flush_ts)
+    sealing = bool(flushed) or any(p.sealed for p in portions) or (bool(state.flush_ts) and not new.flush_ts)
     idle = (not events and not files and not any(p.segments for p in portions) and new.replay == state.replay
             and not sealing and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
     return BatchOutcome(new, start, end, files, frozenset(new.dropped_segments() - before_dropped),

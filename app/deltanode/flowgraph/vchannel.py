@@ -90,7 +90,7 @@ class VchannelFlowgraph:
         self.last_failure: Failure | None = None
         self.committed: ChannelState | None = None
         self.watermarks = Watermarks()
-        self.working: ChannelState | None = None
+        self._working: ChannelState | None = None   # ``working``: set by ``load``
         self.pending: list[BatchOutcome] = []
         self.pending_since: float | None = None   # monotonic time the oldest uncommitted data was read
         self.committed_at = 0.0                   # monotonic time of the last commit (or the load)
@@ -102,6 +102,22 @@ class VchannelFlowgraph:
         # outpaced by it at every turn, each refusing the other's commit, and that node never stops.
         self.claim = False
         self.consumed = Consumed()
+
+    @property
+    def working(self) -> ChannelState:
+        """The state after every batch read since the last commit. Set by ``load``, which the
+        pipeline calls before the flowgraph joins it (a load that fails keeps the previous one)."""
+        if self._working is None:
+            raise RuntimeError(f"{self.vchannel}: the flowgraph was never loaded")
+        return self._working
+
+    @working.setter
+    def working(self, state: ChannelState) -> None:
+        self._working = state
+
+    @property
+    def loaded(self) -> bool:
+        return self._working is not None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def load(self, committed: ChannelState | None, watermarks: Watermarks, now: float, topic_id: str = "") -> None:
@@ -165,14 +181,14 @@ class VchannelFlowgraph:
 
     def request_flush(self, flush_ts: int) -> bool:
         """Seal its segments for a flush at ``flush_ts`` (once per request); whether it did."""
-        sealed = seal_for_flush(self.working, flush_ts) if self.working is not None else None
+        sealed = seal_for_flush(self._working, flush_ts) if self._working is not None else None
         if sealed is not None:
             self.working = sealed
         return sealed is not None
 
     def seal_due(self, settings: SealSettings) -> list[int]:
         """Seal the Growing segments a seal policy says are due; their ids."""
-        sealed = seal_by_policies(self.working, settings) if self.working is not None else None
+        sealed = seal_by_policies(self._working, settings) if self._working is not None else None
         if sealed is None:
             return []
         due = [s for s, seg in sealed.segments.items() if seg.state != self.working.segments[s].state]

@@ -184,7 +184,8 @@ class Watermarks:
         try:
             return self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         except KafkaException as e:
-            raise BrokerError(f"cannot read the watermarks of {topic}[{partition}] from {self.bootstrap}: {e}") from None
+            raise BrokerError(
+                f"cannot read the watermarks of {topic}[{partition}] from {self.bootstrap}: {e}") from None
 
     def list_topics(self, timeout: float = 10.0) -> list[str]:
         try:
@@ -237,7 +238,9 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     try:
         while todo:
             # One round: at most one range per partition (a consumer holds one position each).
-            round_, later, seen = [], [], set()
+            round_: list[tuple[int, OffsetRange]] = []
+            later: list[tuple[int, OffsetRange]] = []
+            seen: set[tuple[str, int]] = set()
             for i, r in todo:
                 (later if (r.topic, r.partition) in seen else round_).append((i, r))
                 seen.add((r.topic, r.partition))
@@ -292,6 +295,7 @@ def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk
                     yield i, BrokerError(f"reading {r.topic}[{r.partition}]: {err}")
                 continue
             off = m.offset()
+            assert off is not None   # only an error (handled above) comes without an offset
             if off >= r.end:
                 finish(key)
                 continue

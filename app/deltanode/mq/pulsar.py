@@ -199,7 +199,8 @@ def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "p
 
 def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int,
                 stall_timeout: float) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
-    expected, rereads, recreated, chunk = r.start, 0, 0, []
+    expected, rereads, recreated = r.start, 0, 0
+    chunk: Chunk = []
     try:
         reader = c.create_reader(topic, message_id(expected), receiver_queue_size=1, start_message_id_inclusive=True)
     except pulsar.PulsarException as e:

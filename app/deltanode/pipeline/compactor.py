@@ -143,14 +143,14 @@ class Compactor:
         while not self._stopping.wait(self.settings.interval):
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - compaction is an optimisation: log and try next round
+            except Exception:  # compaction is an optimisation: log and try next round
                 log.exception("compaction round failed; the next one tries again")
             self.vacuum(time.time())
             if time.monotonic() >= self._next_sweep:
                 self._next_sweep = time.monotonic() + max(SWEEP_EVERY, self.settings.retention)
                 try:
                     self.sweep()
-                except Exception:  # noqa: BLE001 - the next sweep tries again
+                except Exception:  # the next sweep tries again
                     log.exception("sweeping removed files failed; the next sweep tries again")
 
     # -- a round ---------------------------------------------------------------------------------
@@ -234,6 +234,7 @@ class Compactor:
         if not kept:
             return
         insert_log = committer.insert_log()
+        assert insert_log is not None   # the rewrites were planned from its live files: the table exists
         try:
             commit_rewrites(insert_log, kept, {r.vchannel: live[id(r)] for r, _ in kept})
         except (FilesRemoved, TxnMoved) as e:
@@ -303,9 +304,14 @@ def _written(done: list[tuple[Rewrite, FileEntry | None]]) -> list[FileEntry]:
     return [entry for _, entry in done if entry is not None]
 
 
-def _batches(planned: list, max_rewrites: int) -> list[list]:
+_Planned = tuple[CompactionTarget, list[Rewrite]]   # a collection's target and its rewrites
+
+
+def _batches(planned: list[_Planned], max_rewrites: int) -> list[list[_Planned]]:
     """Planned collections in batches of about ``max_rewrites`` rewrites (one Spark job each)."""
-    out, batch, n = [], [], 0
+    out: list[list[_Planned]] = []
+    batch: list[_Planned] = []
+    n = 0
     for item in planned:
         if batch and n + len(item[1]) > max_rewrites:
             out.append(batch)

@@ -98,7 +98,9 @@ class CycleRunner:
                now: float) -> dict[tuple[str, int], int]:
         highs: dict[tuple[str, int], int] = {}
         errors: dict[tuple[str, int], str] = {}
-        for key, high in self.watermarks.highs(sorted({(fg.pchannel, fg.working.partition) for fg in readable})).items():
+        wanted = sorted({(fg.pchannel, fg.working.partition) for fg in readable})
+        assert self.watermarks is not None   # set by Pipeline.start, before its first cycle
+        for key, high in self.watermarks.highs(wanted).items():
             if isinstance(high, BrokerError):
                 errors[key] = str(high)
             else:
@@ -117,7 +119,7 @@ class CycleRunner:
         sc.setJobGroup(JOB_GROUP, f"deltanode cycle {self.number}: {len(specs)} task(s)", interruptOnCancel=True)
         try:
             return sc.parallelize(specs, len(specs)).map(run_task).collect()
-        except Exception as e:  # noqa: BLE001 - isolated below
+        except Exception as e:  # isolated below
             if self.stopping.is_set():
                 raise
             log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", self.number,
@@ -176,10 +178,13 @@ class CycleRunner:
             report.rows += outcome.inserted_rows
             report.deletes += outcome.deleted_rows
             report.quarantined += outcome.quarantined
-        for read in (r for out in outputs for r in out.reads if r.next_position is not None and r.error is None):
+        for read in (r for out in outputs for r in out.reads if r.error is None):
+            position = read.next_position
+            if position is None:
+                continue
             for fg in members.values():
                 if fg.pchannel == read.pchannel and fg.status == FlowgraphStatus.RUNNING and fg.next_offset == read.end:
-                    fg.skip_gap(read.next_position)
+                    fg.skip_gap(position)
 
     def _seal(self, readable: list[VchannelFlowgraph]) -> None:
         """Flush requests and seal policies, before the cycle reads (its batches seal the segments

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import SparkSession
 
 from ..executor.delete_marks import ALL_PARTITIONS, mark
-from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, TableKind
+from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind
 from ..storage.actions import AddFile
 from ..storage.commit import CollectionCommitter, VchannelSync
 from ..storage.layout import StorageLayout, segment_of
@@ -31,8 +31,8 @@ from .jobs import JOB_GROUP
 class _Range:
     """What a file's (or a sync's deletes') stats say of its keys and timestamps."""
 
-    pk_min: object
-    pk_max: object
+    pk_min: PrimaryKey
+    pk_max: PrimaryKey
     ts_min: int
     ts_max: int
 
@@ -51,8 +51,8 @@ class _Range:
 
 
 def _deletes_range(files: list[FileEntry], pk: str) -> _Range | None:
-    ranges = [_Range.of(f.stats, pk) for f in files]
-    if any(r is None for r in ranges):
+    ranges = [r for f in files if (r := _Range.of(f.stats, pk)) is not None]
+    if len(ranges) < len(files):   # a file without bounds: any key may be deleted
         return None
     return _Range(pk_min=min(r.pk_min for r in ranges), pk_max=max(r.pk_max for r in ranges),
                   ts_min=min(r.ts_min for r in ranges), ts_max=max(r.ts_max for r in ranges))
@@ -88,7 +88,8 @@ class DeleteMarker:
 
     def plan(self, committer: CollectionCommitter, pk: str, syncs: list[VchannelSync]) -> list[MarkTask]:
         """The tasks of one collection's syncs (those with deletes)."""
-        with_deletes = [s for s in syncs if s.table_files(TableKind.DELETE) or s.table_files(TableKind.REPLAYED_DELETES)]
+        with_deletes = [s for s in syncs
+                        if s.table_files(TableKind.DELETE) or s.table_files(TableKind.REPLAYED_DELETES)]
         if not with_deletes:
             return []
         with committer.lock:

@@ -21,8 +21,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark.sql import SparkSession
 
@@ -145,8 +145,10 @@ class Pipeline:
                    if fg.collection_id in committers and fg.status == FlowgraphStatus.RUNNING]
         targets: dict[int, CompactionTarget] = {}
         for fg in members:
+            if not fg.loaded:
+                continue
             state = fg.working
-            if state is None or state.collection_dropped:
+            if state.collection_dropped:
                 continue
             target = targets.get(fg.collection_id)
             if target is None:
@@ -160,7 +162,7 @@ class Pipeline:
 
     def compactable(self, vchannel: str, segment_id: int) -> int | None:
         fg = self.registry.get(vchannel)
-        if fg is None or fg.status != FlowgraphStatus.RUNNING or fg.working is None or fg.working.collection_dropped:
+        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded or fg.working.collection_dropped:
             return None
         seg = fg.working.segments.get(segment_id)
         if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in fg.working.dropped_partitions:
@@ -203,7 +205,7 @@ class Pipeline:
             try:
                 capped = self._run_cycle()
                 failures = 0
-            except Exception as e:  # noqa: BLE001 - a bug must not end persistence for good
+            except Exception as e:  # a bug must not end persistence for good
                 failures += 1
                 log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)
                 now = time.monotonic()
@@ -235,7 +237,7 @@ class Pipeline:
         if self.on_cycle is not None:
             try:
                 self.on_cycle(report)
-            except Exception:  # noqa: BLE001 - an observer (metrics) never stops persistence
+            except Exception:  # an observer (metrics) never stops persistence
                 log.exception("cycle %d: its observer failed", report.number)
         return plan.capped
 

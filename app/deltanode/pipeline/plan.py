@@ -91,8 +91,8 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
         main_first = min(p.next_offset for p in main)
         wants.append(_Want(pchannel, partition, main_first, high, main, Lane.MAIN, high))
         if behind:
-            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind, Lane.CATCH_UP,
-                               high))
+            wants.append(_Want(pchannel, partition, min(p.next_offset for p in behind), main_first, behind,
+                               Lane.CATCH_UP, high))
     ranges: list[ReadRange] = []
     capped = False
     for lane, budget in ((Lane.MAIN, limits.max_bytes), (Lane.CATCH_UP, limits.catchup_bytes)):
@@ -103,8 +103,8 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
                                                    if p.min_messages), default=0)))
             end = w.first + n
             capped = capped or end < w.limit
-            members = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
-            ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, members, lane,
+            vchannels = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
+            ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, vchannels, lane,
                                     splittable=not any(p.replaying for p in w.members if p.next_offset < end),
                                     high=w.high))
     return Plan(tuple(ranges), lost, capped)

@@ -74,7 +74,8 @@ class SyncManager:
 
     def sync(self, current: dict[str, VchannelFlowgraph], now: float, report: CycleReport) -> None:
         """Commit the collections the policies pick among ``current`` (the cycle's live vchannels)."""
-        waiting = [fg for fg in current.values() if fg.uncommitted and fg.status in (FlowgraphStatus.RUNNING, FlowgraphStatus.DROPPED)]
+        waiting = [fg for fg in current.values()
+                   if fg.uncommitted and fg.status in (FlowgraphStatus.RUNNING, FlowgraphStatus.DROPPED)]
         chosen = set(self._selector.select([
             Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
                       fg.committed_at) for fg in waiting], now))

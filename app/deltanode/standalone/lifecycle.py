@@ -26,8 +26,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from types import FrameType
+from typing import Any
 
 from deltanode.config import Conf
 from deltanode.standalone.services import (
@@ -41,6 +43,8 @@ from deltanode.standalone.services import (
 log = logging.getLogger("deltanode.standalone")
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# What signal.signal() returns and takes: a function, SIG_DFL / SIG_IGN, or None (not set from Python).
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 SIGNAL_POLL = 0.5   # seconds: how soon wait() notices a signal
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)   # seconds before restarting a service again
 
@@ -56,7 +60,7 @@ class ServiceGroup:
         self.etcd: EmbeddedEtcd | None = None
         self.broker: EmbeddedBroker | EmbeddedPulsar | None = None
         self._stack: list[tuple[str, Callable[[], None]]] = []
-        self._old_handlers: dict[int, object] = {}
+        self._old_handlers: dict[int, _Handler] = {}
         self._signals: list[int] = []   # appended by the handler, read by wait()
         self._lock = threading.Lock()
         self._started = False
@@ -83,6 +87,7 @@ class ServiceGroup:
                 self.etcd = etcd
             if self.conf.get("embedded.broker"):
                 _, port = self.conf.broker_hostports()[0]
+                broker: EmbeddedBroker | EmbeddedPulsar
                 if self.conf.get("mq.type") == "pulsar":
                     broker = EmbeddedPulsar(self.data_dir / "pulsar", port)
                 else:

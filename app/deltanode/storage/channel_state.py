@@ -92,8 +92,10 @@ class ChannelState:
 
     @classmethod
     def from_doc(cls, doc: dict) -> "ChannelState":
-        doc = dict(doc, replay=ReplayState.from_doc(doc["replay"]) if doc.get("replay") else None, segments={int(k): SegmentMeta(**dict(v, state=SegmentState(v.get("state", SegmentState.GROWING))))
-                                  for k, v in doc.get("segments", {}).items()})
+        replay = ReplayState.from_doc(doc["replay"]) if doc.get("replay") else None
+        segments = {int(k): SegmentMeta(**dict(v, state=SegmentState(v.get("state", SegmentState.GROWING))))
+                    for k, v in doc.get("segments", {}).items()}
+        doc = dict(doc, replay=replay, segments=segments)
         return cls(**doc)
 
     @classmethod

@@ -51,13 +51,15 @@ class Watermarks:
     delete: int | None = None
     quarantine: int | None = None
 
-    def of(self, table: str) -> int | None:
-        return {TableKind.INSERT: self.insert, TableKind.DELETE: self.delete, TableKind.QUARANTINE: self.quarantine}[table]
+    def of(self, table: TableKind) -> int | None:
+        return {TableKind.INSERT: self.insert, TableKind.DELETE: self.delete,
+                TableKind.QUARANTINE: self.quarantine}[table]
 
 
 @dataclass(frozen=True)
 class VchannelSync:
-    """One vchannel's share of a collection commit: everything read in ``[watermarks.insert, state.checkpoint_offset)``."""
+    """One vchannel's share of a collection commit: everything read in
+    ``[watermarks.insert, state.checkpoint_offset)``."""
 
     state: ChannelState
     watermarks: Watermarks
@@ -73,7 +75,7 @@ class VchannelSync:
     def end(self) -> int:
         return self.state.checkpoint_offset
 
-    def table_files(self, table: str) -> list[FileEntry]:
+    def table_files(self, table: TableKind) -> list[FileEntry]:
         return [f for f in self.files if f.table == table]
 
 
@@ -112,9 +114,10 @@ def _adds(files: list[FileEntry]) -> list[AddFile]:
     return [AddFile(path=f.path, size=f.size, stats=f.stats) for f in files]
 
 
-def _moved(live: list[VchannelSync], e: TxnMoved, table: str) -> dict[str, str]:
+def _moved(live: list[VchannelSync], e: TxnMoved, table: TableKind) -> dict[str, str]:
     return {s.vchannel: f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this node last committed "
-                        f"{s.watermarks.of(table)}: another writer owns the channel" for s in live if s.vchannel in e.moved}
+                        f"{s.watermarks.of(table)}: another writer owns the channel"
+            for s in live if s.vchannel in e.moved}
 
 
 def _stale_marks(insert_log: DeltaLog, syncs: list[VchannelSync]) -> dict[str, str]:
@@ -170,7 +173,7 @@ class CollectionCommitter:
         self.storage, self.collection_id = storage, collection_id
         self.insert_schema, self.delete_schema = insert_schema, delete_schema
         self.quarantine = quarantine
-        self._logs: dict[str, DeltaLog] = {}
+        self._logs: dict[TableKind, DeltaLog] = {}
         self.lock = threading.Lock()   # held around every use: the loop commits, channel watchers load
         self._own_txns: dict[str, int | None] = {}   # vchannel -> insert txn this node last committed or loaded
 
@@ -183,7 +186,7 @@ class CollectionCommitter:
         the vchannel): a commit that must not follow another writer's expects it."""
         return self._own_txns.get(vchannel)
 
-    def _log(self, table: str) -> DeltaLog:
+    def _log(self, table: TableKind) -> DeltaLog:
         found = self._logs.get(table)
         if found is None:
             uri, schema = {TableKind.INSERT: (self.storage.insert_log(self.collection_id), self.insert_schema),
@@ -223,7 +226,8 @@ class CollectionCommitter:
                 continue
             delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(TableKind.INSERT)
                                           if f.segment_id in dropped])
-            discard(self.storage, self.collection_id, [f for s in live for f in s.table_files(TableKind.REPLAYED_DELETES)])
+            discard(self.storage, self.collection_id,
+                    [f for s in live for f in s.table_files(TableKind.REPLAYED_DELETES)])
             self._own_txns.update((s.vchannel, s.end) for s in live)
             for s in live:
                 result.committed[s.vchannel] = Watermarks(
@@ -232,7 +236,7 @@ class CollectionCommitter:
             break
         return result
 
-    def _side_commit(self, table: str, side: DeltaLog | None, live: list[VchannelSync],
+    def _side_commit(self, table: TableKind, side: DeltaLog | None, live: list[VchannelSync],
                      result: SyncResult) -> dict[str, int]:
         """Commit ``table``'s files of ``live`` with a txn per vchannel that has some; returns those txns."""
         if side is None:
@@ -245,11 +249,12 @@ class CollectionCommitter:
                             expected={s.vchannel: s.watermarks.of(table) for s in writers}, info={})
                 return {s.vchannel: s.end for s in writers}
             except TxnMoved as e:
-                writers = self._refuse(writers, _moved(writers, e, table), result, SIDE_TABLES[:SIDE_TABLES.index(table)])
+                writers = self._refuse(writers, _moved(writers, e, table), result,
+                                       SIDE_TABLES[:SIDE_TABLES.index(table)])
         return {}
 
     def _refuse(self, live: list[VchannelSync], why: dict[str, str], result: SyncResult,
-                committed: tuple[str, ...] = ()) -> list[VchannelSync]:
+                committed: tuple[TableKind, ...] = ()) -> list[VchannelSync]:
         """Drop the vchannels ``why`` names from the commit, with its reasons; their files are
         deleted, but those of the ``committed`` tables (their side commits landed: a reload reads
         the batch again and skips them)."""
@@ -260,7 +265,7 @@ class CollectionCommitter:
                 discard(self.storage, self.collection_id, [f for f in s.files if f.table not in committed])
         return [s for s in live if s.vchannel not in why]
 
-    def _existing(self, table: str) -> DeltaLog | None:
+    def _existing(self, table: TableKind) -> DeltaLog | None:
         found = self._logs.get(table)
         if found is None:
             uri = self.storage.insert_log(self.collection_id) if table == TableKind.INSERT else \

@@ -73,8 +73,8 @@ class CompactionSettings:
 def segment_file(add: AddFile) -> SegmentFile:
     """A live insert binlog as compaction plans it, from its add action."""
     stats = json.loads(add.stats) if add.stats else {}
-    return SegmentFile(add.path, add.size, int(stats.get("numRecords", 0)), int(stats.get("minValues", {}).get("_ts", 0)),
-                       add.deletion_vector)
+    return SegmentFile(add.path, add.size, int(stats.get("numRecords", 0)),
+                       int(stats.get("minValues", {}).get("_ts", 0)), add.deletion_vector)
 
 
 def segment_files(adds: Iterable[AddFile], segments: Collection[int] | None = None
@@ -96,8 +96,8 @@ def plan_segment(files: list[SegmentFile], settings: CompactionSettings) -> list
     first is not meaningful): the groups fill up evenly. A group keeps two files or more, or one
     that is mostly deleted."""
     small = sorted((f for f in files if f.size < settings.target_bytes), key=lambda f: (f.size, f.path))
-    groups = [(f,) for f in sorted(files, key=lambda f: f.path)
-              if f.size >= settings.target_bytes and _mostly_deleted(f, settings)]
+    groups: list[tuple[SegmentFile, ...]] = [(f,) for f in sorted(files, key=lambda f: f.path)
+                                             if f.size >= settings.target_bytes and _mostly_deleted(f, settings)]
     if len(small) >= max(2, settings.min_files) or any(_mostly_deleted(f, settings) for f in small):
         groups += [g for g in _fill(small, settings.target_bytes) if len(g) >= 2 or _mostly_deleted(g[0], settings)]
     return [tuple(sorted(g, key=lambda f: (f.min_ts, f.path))) for g in groups]
@@ -109,7 +109,9 @@ def _mostly_deleted(f: SegmentFile, settings: CompactionSettings) -> bool:
 
 def _fill(files: list[SegmentFile], target_bytes: int) -> list[tuple[SegmentFile, ...]]:
     """``files`` in order, cut into groups of at most ``target_bytes`` (a larger file: alone)."""
-    groups, group, size = [], [], 0
+    groups: list[tuple[SegmentFile, ...]] = []
+    group: list[SegmentFile] = []
+    size = 0
     for f in files:
         if group and size + f.size > target_bytes:
             groups.append(tuple(group))
@@ -160,6 +162,7 @@ def _deleted_since_planning(task: Rewrite, live: Mapping[str, AddFile]) -> np.nd
     for f in task.inputs:
         now = live[f.path].deletion_vector
         if now != f.deletion_vector:
+            assert now is not None   # DVs only grow: a file that had one when planned still has one
             planned = positions(f.deletion_vector, base, fs) if f.deletion_vector is not None \
                 else np.empty(0, np.uint64)
             current = positions(now, base, fs)

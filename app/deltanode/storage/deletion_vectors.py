@@ -257,7 +257,7 @@ class DeletionVector:
 
     def to_json(self) -> dict:
         """The descriptor as it appears in a commit's ``add``/``remove`` action."""
-        out = {"storageType": self.storage_type, "pathOrInlineDv": self.path_or_inline_dv}
+        out: dict[str, str | int] = {"storageType": self.storage_type, "pathOrInlineDv": self.path_or_inline_dv}
         if self.offset is not None:
             out["offset"] = self.offset
         return {**out, "sizeInBytes": self.size_in_bytes, "cardinality": self.cardinality}

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -147,7 +147,7 @@ class DeltaLog:
 
     def refresh(self) -> list[dict]:
         """Read the versions other writers committed since ``self.version``; returns their commitInfos."""
-        infos = []
+        infos: list[dict] = []
         while True:
             lines = self._read(self.version + 1)
             if lines is None:
@@ -207,11 +207,12 @@ class DeltaLog:
         return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [DELETION_VECTORS],
                               "writerFeatures": ["appendOnly", "invariants", DELETION_VECTORS]}},
                 {"metaData": {"id": meta.id, "name": meta.name, "description": meta.description,
-                              "format": {"provider": "parquet", "options": {}}, "schemaString": table.schema().to_json(),
+                              "format": {"provider": "parquet", "options": {}},
+                              "schemaString": table.schema().to_json(),
                               "partitionColumns": list(meta.partition_columns), "createdTime": meta.created_time,
                               "configuration": {**meta.configuration, "delta.enableDeletionVectors": "true"}}}]
 
-    def commit(self, *, adds: list[AddFile] = (), removes: list[RemoveFile] = (), txns: dict[str, int],
+    def commit(self, *, adds: Sequence[AddFile] = (), removes: Sequence[RemoveFile] = (), txns: dict[str, int],
                expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None) -> int:
         """Append one version: the files, ``txn(app, version)`` for each of ``txns`` and ``info`` in
         ``commitInfo``; only if every app id of ``expected`` still has that txn. Returns the version.

@@ -1,7 +1,8 @@
 """The live files of a table with their stats and deletion vectors, read from its Delta log.
 
-delta-rs 1.6.6 gives neither an add action's stats text nor its deletion vector descriptor: ``get_add_actions`` has no ``deletionVector``
-column, and ``DeltaTable.deletion_vectors()`` gives each file's keep mask, already read. A
+delta-rs 1.6.6 gives neither an add action's stats text nor its deletion vector descriptor:
+``get_add_actions`` has no ``deletionVector`` column, and ``DeltaTable.deletion_vectors()``
+gives each file's keep mask, already read. A
 writer needs the descriptors themselves: a new DV is the union of the file's current one and the
 new deletions (``deletion_vectors.union``), and the ``remove`` action of the replaced logical
 file must carry the old descriptor (a logical file is its path and its DV). So this replays the

@@ -37,7 +37,7 @@ def channel_state_in(insert_log: DeltaLog, vchannel: str) -> ChannelState | None
 
 def dropped_vchannels(infos: list[dict]) -> set[str]:
     """The vchannels whose state in these commitInfos says their collection was dropped."""
-    out = set()
+    out: set[str] = set()
     for info in infos:
         states = info.get(STATES_KEY)
         if states and '"collection_dropped":true' in states:

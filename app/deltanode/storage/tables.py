@@ -14,7 +14,8 @@ from pyarrow import fs as pafs
 from .layout import TABLE_CONFIG, StorageLayout
 
 
-def open_table(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable | None:
+def open_table(uri: str, storage_options: dict[str, str] | None = None,
+               version: int | None = None) -> DeltaTable | None:
     """``storage_options``: delta-rs's, for an object store (``StorageLayout.delta_options``);
     ``version``: that version of the table (default: the newest)."""
     try:

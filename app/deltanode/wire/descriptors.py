@@ -9,11 +9,14 @@ Fields left out are skipped by protobuf when parsing, so a subset stays wire com
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FileDescriptor
 
 from .milvus_proto import common_pb2, msg_pb2, schema_pb2
 
-FieldProto = descriptor_pb2.FieldDescriptorProto
+FieldProto: TypeAlias = descriptor_pb2.FieldDescriptorProto
 DEPENDENCIES = ["common.proto", "msg.proto", "schema.proto"]
 
 
@@ -26,9 +29,10 @@ def field(name: str, number: int, ftype: int, *, repeated: bool = False, type_na
     return out
 
 
-def load(file: descriptor_pb2.FileDescriptorProto) -> tuple[dict, object]:
+def load(file: descriptor_pb2.FileDescriptorProto) -> tuple[dict[str, Any], FileDescriptor]:
     """The message classes of ``file`` (by full name) and its FileDescriptor, added to protobuf's
-    default pool once per process (where the generated milvus modules live)."""
+    default pool once per process (where the generated milvus modules live). The classes are
+    made at run time, so to mypy they are Any, like the generated ones."""
     pool = descriptor_pool.Default()
     for module in (common_pb2, msg_pb2, schema_pb2):   # the dependencies, loaded
         assert module.DESCRIPTOR.name in DEPENDENCIES
