@@ -46,6 +46,7 @@ Errors name where the value came from::
 from __future__ import annotations
 
 import difflib
+import enum
 import os
 import re
 import urllib.parse
@@ -167,13 +168,29 @@ def env_name(key: str) -> str:
 
 # ----------------------------------------------------------------------------- the key table
 
+class KeyType(enum.StrEnum):
+    """How a key's text is parsed (and shown in the key table)."""
+
+    STR = "str"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    SIZE = "size"              # 64m, 1g: bytes
+    DURATION = "duration"      # 1s, 500ms: seconds
+    ENUM = "enum"              # one of ``Key.choices``
+    PATH = "path"              # a local path (resolved against the conf file's folder) or a URI
+    LOCALPATH = "localpath"    # a local path only
+    HOSTPORTS = "hostports"    # host:port[,host:port]
+    URL = "url"                # a URL with one of ``Key.schemes``
+
+
 @dataclass(frozen=True)
 class Key:
     """One known key. ``default`` is text, parsed like a file value; None with required=False
     means the key has no value unless set."""
 
     name: str
-    type: str  # str int float bool size duration enum path localpath hostports url
+    type: KeyType
     default: str | None
     doc: str
     required: bool = False
@@ -187,36 +204,36 @@ class Key:
         if text == "":
             raise ValueError("the value is empty")
         t = self.type
-        if t == "str":
+        if t == KeyType.STR:
             value: Any = text
-        elif t == "int":
+        elif t == KeyType.INT:
             value = _parse_int(text)
-        elif t == "float":
+        elif t == KeyType.FLOAT:
             value = _parse_float(text)
-        elif t == "bool":
+        elif t == KeyType.BOOL:
             value = parse_bool(text)
-        elif t == "size":
+        elif t == KeyType.SIZE:
             value = parse_size(text)
-        elif t == "duration":
+        elif t == KeyType.DURATION:
             value = parse_duration(text)
-        elif t == "enum":
+        elif t == KeyType.ENUM:
             for choice in self.choices:
                 if text.lower() == choice.lower():
                     return choice
             raise ValueError(f"{text!r} is not one of {' | '.join(self.choices)}")
-        elif t in ("path", "localpath"):
+        elif t in (KeyType.PATH, KeyType.LOCALPATH):
             if _URI_RE.match(text):
-                if t == "path":
+                if t == KeyType.PATH:
                     return text
                 if not text.startswith("file://"):
                     raise ValueError(f"{text!r} must be a local directory, not a URI")
                 text = text[len("file://"):]
             p = Path(os.path.expanduser(text))
             return str(p if p.is_absolute() else (base_dir / p).resolve())
-        elif t == "hostports":
+        elif t == KeyType.HOSTPORTS:
             parse_hostports(text)
             return ",".join(p.strip() for p in text.split(","))
-        elif t == "url":
+        elif t == KeyType.URL:
             scheme = text.split("://", 1)[0] if "://" in text else ""
             if scheme not in self.schemes or not text.split("://", 1)[1]:
                 raise ValueError(f"{text!r} is not a URL starting with "
@@ -225,149 +242,150 @@ class Key:
         else:  # pragma: no cover - table error
             raise AssertionError(f"unknown key type {t}")
         if self.min is not None and value < self.min:
-            unit = {"size": " bytes", "duration": " s"}.get(t, "")
+            unit = {KeyType.SIZE: " bytes", KeyType.DURATION: " s"}.get(t, "")
             raise ValueError(f"{text!r} is below the minimum {self.min:g}{unit}")
         return value
 
     @property
     def type_doc(self) -> str:
-        if self.type == "enum":
+        if self.type == KeyType.ENUM:
             return " | ".join(self.choices)
-        return {"size": "size (64m)", "duration": "duration (1s, 500ms)",
-                "hostports": "host:port[,host:port]", "path": "path or URI",
-                "localpath": "local path"}.get(self.type, self.type)
+        return {KeyType.SIZE: "size (64m)", KeyType.DURATION: "duration (1s, 500ms)",
+                KeyType.HOSTPORTS: "host:port[,host:port]", KeyType.PATH: "path or URI",
+                KeyType.LOCALPATH: "local path"}.get(self.type, str(self.type))
 
 
-def _k(name, type_, default, doc, **kw) -> Key:
+def _k(name: str, type_: KeyType, default: str | None, doc: str, **kw: Any) -> Key:
     return Key(name, type_, default, doc, **kw)
 
 
 KEYS: dict[str, Key] = {k.name: k for k in [
-    _k("etcd.endpoints", "hostports", "127.0.0.1:2379",
+    _k("etcd.endpoints", KeyType.HOSTPORTS, "127.0.0.1:2379",
        "etcd client endpoints, comma-separated host:port"),
-    _k("etcd.root", "str", "by-dev/meta",
+    _k("etcd.root", KeyType.STR, "by-dev/meta",
        "etcd key prefix of DeltaNode's meta: sessions, channel watch, catalog (Milvus's MetaRoot layout); "
        "in mirror mode not equal to or inside milvus.meta.root"),
-    _k("milvus.meta.root", "str", None,
+    _k("milvus.meta.root", KeyType.STR, None,
        "mirror mode: the meta root of a running Milvus (its etcd.rootPath/etcd.metaSubPath, e.g. by-dev/meta), "
        "whose collections are mirrored from its own meta and streams, read only; unset: DeltaNode's own catalog"),
-    _k("milvus.etcd.endpoints", "hostports", None,
+    _k("milvus.etcd.endpoints", KeyType.HOSTPORTS, None,
        "mirror mode: the etcd of that Milvus; unset: etcd.endpoints"),
-    _k("milvus.start", "enum", "creation",
+    _k("milvus.start", KeyType.ENUM, "creation",
        "mirror mode: where a vchannel DeltaNode never committed starts: creation (right after the collection's "
        "CreateCollection message; the vchannel fails when the broker no longer holds it) or checkpoint (there, "
        "else at Milvus's own channel checkpoint, the skipped range recorded)", choices=("creation", "checkpoint")),
-    _k("mq.type", "enum", "kafka", "message queue that carries the DML channels",
+    _k("mq.type", KeyType.ENUM, "kafka", "message queue that carries the DML channels",
        choices=("kafka", "pulsar")),
-    _k("mq.kafka.bootstrap.servers", "hostports", "127.0.0.1:9092",
+    _k("mq.kafka.bootstrap.servers", KeyType.HOSTPORTS, "127.0.0.1:9092",
        "Kafka bootstrap servers, comma-separated host:port"),
-    _k("mq.pulsar.service.url", "url", "pulsar://127.0.0.1:6650", "Pulsar service URL",
+    _k("mq.pulsar.service.url", KeyType.URL, "pulsar://127.0.0.1:6650", "Pulsar service URL",
        schemes=("pulsar", "pulsar+ssl")),
-    _k("mq.pulsar.tenant", "str", "public", "Pulsar tenant of the pchannel topics (Milvus pulsar.tenant)"),
-    _k("mq.pulsar.namespace", "str", "default", "Pulsar namespace of the pchannel topics (Milvus pulsar.namespace)"),
-    _k("mq.pulsar.auth.plugin", "str", None,
+    _k("mq.pulsar.tenant", KeyType.STR, "public", "Pulsar tenant of the pchannel topics (Milvus pulsar.tenant)"),
+    _k("mq.pulsar.namespace", KeyType.STR, "default",
+       "Pulsar namespace of the pchannel topics (Milvus pulsar.namespace)"),
+    _k("mq.pulsar.auth.plugin", KeyType.STR, None,
        "Pulsar authentication plugin (Milvus pulsar.authPlugin): token, tls, basic, oauth2, or its Java "
        "class name; unset: none"),
-    _k("mq.pulsar.auth.params", "str", None,
+    _k("mq.pulsar.auth.params", KeyType.STR, None,
        "the plugin's parameters (Milvus pulsar.authParams), 'key:value,...' or JSON, e.g. token:<jwt>; "
        "a secret: set it with DELTANODE_MQ_PULSAR_AUTH_PARAMS"),
-    _k("mq.pulsar.tls.trust.certs.file", "localpath", None,
+    _k("mq.pulsar.tls.trust.certs.file", KeyType.LOCALPATH, None,
        "CA certificates (PEM) that pulsar+ssl:// connections trust"),
-    _k("mq.pulsar.tls.allow.insecure", "bool", "false", "accept any certificate from the Pulsar broker"),
-    _k("mq.pulsar.tls.validate.hostname", "bool", "false",
+    _k("mq.pulsar.tls.allow.insecure", KeyType.BOOL, "false", "accept any certificate from the Pulsar broker"),
+    _k("mq.pulsar.tls.validate.hostname", KeyType.BOOL, "false",
        "check that the Pulsar broker's certificate names its host"),
-    _k("mq.pchannel.prefix", "str", "by-dev-rootcoord-dml",
+    _k("mq.pchannel.prefix", KeyType.STR, "by-dev-rootcoord-dml",
        "name prefix of the physical DML channels (topics)"),
-    _k("mq.pchannel.count", "int", "16", "number of physical DML channels", min=1),
-    _k("storage.root", "path", None,
+    _k("mq.pchannel.count", KeyType.INT, "16", "number of physical DML channels", min=1),
+    _k("storage.root", KeyType.PATH, None,
        "root of the Delta tables: a path (relative to the working directory) or a URI",
        required=True),
-    _k("storage.s3.endpoint", "url", None,
+    _k("storage.s3.endpoint", KeyType.URL, None,
        "S3-compatible server for an s3:// storage.root (http:// or https://host:port); unset: AWS's",
        schemes=("http", "https")),
-    _k("storage.s3.region", "str", None, "S3 region; unset: from the environment (AWS_REGION), else us-east-1"),
-    _k("storage.s3.access.key.id", "str", None,
+    _k("storage.s3.region", KeyType.STR, None, "S3 region; unset: from the environment (AWS_REGION), else us-east-1"),
+    _k("storage.s3.access.key.id", KeyType.STR, None,
        "S3 access key; unset: the environment's credentials (AWS_ACCESS_KEY_ID, AWS_PROFILE, instance role)"),
-    _k("storage.s3.secret.access.key", "str", None,
+    _k("storage.s3.secret.access.key", KeyType.STR, None,
        "S3 secret key; a secret: set it with DELTANODE_STORAGE_S3_SECRET_ACCESS_KEY, or leave it unset"),
-    _k("storage.s3.session.token", "str", None, "S3 session token (temporary credentials); unset: none"),
-    _k("storage.s3.ca.file", "localpath", None,
+    _k("storage.s3.session.token", KeyType.STR, None, "S3 session token (temporary credentials); unset: none"),
+    _k("storage.s3.ca.file", KeyType.LOCALPATH, None,
        "PEM bundle trusted for https:// to the S3 endpoint (binlog writes and commits; delta-rs uses the "
        "system's trust store)"),
-    _k("embedded.etcd", "bool", "false",
+    _k("embedded.etcd", KeyType.BOOL, "false",
        "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
-    _k("embedded.broker", "bool", "false",
+    _k("embedded.broker", KeyType.BOOL, "false",
        "standalone only: start the broker of mq.type on its configured port (kafka: Tansu, memory only; "
        "pulsar: pulsar-lite, file-backed under embedded.data.dir)"),
-    _k("embedded.data.dir", "localpath", "var", "data and logs of the embedded services"),
-    _k("datanode.batch.max.messages", "int", "1000",
+    _k("embedded.data.dir", KeyType.LOCALPATH, "var", "data and logs of the embedded services"),
+    _k("datanode.batch.max.messages", KeyType.INT, "1000",
        "most MQ messages one cycle reads from a pchannel (per lane)", min=1),
-    _k("datanode.batch.max.bytes", "size", "256m",
+    _k("datanode.batch.max.bytes", KeyType.SIZE, "256m",
        "most MQ payload bytes one cycle reads from all pchannels together (for the vchannels near "
        "their pchannel's head), shared fairly between pchannels", min=1),
-    _k("datanode.catchup.max.bytes", "size", "64m",
+    _k("datanode.catchup.max.bytes", KeyType.SIZE, "64m",
        "most MQ payload bytes one cycle reads for vchannels catching up far behind their pchannel's head",
        min=1),
-    _k("datanode.trigger.interval", "duration", "1s", "how often the pipeline runs a cycle (at once while "
+    _k("datanode.trigger.interval", KeyType.DURATION, "1s", "how often the pipeline runs a cycle (at once while "
        "a backlog remains)", min=0),
-    _k("datanode.sync.max.delay", "duration", "0s",
+    _k("datanode.sync.max.delay", KeyType.DURATION, "0s",
        "longest rows may wait in binlog files before their collection is committed (0: at the end of "
        "the cycle that read them)", min=0),
-    _k("datanode.checkpoint.interval", "duration", "10s",
+    _k("datanode.checkpoint.interval", KeyType.DURATION, "10s",
        "longest a vchannel's checkpoint may lag while only ticks arrive (budget permitting)", min=0),
-    _k("datanode.checkpoint.max.rate", "float", "20",
+    _k("datanode.checkpoint.max.rate", KeyType.FLOAT, "20",
        "most commits per second the node makes only to move idle vchannels' checkpoints", min=0.1),
-    _k("datanode.read.splits", "int", "2", "Spark tasks per cycle (the cores a busy pchannel can use)", min=1),
-    _k("datanode.segment.max.size", "size", "1024m",
+    _k("datanode.read.splits", KeyType.INT, "2", "Spark tasks per cycle (the cores a busy pchannel can use)", min=1),
+    _k("datanode.segment.max.size", KeyType.SIZE, "1024m",
        "segment size the size seal policy measures against (Milvus dataCoord.segment.maxSize)", min=1),
-    _k("datanode.segment.seal.proportion", "float", "0.12",
+    _k("datanode.segment.seal.proportion", KeyType.FLOAT, "0.12",
        "a Growing segment holding this share of datanode.segment.max.size is sealed (Milvus "
        "dataCoord.segment.sealProportion)", min=0.0001),
-    _k("datanode.segment.max.life", "duration", "86400s",
+    _k("datanode.segment.max.life", KeyType.DURATION, "86400s",
        "a Growing segment this old (its vchannel's clock) is sealed (Milvus dataCoord.segment.maxLife)", min=1),
-    _k("datanode.segment.max.idle", "duration", "600s",
+    _k("datanode.segment.max.idle", KeyType.DURATION, "600s",
        "a Growing segment without a row this long is sealed, once datanode.segment.min.size.from.idle big "
        "(Milvus dataCoord.segment.maxIdleTime)", min=1),
-    _k("datanode.segment.min.size.from.idle", "size", "16m",
+    _k("datanode.segment.min.size.from.idle", KeyType.SIZE, "16m",
        "smallest segment the idle seal policy seals (Milvus dataCoord.segment.minSizeFromIdleToSealed)", min=0),
-    _k("datanode.compaction.interval", "duration", "600s",
+    _k("datanode.compaction.interval", KeyType.DURATION, "600s",
        "how often the DataNode rewrites its segments' small binlog files into larger ones (0: never)", min=0),
-    _k("datanode.compaction.min.files", "int", "16",
+    _k("datanode.compaction.min.files", KeyType.INT, "16",
        "small binlog files a segment needs before compaction rewrites them", min=2),
-    _k("datanode.compaction.target.size", "size", "64m",
+    _k("datanode.compaction.target.size", KeyType.SIZE, "64m",
        "size of the files compaction writes; files this large are left alone", min=1),
-    _k("datanode.compaction.retention", "duration", "3h",
+    _k("datanode.compaction.retention", KeyType.DURATION, "3h",
        "how long files that compaction replaced stay on disk for readers of older table versions "
        "(Milvus dataCoord.gc.dropTolerance)", min=0),
-    _k("datanode.compaction.orphan.retention", "duration", "24h",
+    _k("datanode.compaction.orphan.retention", KeyType.DURATION, "24h",
        "how long a binlog file no commit added (written before a crash, a refused commit) stays on disk "
        "before the hourly sweep deletes it; at least datanode.compaction.retention "
        "(Milvus dataCoord.gc.missingTolerance)", min=3600),
-    _k("datanode.compaction.deleted.ratio", "float", "0.2",
+    _k("datanode.compaction.deleted.ratio", KeyType.FLOAT, "0.2",
        "a binlog file whose deletion vector deletes this share of its rows is rewritten without them, alone "
        "or with its segment's small files; above 1: never (Milvus dataCoord.compaction.single.ratio.threshold)",
        min=0.0001),
-    _k("datanode.warmup", "bool", "true",
+    _k("datanode.warmup", KeyType.BOOL, "true",
        "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
        "Spark's Python workers to start"),
-    _k("datanode.address", "str", "127.0.0.1", "address the DataNode registers in its session"),
-    _k("session.ttl", "duration", "30s", "etcd lease TTL of a node session", min=1),
-    _k("datacoord.watch.timeout", "duration", "300s",
+    _k("datanode.address", KeyType.STR, "127.0.0.1", "address the DataNode registers in its session"),
+    _k("session.ttl", KeyType.DURATION, "30s", "etcd lease TTL of a node session", min=1),
+    _k("datacoord.watch.timeout", KeyType.DURATION, "300s",
        "how long a channel watch may stay unacknowledged before it is reassigned", min=1),
-    _k("datacoord.channel.balance", "bool", "true",
+    _k("datacoord.channel.balance", KeyType.BOOL, "true",
        "move channels, one at a time, from the most loaded DataNode to one holding two or more fewer "
        "(a DataNode that joins takes over its share)"),
-    _k("standalone.timetick.interval", "duration", "200ms",
+    _k("standalone.timetick.interval", KeyType.DURATION, "200ms",
        "standalone only: a TimeTick on every pchannel this often, as Milvus's rootcoord writes them "
        "(0: none; then only producers' ticks move checkpoints and flushes)", min=0),
-    _k("standalone.progress.interval", "duration", "10s",
+    _k("standalone.progress.interval", KeyType.DURATION, "10s",
        "standalone: how often progress is logged", min=0.1),
-    _k("metrics.port", "int", "0",
+    _k("metrics.port", KeyType.INT, "0",
        "DataNode driver: serve Prometheus metrics on /metrics and health on /healthz at this port (0: off)",
        min=0),
-    _k("metrics.address", "str", "127.0.0.1",
+    _k("metrics.address", KeyType.STR, "127.0.0.1",
        "address the metrics server binds (0.0.0.0: every interface, for a Prometheus on another host)"),
-    _k("log.level", "enum", "INFO", "log level of the DeltaNode processes",
+    _k("log.level", KeyType.ENUM, "INFO", "log level of the DeltaNode processes",
        choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 ]}
 
@@ -466,7 +484,7 @@ class Conf:
         lines = []
         for k, spec in KEYS.items():
             raw = self._raw.get(k)
-            if spec.type in ("path", "localpath") and raw is not None:
+            if spec.type in (KeyType.PATH, KeyType.LOCALPATH) and raw is not None:
                 raw = self._values[k]
             lines.append(f"{k} = {'' if raw is None else _masked(k, raw)}  # {self._sources.get(k, 'unset')}")
         for k, v in self._passthrough.items():

@@ -1,5 +1,4 @@
-"""Log format and levels of every DeltaNode process: the driver and the Python processes
-Spark starts for a flowgraph's sink commits."""
+"""Log format and levels of a DeltaNode process (``log.level``)."""
 
 from __future__ import annotations
 
@@ -16,13 +15,3 @@ def setup_logging(level: str = "INFO") -> None:
     for noisy in ("py4j", "py4j.clientserver", "kafka", "grpc", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.root.level))
 
-
-def deltanode_level() -> str:
-    """The level DeltaNode's loggers run at in this process, to hand to Spark's Python processes."""
-    return logging.getLevelName(logging.getLogger("deltanode").getEffectiveLevel())
-
-
-def ensure_logging(level: str) -> None:
-    """In a process Spark started (no handler yet), log like the driver does."""
-    if not logging.getLogger().handlers:
-        setup_logging(level)

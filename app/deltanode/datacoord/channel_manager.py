@@ -27,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
-from pymilvus.grpc_gen.schema_pb2 import CollectionSchema
 
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, PrefixWatch
 from deltanode.etcd.session import list_sessions, watch_sessions
 from deltanode.etcd.watch import WatchEvent
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
+from deltanode.wire.milvus_proto import schema_pb2
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class ChannelManager:
     """
 
     def __init__(self, client: EtcdClient, root: str, channels: Callable[[], dict[str, ChannelSpec]],
-                 recovery: Callable[[str], VchannelInfo], schema: Callable[[str], CollectionSchema | None],
+                 recovery: Callable[[str], VchannelInfo], schema: Callable[[str], schema_pb2.CollectionSchema | None],
                  watch_timeout: float = 300.0, interval: float = 5.0, balance: bool = True) -> None:
         self._client = client
         self._root = root
