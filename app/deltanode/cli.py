@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--schema", required=True, metavar="FILE.json", help="schema as JSON")
     a.add_argument("--shards", type=int, default=1, metavar="K",
                    help="number of shards (virtual channels), default 1")
+    a.add_argument("--count", type=int, default=1, metavar="C",
+                   help="create C collections named N_0 .. N_{C-1} with this schema in one go (one catalog "
+                        "read, one broadcast, 64 records per etcd transaction; prints a list), default 1")
     _common(a, default_conf=None, admin=True)
 
     a = admin.add_parser("show-collections", formatter_class=_Formatter,

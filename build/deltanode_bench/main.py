@@ -87,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scale", help="then run the scale benchmark too: comma-separated numbers of vchannels, e.g. "
                                    "1,16,64,256,1000 (each a fresh standalone; see deltanode_bench.scale)")
     p.add_argument("--scale-seconds", type=float, default=60.0, help="scale: load duration per point (default 60)")
+    p.add_argument("--scale-inserts", type=float, default=1000.0,
+                   help="scale: inserts a second in all: one a second per vchannel, up to this many (default 1000: "
+                        "at 10,000 vchannels each gets one every 10 s; the embedded broker and the load generator "
+                        "share the machine's 2 cores)")
     p.add_argument("--scale-drain", type=float, default=120.0,
                    help="scale: longest wait for the last commits after the load (default 120)")
     p.add_argument("--deletes", action="store_true", help="then run the delete benchmark too (see above)")
@@ -665,7 +669,8 @@ def main(argv: list[str] | None = None) -> int:
             print(report, flush=True)
             if args.scale_points:
                 t1 = time.monotonic()
-                print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq)
+                print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq,
+                                        args.scale_inserts)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

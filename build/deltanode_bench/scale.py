@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from deltanode.datacoord.catalog import CollectionRecord, create_collection
+from deltanode.datacoord.catalog import CollectionRecord, NewCollection, create_collections
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
@@ -68,8 +68,9 @@ class ScaleResult:
     commits_per_s: float
     rows_produced: int
     rows_committed: int
-    cycle_median: float | None
-    setup_s: float
+    phases: PhaseFigures | None
+    create_s: float
+    watch_s: float
 
 
 def say(msg: str) -> None:
@@ -142,9 +143,10 @@ def _watched(client: EtcdClient, vchannels: set[str]) -> int:
     return done
 
 
-def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float) -> None:
-    """One insert per vchannel per second, round robin, sent in 10 ms bursts (one wake-up per insert
-    cost the load generator 0.2 cores at 1,000 inserts/s, on the cores the DataNode runs on)."""
+def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float, rate: float) -> None:
+    """``rate`` inserts a second, round robin over the vchannels, sent in 10 ms bursts (one wake-up
+    per insert cost the load generator 0.2 cores at 1,000 inserts/s, on the cores the DataNode
+    runs on)."""
     slots = [(prod, rec, k) for prod, rec in producers for k in range(rec.shards)]
     burst = 0.01
     start = time.monotonic()
@@ -153,7 +155,7 @@ def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: floa
         elapsed = time.monotonic() - start
         if elapsed >= seconds:
             return
-        due = int(elapsed * len(slots)) + 1
+        due = int(elapsed * rate) + 1
         while sent < due:
             prod, rec, k = slots[sent % len(slots)]
             prod.insert_message(rec.pchannels[k], rec.vchannels[k], rec.collection_id + 1 + k, rec.collection_id)
@@ -225,69 +227,100 @@ def _table_rows(uri: str) -> int:
     return sum(files.values())
 
 
-_CYCLE_SECONDS = re.compile(r"; ([0-9.]+) s \(plan ")
+_CYCLE = re.compile(r"deltanode\.pipeline\.cycle: cycle \d+: .*?(\d+) messages"
+                    r".*?(\d+) commit\(s\) for (\d+) vchannel.*?; "
+                    r"([0-9.]+) s \(plan ([0-9.]+), job ([0-9.]+), apply ([0-9.]+), commits ([0-9.]+); "
+                    r"tasks ([0-9.]+) s, their CPU ([0-9.]+) s\)")
 
 
-def _cycle_median(log_text: str, t0: float, t1: float) -> float | None:
-    """Median duration of the cycles logged in [t0, t1] (cycles that committed something)."""
-    out = []
+@dataclass(frozen=True)
+class PhaseFigures:
+    """Where the cycles of the load went: the median of each phase over the cycles that committed
+    something (the DataNode logs one line per such cycle), in seconds."""
+
+    cycles: int
+    cycle: float
+    cycle_p90: float
+    plan: float
+    job: float
+    apply: float
+    sync: float
+    tasks_wall: float     # the cycle's tasks, summed (2 run at once)
+    tasks_cpu: float      # their Python workers' CPU, summed
+    messages: float
+    vchannels_committed: float
+
+
+def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
+    """The phase figures of the cycles logged in [t0, t1]."""
+    rows = []
     for line in log_text.splitlines():
-        if "deltanode.pipeline.pipeline: cycle " not in line or " s (plan " not in line:
+        found = _CYCLE.search(line)
+        if found is None:
             continue
         try:
             t = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
         except ValueError:
             continue
         if t0 <= t <= t1:
-            found = _CYCLE_SECONDS.search(line)
-            if found:
-                out.append(float(found.group(1)))
-    return lat.percentile(out, 50) if out else None
+            rows.append([float(x) for x in found.groups()])
+    if not rows:
+        return None
+    column = list(zip(*rows))
+    med = [lat.percentile(list(c), 50) for c in column]
+    return PhaseFigures(len(rows), med[3], lat.percentile(list(column[3]), 90), med[4], med[5], med[6], med[7],
+                        med[8], med[9], med[0], med[2])
 
 
-def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka") -> ScaleResult:
+def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka",
+              rate_cap: float = 1000.0) -> ScaleResult:
     os.makedirs(work, exist_ok=True)
-    setup_started = time.monotonic()
     node = Standalone(work, mq)
     say(f"{n} vchannel(s): starting standalone")
     node.start()
     client = EtcdClient(node.etcd)
     stop = threading.Event()
     sampler = proxy = None
+    rate = min(float(n), rate_cap)
     try:
         schema_doc = bench_schema(DIM)
         del schema_doc["fields"][1]   # pk and the vector: the issue's 50 x 128-dim inserts
         shards = _collections(n)
         say(f"{n} vchannel(s): creating {len(shards)} collection(s)")
-        records = [create_collection(client, "by-dev/meta", node.broker, f"scale{i}",
-                                     schema_from_json(schema_doc, f"scale{i}"), k, "by-dev-rootcoord-dml", PCHANNELS)
-                   for i, k in enumerate(shards)]
+        created = time.monotonic()
+        records = create_collections(client, "by-dev/meta", node.broker,
+                                     [NewCollection(name=f"scale{i}", schema=schema_from_json(schema_doc, f"scale{i}"),
+                                                    shards=k) for i, k in enumerate(shards)],
+                                     "by-dev-rootcoord-dml", PCHANNELS)
+        create_s = time.monotonic() - created
         vchannels = {v for r in records for v in r.vchannels}
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         while _watched(client, vchannels) < len(vchannels):
             if time.monotonic() > deadline or node.proc.poll() is not None:
                 raise RuntimeError(f"only {_watched(client, vchannels)} of {n} vchannels watched; see {node.log}")
             time.sleep(1)
-        setup_s = time.monotonic() - setup_started
+        watch_s = time.monotonic() - created - create_s
+        say(f"{n} vchannel(s): created in {create_s:.1f} s, all watched {watch_s:.1f} s later")
         proxy = Proxy(node.broker)
         producers = {r.collection_id: BenchProducer(proxy, CollectionLayout.from_proto(
             schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS) for r in records}
         pchannels = [pchannel_name("by-dev-rootcoord-dml", i) for i in range(PCHANNELS)]
         ticker(producers[records[0].collection_id], pchannels, stop)
         sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
-        say(f"{n} vchannel(s): {n} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
+        say(f"{n} vchannel(s): {rate:.0f} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
         t0 = time.time()
-        _pace([(producers[r.collection_id], r) for r in records], seconds)
+        _pace([(producers[r.collection_id], r) for r in records], seconds, rate)
         t1 = time.time()
         proxy.sender.flush(60)
         say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")
         last = {(r.collection_id, v): max((s.offset for s in producers[r.collection_id].sent
                                            if s.rows and s.topic == p), default=-1)
                 for r in records for p, v in zip(r.pchannels, r.vchannels)}
+        last = {k: off for k, off in last.items() if off >= 0}
         deadline = time.monotonic() + drain
-        while time.monotonic() < deadline and not all(
-                (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) > off
-                for (cid, v), off in last.items()):
+        while last and time.monotonic() < deadline:
+            last = {(cid, v): off for (cid, v), off in last.items()
+                    if (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) <= off}
             time.sleep(2)
         stats = window(sampler.samples, t0, t1)
     finally:
@@ -304,53 +337,66 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
                        (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
                        stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
-                       _cycle_median(node.text(), t0, t1), setup_s)
+                       _phases(node.text(), t0, t1), create_s, watch_s)
 
 
-def render(results: list[ScaleResult], argv: list[str]) -> str:
+def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     out = ["DeltaNode scale benchmark", f"command : build/bench.sh {' '.join(argv)}",
-           f"traffic : per vchannel one InsertRequest of {ROWS} rows x {DIM}-dim a second; a TimeTick every 200 ms "
-           f"on each of {PCHANNELS} pchannels; collections of 2 shards; standalone with its defaults", "",
-           "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) "
-           "without the embedded etcd and broker "
-           "(services); cores averaged and RSS (summed over the tree) at its peak during the load; latency = insert "
-           "produce() -> timestamp of the Delta commit covering it"]
+           f"traffic : InsertRequests of {ROWS} rows x {DIM}-dim, one a second per vchannel up to {rate_cap:.0f} a "
+           f"second in all (beyond that many vchannels, each gets one every N/{rate_cap:.0f} s); a TimeTick every "
+           f"200 ms on each of {PCHANNELS} pchannels; collections of 2 shards; standalone with its defaults", "",
+           "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) without the "
+           "embedded etcd and broker (services); cores averaged and RSS (summed over the tree) at its peak during the "
+           "load; latency = insert produce() -> timestamp of the Delta commit covering it; create = the collections "
+           "created in one catalog batch, watch = from then until every vchannel is watched by the DataNode"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
                  if r.latencies else ["-", "-", "-"])
-        rows.append([r.vchannels, r.collections, secs(r.seconds, 0), secs(r.cores),
+        rows.append([r.vchannels, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
                      " / ".join(secs(c) for c in r.cores_split), secs(r.cores_services),
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
-                     secs(r.cycle_median), r.rows_produced, r.rows_committed, r.uncommitted, secs(r.setup_s, 0)])
-    out.append(table(["vchannels", "collections", "load s", "DataNode cores", "driver / JVM / workers",
-                      "services cores", "machine cores",
-                      "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s", "median cycle s", "rows produced",
-                      "rows in Delta", "inserts uncommitted", "setup s"], rows))
-    out += ["", "Targets (issue 8)"]
+                     r.rows_produced, r.rows_committed, r.uncommitted, secs(r.create_s, 1), secs(r.watch_s, 1)])
+    out.append(table(["vchannels", "collections", "inserts/s", "DataNode cores", "driver / JVM / workers",
+                      "services cores", "machine cores", "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s",
+                      "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s"], rows))
+    out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
+                "cycle's Spark tasks summed (two run at once), their CPU = their Python workers'"]
+    rows = []
+    for r in results:
+        f = r.phases
+        rows.append([r.vchannels] + (["-"] * 12 if f is None else [
+            f.cycles, secs(f.cycle), secs(f.cycle_p90), secs(f.plan), secs(f.job), secs(f.apply), secs(f.sync),
+            secs(f.tasks_wall), secs(f.tasks_cpu), f"{f.messages:.0f}", f"{f.vchannels_committed:.0f}",
+            f"{(f.job - f.tasks_wall / 2) * 1000:.0f}"]))
+    out.append(table(["vchannels", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
+                      "tasks", "tasks' CPU", "messages", "vchannels committed", "job - tasks/2 ms"], rows))
+    out += ["", "Targets (issue 24)"]
     for r in results:
         every = r.rows_committed == r.rows_produced and r.uncommitted == 0
         p99 = lat.percentile(r.latencies, 99) if r.latencies else math.inf
-        if r.vchannels == 256:
-            ok = p99 <= 2.0 and r.cores <= 1.0 and r.rss_peak <= 3 << 30 and every
-            out.append(f"  256 vchannels: p99 {p99:.2f} s <= 2, DataNode {r.cores:.2f} <= 1.0 core, peak RSS "
-                       f"{r.rss_peak / (1 << 30):.2f} <= 3 GiB, every row committed ({r.rows_committed} of "
-                       f"{r.rows_produced}) -> {verdict(ok)}")
         if r.vchannels == 1000:
-            ok = p99 <= 5.0 and r.rss_peak <= 4 << 30 and every
-            out.append(f"  1,000 vchannels: p99 {p99:.2f} s <= 5, peak RSS {r.rss_peak / (1 << 30):.2f} <= 4 GiB, "
-                       f"every row committed ({r.rows_committed} of {r.rows_produced}) -> {verdict(ok)}")
-    if not any(r.vchannels in (256, 1000) for r in results):
-        out.append("  (they name 256 and 1,000 vchannels: neither point ran)")
+            ok = p99 <= 2.0 and r.cores <= 1.0 and every
+            out.append(f"  1,000 vchannels: p99 {p99:.2f} s <= 2, DataNode {r.cores:.2f} <= 1.0 core, every row "
+                       f"committed ({r.rows_committed} of {r.rows_produced}) -> {verdict(ok)}")
+        if r.vchannels == 10000:
+            ok = p99 <= 5.0 and r.cores <= 1.5 and r.rss_peak <= 4 << 30 and every
+            out.append(f"  10,000 vchannels: p99 {p99:.2f} s <= 5, DataNode {r.cores:.2f} <= 1.5 cores, peak RSS "
+                       f"{r.rss_peak / (1 << 30):.2f} <= 4 GiB, every row committed ({r.rows_committed} of "
+                       f"{r.rows_produced}) -> {verdict(ok)}")
+    if not any(r.vchannels in (1000, 10000) for r in results):
+        out.append("  (they name 1,000 and 10,000 vchannels: neither point ran)")
     return "\n".join(out)
 
 
-def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mq: str = "kafka") -> str:
+def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mq: str = "kafka",
+         rate_cap: float = 1000.0) -> str:
     results = []
-    for n in points:
-        results.append(run_point(n, os.path.join(work, f"scale-{n}"), seconds, drain, mq))
+    for i, n in enumerate(points):
+        results.append(run_point(n, os.path.join(work, f"scale-{i}-{n}"), seconds, drain, mq, rate_cap))
         say(f"{n} vchannel(s): p99 {lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
-    largest = max(points)
-    say(f"{largest} vchannel(s): compacting the tables the load left")
-    figures = compaction.measure(os.path.join(work, f"scale-{largest}", "delta"))
-    return render(results, argv) + f"\n\nAfter the {largest}-vchannel point. " + compaction.render(figures)
+    largest = max(range(len(points)), key=lambda i: points[i])
+    say(f"{points[largest]} vchannel(s): compacting the tables the load left")
+    figures = compaction.measure(os.path.join(work, f"scale-{largest}-{points[largest]}", "delta"))
+    return (render(results, argv, rate_cap) + f"\n\nAfter the {points[largest]}-vchannel point. "
+            + compaction.render(figures))

@@ -15,9 +15,10 @@ from ..datacoord.catalog import (
     CatalogError,
     CollectionRecord,
     CollectionStatus,
+    NewCollection,
+    create_collections,
     find_record,
 )
-from ..datacoord.catalog import create_collection as catalog_create
 from ..datacoord.catalogs import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
@@ -32,6 +33,7 @@ from ..storage import meta
 from ..storage.channel_state import SegmentState
 from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
+from ..wire.milvus_proto import schema_pb2
 from ..wire.names import pchannel_name
 from ..wire.positions import now_ts
 from ..wire.schema import FIRST_USER_FIELD_ID, DataType, SchemaError, load_schema_file
@@ -72,15 +74,28 @@ def _refuse_in_mirror_mode(conf: Conf, what: str) -> str | None:
 def create_collection(conf: Conf, args: argparse.Namespace) -> int:
     if (why := _refuse_in_mirror_mode(conf, "create-collection")) is not None:
         return _fail(why)
+    if args.count < 1:
+        return _fail(f"--count must be at least 1, got {args.count}")
+    names = [args.name] if args.count == 1 else [f"{args.name}_{i}" for i in range(args.count)]
     try:
-        schema = load_schema_file(args.schema, args.name)
+        schema = load_schema_file(args.schema, names[0])
+        new = [NewCollection(name=name, schema=_renamed(schema, name), shards=args.shards) for name in names]
         with _client(conf) as client:
-            record = catalog_create(client, conf.get("etcd.root"), Broker.from_conf(conf), args.name,
-                                    schema, args.shards, conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
+            records = create_collections(client, conf.get("etcd.root"), Broker.from_conf(conf), new,
+                                         conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
     except (SchemaError, CatalogError, EtcdError, ValueError) as e:
         return _fail(str(e))
-    _print({"collection_id": record.collection_id, "vchannels": record.vchannels, "pchannels": record.pchannels})
+    docs = [{"name": r.name, "collection_id": r.collection_id, "vchannels": r.vchannels, "pchannels": r.pchannels}
+            for r in records]
+    _print(docs[0] if args.count == 1 else docs)
     return 0
+
+
+def _renamed(schema: schema_pb2.CollectionSchema, name: str) -> schema_pb2.CollectionSchema:
+    out = schema_pb2.CollectionSchema()
+    out.CopyFrom(schema)
+    out.name = name
+    return out
 
 
 def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWatchInfo]]:

@@ -16,7 +16,7 @@ import base64
 import enum
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -145,62 +145,97 @@ def list_collections(client: EtcdClient, root: str) -> list[CollectionRecord]:
             for r in records]
 
 
-def _allocate_id(client: EtcdClient, root: str) -> int:
-    """A new collection ID, TSO-like as Milvus's are (``ms << 18``), unique through CAS."""
+def _allocate_ids(client: EtcdClient, root: str, n: int) -> range:
+    """``n`` new collection IDs, TSO-like as Milvus's are (``ms << 18``), unique through CAS."""
     key = _id_key(root)
     for _ in range(100):
         current = client.get(key)
         last = int(current[0]) if current else 0
-        new = max(last + 1, now_ts())
+        first = max(last + 1, now_ts())
+        new = str(first + n - 1)
         if current is None:
-            if client.put_if_absent(key, str(new)):
-                return new
-        elif client.compare_value_and_swap(key, current[0], str(new)):
-            return new
-    raise CatalogError("could not allocate a collection ID (etcd contention)")
+            if client.put_if_absent(key, new):
+                return range(first, first + n)
+        elif client.compare_value_and_swap(key, current[0], new):
+            return range(first, first + n)
+    raise CatalogError("could not allocate collection IDs (etcd contention)")
 
 
-def _least_used_pchannels(existing: list[CollectionRecord], prefix: str, count: int, shards: int) -> list[str]:
-    usage = Counter({pchannel_name(prefix, i): 0 for i in range(count)})
-    for c in existing:
-        usage.update(p for p in c.pchannels if p in usage)
-    return [p for p, _ in sorted(usage.items(), key=lambda kv: (kv[1], int(kv[0].rsplit("_", 1)[1])))[:shards]]
+def _create_message(record: CollectionRecord) -> bytes:
+    """The CreateCollectionRequest rootcoord broadcasts to each of the collection's pchannels."""
+    return msg_pb2.CreateCollectionRequest(
+        base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.CreateCollection, timestamp=record.start_ts),
+        collectionName=record.name, collectionID=record.collection_id,
+        schema=base64.b64decode(record.schema_b64), virtualChannelNames=record.vchannels,
+        physicalChannelNames=record.pchannels).SerializeToString()
 
 
-def _broadcast_create(broker: Broker, record: CollectionRecord) -> dict[str, int]:
-    """Send CreateCollectionRequest to each pchannel; return the position each landed at."""
-    payloads = {}
-    for pchannel in sorted(set(record.pchannels)):
-        payloads[pchannel] = msg_pb2.CreateCollectionRequest(
-            base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.CreateCollection, timestamp=record.start_ts),
-            collectionName=record.name, collectionID=record.collection_id,
-            schema=base64.b64decode(record.schema_b64), virtualChannelNames=record.vchannels,
-            physicalChannelNames=record.pchannels).SerializeToString()
-    try:
-        return broker.send_each(payloads)
-    except BrokerError as e:
-        raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {e}") from None
+@dataclass(frozen=True, kw_only=True)
+class NewCollection:
+    """A collection to create: its name, schema and number of shards (vchannels)."""
+
+    name: str
+    schema: schema_pb2.CollectionSchema
+    shards: int = 1
+
+
+RECORDS_PER_TXN = 64   # etcd refuses a transaction of more than 128 operations (--max-txn-ops)
 
 
 def create_collection(client: EtcdClient, root: str, broker: Broker, name: str,
                       schema: schema_pb2.CollectionSchema, shards: int, pchannel_prefix: str,
                       pchannel_count: int) -> CollectionRecord:
-    check_safe("collection", name)
-    if not 1 <= shards <= pchannel_count:
-        raise CatalogError(f"--shards must be between 1 and mq.pchannel.count ({pchannel_count}), got {shards}")
+    return create_collections(client, root, broker, [NewCollection(name=name, schema=schema, shards=shards)],
+                              pchannel_prefix, pchannel_count)[0]
+
+
+def create_collections(client: EtcdClient, root: str, broker: Broker, new: Sequence[NewCollection],
+                       pchannel_prefix: str, pchannel_count: int) -> list[CollectionRecord]:
+    """Create ``new`` as rootcoord does, in one go: one read of the catalog, one block of IDs, the
+    pchannels least used first, one broadcast of their CreateCollection messages (the start
+    positions), then the records, ``RECORDS_PER_TXN`` to an etcd transaction. One at a time,
+    each creation read the whole catalog: 500 collections took 24 s, and 5,000 would take hours.
+
+    Checked before anything is written: names (safe, unique, not taken by a live collection)
+    and shard counts. A failed transaction leaves the records of the earlier ones created (the
+    error says how many); CreateCollection messages of collections not recorded are ignored by
+    DataNodes, which only read the vchannels of recorded collections."""
     existing = list_collections(client, root)
-    if any(c.name == name and c.state == CollectionStatus.CREATED for c in existing):
-        raise CatalogError(f"a collection named {name!r} already exists")
-    collection_id = _allocate_id(client, root)
-    pchannels = _least_used_pchannels(existing, pchannel_prefix, pchannel_count, shards)
-    record = CollectionRecord(collection_id, name, base64.b64encode(schema.SerializeToString()).decode(), shards,
-                              [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)], pchannels,
-                              start_ts=now_ts())
+    live = {c.name for c in existing if c.state == CollectionStatus.CREATED}
+    seen: set[str] = set()
+    for c in new:
+        check_safe("collection", c.name)
+        if not 1 <= c.shards <= pchannel_count:
+            raise CatalogError(f"--shards must be between 1 and mq.pchannel.count ({pchannel_count}), "
+                               f"got {c.shards}")
+        if c.name in live or c.name in seen:
+            raise CatalogError(f"a collection named {c.name!r} already exists")
+        seen.add(c.name)
+    if not new:
+        return []
+    usage = Counter({pchannel_name(pchannel_prefix, i): 0 for i in range(pchannel_count)})
+    for record in existing:
+        usage.update(p for p in record.pchannels if p in usage)
+    records = []
+    for c, collection_id in zip(new, _allocate_ids(client, root, len(new))):
+        pchannels = [p for p, _ in sorted(usage.items(), key=lambda kv: (kv[1], int(kv[0].rsplit("_", 1)[1])))]
+        pchannels = pchannels[:c.shards]
+        usage.update(pchannels)
+        records.append(CollectionRecord(collection_id, c.name, encode_schema(c.schema), c.shards,
+                                        [vchannel_name(p, collection_id, i) for i, p in enumerate(pchannels)],
+                                        pchannels, start_ts=now_ts()))
+    messages = [(p, r) for r in records for p in sorted(set(r.pchannels))]
     try:
-        broker.create_topics(pchannels)
-        record.start_offsets = _broadcast_create(broker, record)
+        broker.create_topics(sorted({p for p, _ in messages}))
+        positions = broker.send_all([(p, _create_message(r)) for p, r in messages])
     except BrokerError as e:
-        raise CatalogError(str(e)) from None
-    if not client.put_if_absent(catalog_prefix(root) + str(collection_id), json.dumps(asdict(record))):
-        raise CatalogError(f"collection ID {collection_id} is already in the catalog")
-    return record
+        raise CatalogError(f"could not broadcast CreateCollection to the pchannels: {e}") from None
+    for (p, r), at in zip(messages, positions):
+        r.start_offsets[p] = at
+    prefix = catalog_prefix(root)
+    for i in range(0, len(records), RECORDS_PER_TXN):
+        chunk = records[i:i + RECORDS_PER_TXN]
+        if not client.put_all_if_absent({prefix + str(r.collection_id): json.dumps(asdict(r)) for r in chunk}):
+            raise CatalogError(f"collection IDs {chunk[0].collection_id}..{chunk[-1].collection_id} are already in "
+                               f"the catalog: {i} of {len(records)} collections created")
+    return records

@@ -89,6 +89,12 @@ class EtcdClient:
         t = self.loop.aio.transactions
         return self._txn([t.version(_b(key)) == 0], [t.put(_b(key), _b(value), lease)])
 
+    def put_all_if_absent(self, items: dict[str, bytes | str]) -> bool:
+        """Create every key of ``items`` in one transaction; False (and no write) when one exists.
+        etcd caps a transaction's operations (128 by default): keep ``items`` to 64 keys."""
+        t = self.loop.aio.transactions
+        return self._txn([t.version(_b(k)) == 0 for k in items], [t.put(_b(k), _b(v)) for k, v in items.items()])
+
     def compare_version_and_swap(self, key: str, expected_version: int, value: bytes | str) -> bool:
         """Overwrite ``key`` only if its version is still ``expected_version``.
 

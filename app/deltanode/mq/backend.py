@@ -7,7 +7,7 @@ topics to create, a message to send, a ping. Executor side: the messages of rang
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from .types import BrokerError, Chunk, Delivered, Gap, OffsetRange
@@ -68,8 +68,8 @@ class BrokerBackend(Protocol):
         """Create the missing pchannel topics; those created. Pulsar creates topics on first use, so
         it creates none here, not even after a restart of a broker that lost them."""
 
-    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
-        """Send one message to each pchannel; the position each landed at."""
+    def send_all(self, messages: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Send each ``(pchannel, payload)``, in order per pchannel; the position each landed at."""
 
     def sender(self) -> Sender:
         ...

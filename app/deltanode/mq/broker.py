@@ -14,7 +14,7 @@ protocols lives in their ``backend.BrokerBackend``, which ``Broker`` picks once.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .backend import BrokerBackend, HighWatermarks, Sender
@@ -93,9 +93,9 @@ class Broker:
         """Create the missing pchannel topics; those created (Pulsar creates topics on first use)."""
         return self._backend.create_topics(pchannels)
 
-    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
-        """Send one message to each pchannel; the position each landed at."""
-        return self._backend.send_each(payloads)
+    def send_all(self, messages: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Send each ``(pchannel, payload)``, in order per pchannel; the position each landed at."""
+        return self._backend.send_all(messages)
 
     def sender(self) -> Sender:
         return self._backend.sender()

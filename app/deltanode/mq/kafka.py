@@ -6,9 +6,10 @@ executor side: bounded reads of offset ranges (``read_ranges``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import (
@@ -103,24 +104,30 @@ class Sender:
         self._producer.close()
 
 
-def send_each(bootstrap: str, payloads: dict[str, bytes], timeout: float = 30.0, *,
-              settings: Settings | None = None) -> dict[str, int]:
-    """Send one message to each topic; the offset each landed at."""
+def send_all(bootstrap: str, messages: Sequence[tuple[str, bytes]], timeout: float = 30.0, *,
+             settings: Settings | None = None) -> list[int]:
+    """Send each ``(topic, payload)``, in order per topic; the offset each landed at."""
     producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20})
-    offsets: dict[str, int] = {}
+    offsets: list[int | None] = [None] * len(messages)
     errors: list[str] = []
 
-    def delivered(err, msg) -> None:
+    def delivered(i: int, err, msg) -> None:
         if err is not None:
             errors.append(f"{msg.topic()}: {err}")
         else:
-            offsets[msg.topic()] = msg.offset()
+            offsets[i] = msg.offset()
 
-    for topic, payload in payloads.items():
-        producer.produce(topic, payload, on_delivery=delivered)
-    if producer.flush(timeout) or errors or len(offsets) != len(payloads):
-        raise BrokerError(f"could not send to {sorted(payloads)} on {bootstrap}: {errors or 'timeout'}")
-    return offsets
+    for i, (topic, payload) in enumerate(messages):
+        while True:
+            try:
+                producer.produce(topic, payload, on_delivery=functools.partial(delivered, i))
+                break
+            except BufferError:   # the local queue is full (a batch of thousands): let it drain
+                producer.poll(0.1)
+    topics = sorted({t for t, _ in messages})
+    if producer.flush(timeout) or errors or any(o is None for o in offsets):
+        raise BrokerError(f"could not send to {topics} on {bootstrap}: {errors[:5] or 'timeout'}")
+    return [o for o in offsets if o is not None]
 
 
 def cut_points(first: int, end: int, parts: int, _high: int = 0) -> list[int]:
@@ -346,8 +353,8 @@ class KafkaBackend:
     def create_topics(self, pchannels: list[str]) -> list[str]:
         return create_topics(self.address, pchannels, settings=self.settings)
 
-    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
-        return send_each(self.address, payloads, settings=self.settings)
+    def send_all(self, messages: Sequence[tuple[str, bytes]]) -> list[int]:
+        return send_all(self.address, messages, settings=self.settings)
 
     def sender(self) -> Sender:
         return Sender(self.address, self.settings)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pulsar
@@ -262,21 +262,26 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
         reader.close()
 
 
-def send_each(service_url: str, payloads: dict[str, bytes], tenant: str = "public",
-              namespace: str = "default", settings: Settings | None = None) -> dict[str, int]:
-    """Send one message to each pchannel; the position each landed at."""
+def send_all(service_url: str, messages: Sequence[tuple[str, bytes]], tenant: str = "public",
+             namespace: str = "default", settings: Settings | None = None) -> list[int]:
+    """Send each ``(pchannel, payload)``, in order per pchannel; the position each landed at."""
     c = new_client(service_url, settings=settings)
+    producers: dict[str, pulsar.Producer] = {}
     try:
-        out = {}
-        for pchannel, payload in payloads.items():
-            producer = c.create_producer(topic_name(pchannel, tenant, namespace), batching_enabled=False)
+        out = []
+        for pchannel, payload in messages:
+            producer = producers.get(pchannel)
+            if producer is None:
+                producer = producers[pchannel] = c.create_producer(topic_name(pchannel, tenant, namespace),
+                                                                   batching_enabled=False)
             mid = producer.send(payload)
-            producer.close()
-            out[pchannel] = position(mid.ledger_id(), mid.entry_id())
+            out.append(position(mid.ledger_id(), mid.entry_id()))
         return out
     except pulsar.PulsarException as e:
-        raise BrokerError(f"could not send to {sorted(payloads)} on {service_url}: {e}") from None
+        raise BrokerError(f"could not send to {sorted({p for p, _ in messages})} on {service_url}: {e}") from None
     finally:
+        for producer in producers.values():
+            producer.close()
         c.close()
 
 
@@ -354,8 +359,8 @@ class PulsarBackend:
         """Creates none: Pulsar creates a topic on its first use."""
         return []
 
-    def send_each(self, payloads: dict[str, bytes]) -> dict[str, int]:
-        return send_each(self.address, payloads, self.tenant, self.namespace, self.settings)
+    def send_all(self, messages: Sequence[tuple[str, bytes]]) -> list[int]:
+        return send_all(self.address, messages, self.tenant, self.namespace, self.settings)
 
     def sender(self) -> Sender:
         return Sender(self.address, self.tenant, self.namespace, self.settings)
