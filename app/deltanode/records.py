@@ -128,6 +128,7 @@ class FileEntry:
     stats: str         # Delta add-action stats JSON
     segment_id: int = -1
     partition_id: int = -1
+    pk_bloom: bytes | None = None   # its key filter, when small enough to go in its add action
 
 
 @dataclass
@@ -210,6 +211,7 @@ class TaskOutput:
     reads: tuple[ReadStats, ...]
     seconds: float = 0.0       # wall clock of the task
     cpu_seconds: float = 0.0   # CPU of its Python worker meanwhile (below ``seconds``: it waited)
+    read_wait_seconds: float = 0.0   # wall clock spent waiting for the broker's messages
 
 
 # -- marking deletes ------------------------------------------------------------------------
@@ -224,6 +226,7 @@ class MarkCandidate:
     deletion_vector: DeletionVector | None     # its DV when the task was planned
     pk_min: PrimaryKey | None = None           # its key range (stats), None when unknown
     pk_max: PrimaryKey | None = None
+    pk_bloom: bytes | None = None              # its key filter from the log; None: the file beside it, if any
 
 
 @dataclass(frozen=True, kw_only=True)

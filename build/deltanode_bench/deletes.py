@@ -475,7 +475,7 @@ def targets(figs: list[Figures], check: Check) -> list[str]:
     return lines
 
 
-_CYCLE_LINE = re.compile(r"deltanode\.pipeline\.pipeline: cycle (\d+): ")
+_CYCLE_LINE = re.compile(r"deltanode\.pipeline\.cycle: cycle (\d+): ")
 
 
 def cycle_lines(log_file: str, numbers: set[int]) -> dict[int, str]:

@@ -230,7 +230,7 @@ def _table_rows(uri: str) -> int:
 _CYCLE = re.compile(r"deltanode\.pipeline\.cycle: cycle \d+: .*?(\d+) messages"
                     r".*?(\d+) commit\(s\) for (\d+) vchannel.*?; "
                     r"([0-9.]+) s \(plan ([0-9.]+), job ([0-9.]+), apply ([0-9.]+), commits ([0-9.]+); "
-                    r"tasks ([0-9.]+) s, their CPU ([0-9.]+) s\)")
+                    r"tasks ([0-9.]+) s, their CPU ([0-9.]+) s, broker wait ([0-9.]+) s\)")
 
 
 @dataclass(frozen=True)
@@ -247,6 +247,7 @@ class PhaseFigures:
     sync: float
     tasks_wall: float     # the cycle's tasks, summed (2 run at once)
     tasks_cpu: float      # their Python workers' CPU, summed
+    tasks_read: float     # their wait for the broker's messages, summed
     messages: float
     vchannels_committed: float
 
@@ -269,7 +270,7 @@ def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
     column = list(zip(*rows))
     med = [lat.percentile(list(c), 50) for c in column]
     return PhaseFigures(len(rows), med[3], lat.percentile(list(column[3]), 90), med[4], med[5], med[6], med[7],
-                        med[8], med[9], med[0], med[2])
+                        med[8], med[9], med[10], med[0], med[2])
 
 
 def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka",
@@ -361,16 +362,18 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
                       "services cores", "machine cores", "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s",
                       "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s"], rows))
     out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
-                "cycle's Spark tasks summed (two run at once), their CPU = their Python workers'"]
+                "cycle's Spark tasks summed (two run at once), their CPU = their Python workers', broker wait = "
+                "their wait for messages"]
     rows = []
     for r in results:
         f = r.phases
-        rows.append([r.vchannels] + (["-"] * 12 if f is None else [
+        rows.append([r.vchannels] + (["-"] * 13 if f is None else [
             f.cycles, secs(f.cycle), secs(f.cycle_p90), secs(f.plan), secs(f.job), secs(f.apply), secs(f.sync),
-            secs(f.tasks_wall), secs(f.tasks_cpu), f"{f.messages:.0f}", f"{f.vchannels_committed:.0f}",
-            f"{(f.job - f.tasks_wall / 2) * 1000:.0f}"]))
+            secs(f.tasks_wall), secs(f.tasks_cpu), secs(f.tasks_read), f"{f.messages:.0f}",
+            f"{f.vchannels_committed:.0f}", f"{(f.job - f.tasks_wall / 2) * 1000:.0f}"]))
     out.append(table(["vchannels", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
-                      "tasks", "tasks' CPU", "messages", "vchannels committed", "job - tasks/2 ms"], rows))
+                      "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms"],
+                     rows))
     out += ["", "Targets (issue 24)"]
     for r in results:
         every = r.rows_committed == r.rows_produced and r.uncommitted == 0

@@ -75,9 +75,9 @@ def run(storage: StorageLayout, msgs, contexts, layouts) -> float:
     for p, values in msgs.items():
         pchannel = pchannel_name("by-dev-rootcoord-dml", p)
         members = tuple(v for v, (q, _) in contexts.items() if q == p)
-        routers = [VchannelRouter(contexts[v][1], layouts[contexts[v][1].collection_id], storage, 0, len(values))
-                   for v in members]
-        dispatcher = PchannelDispatcher(ReadRange(pchannel, 0, 0, len(values), members), routers)
+        dispatcher = PchannelDispatcher(
+            ReadRange(pchannel, 0, 0, len(values), members), [contexts[v][1] for v in members],
+            lambda ctx, first, end: VchannelRouter(ctx, layouts[ctx.collection_id], storage, first, end))
         for offset, value in enumerate(values):
             dispatcher.on_message(offset, value)
         dispatcher.finish()

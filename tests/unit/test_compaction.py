@@ -13,7 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
+from pyarrow import fs as pafs
 
+from deltanode.executor import binlog_writer
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.executor.rewrite import rewrite
 from deltanode.pipeline.compactor import CompactionTarget, Compactor, RoundReport
@@ -36,6 +39,7 @@ from deltanode.storage.compaction import (
 from deltanode.storage.delta_log import DeltaLog, FilesRemoved, TxnMoved
 from deltanode.storage.layout import StorageLayout, pk_bloom_path, segment_of
 from deltanode.storage.log_replay import live_adds
+from deltanode.storage.pk_bloom import PkBloom
 from deltanode.storage.tables import open_table
 
 from .. import dv_files
@@ -312,7 +316,35 @@ def test_the_compactor_plans_from_the_committers_live_files_with_their_dvs(tmp_p
     assert Compactor(None, storage, OneCollection(end), CompactionSettings(deleted_ratio=0.3))._plan(target(c)) == []
 
 
-def test_a_refused_commit_deletes_its_file_and_replaced_inputs_go_with_their_filters(tmp_path):
+def test_a_small_binlogs_filter_is_in_its_add_action_through_the_log_and_a_checkpoint(tmp_path):
+    """One file per binlog: the filter is a tag of the add, kept by delta-rs's checkpoint, read
+    back by the log replay, and the file is read as any other."""
+    storage = StorageLayout(str(tmp_path))
+    root = tmp_path / "insert_log" / "1"
+    c = committer(storage)
+    commit_batches(storage, c, [[1, 2], [3]])
+    assert not (root / "_pk_bloom").exists()
+    fs = pafs.LocalFileSystem()
+
+    def filters() -> dict[str, list[bool]]:
+        adds = live_adds(fs, str(root))
+        return {path: PkBloom.from_bytes(add.pk_bloom).might_contain(pa.array([1, 2, 3])).tolist()
+                for path, add in adds.items() if add.pk_bloom is not None and len(adds) == 2}
+
+    from_log = filters()
+    assert sorted(from_log.values()) == [[False, False, True], [True, True, False]]
+    DeltaTable(str(root)).create_checkpoint()
+    assert filters() == from_log and pks_in(storage) == [1, 2, 3]
+
+
+@pytest.fixture
+def filters_beside_files(monkeypatch):
+    """Every binlog's bloom filter in a file beside it, as a large binlog's is (a small one's
+    travels in its add action)."""
+    monkeypatch.setattr(binlog_writer, "INLINE_MAX_KEYS", 0)
+
+
+def test_a_refused_commit_deletes_its_file_and_replaced_inputs_go_with_their_filters(tmp_path, filters_beside_files):
     storage = StorageLayout(str(tmp_path))
     root = tmp_path / "insert_log" / "1"
     c = committer(storage)
@@ -334,7 +366,8 @@ def test_a_refused_commit_deletes_its_file_and_replaced_inputs_go_with_their_fil
     assert (root / pk_bloom_path(entry.path)).exists() and pks_in(storage) == [2, 3]
 
 
-def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_and_old_orphans(tmp_path, monkeypatch):
+def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_and_old_orphans(tmp_path, monkeypatch,
+                                                                                      filters_beside_files):
     """What a restart keeps the in-memory queue from deleting: a rewrite's inputs removed 3 h ago
     go (retention 1 h), the ones removed now stay, so do live files; a file no commit added goes
     once older than the orphan retention (1 day), a young one stays (its batch may commit yet).

@@ -3,9 +3,11 @@
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.plan import (
     MAX_MESSAGE_BYTES,
+    UNREAD_FACTOR,
     Limits,
     Position,
     plan_cycle,
+    planning_sizes,
     split_tasks,
 )
 from deltanode.records import Lane
@@ -60,6 +62,24 @@ def test_an_unknown_message_size_counts_as_the_largest_and_a_range_always_moves(
     assert plan.ranges[0].end == 64
     plan = plan_cycle([pos("a", "p0", 0)], {P0: 500}, {}, Limits(max_bytes=1))
     assert plan.ranges[0].end == 1
+
+
+def test_a_vchannel_never_read_counts_at_a_multiple_of_what_its_pchannel_showed():
+    """Never below a vchannel's own size; one never read: UNREAD_FACTOR x the pchannel's learned
+    size, or the largest message when its pchannel was never read."""
+    sizes = planning_sizes({"p0": 25_000.0, "p1": 0.0},
+                           [("p0", None), ("p0", 30_000.0), ("p1", None), ("p2", 1e6), ("p3", None)])
+    assert sizes == {"p0": UNREAD_FACTOR * 25_000.0, "p1": MAX_MESSAGE_BYTES, "p2": 1e6, "p3": MAX_MESSAGE_BYTES}
+    assert planning_sizes({"p0": 5e6}, [("p0", None)]) == {"p0": MAX_MESSAGE_BYTES}   # capped at the largest
+    assert planning_sizes({"p0": 25_000.0}, [("p0", 4e5)]) == {"p0": 4e5}
+    # 30 vchannels created a message apart, none read, 16 MiB for the pchannel: the whole backlog
+    # in one cycle; at the largest message size, a message or six a cycle, on two lanes.
+    backlog = [pos(f"v{i}", "p0", i) for i in range(30)]
+    sizes = planning_sizes({"p0": 25_000.0}, [("p0", None)] * 30)
+    plan = plan_cycle(backlog, {P0: 100}, sizes, Limits(max_bytes=16 << 20))
+    assert [(r.first, r.end, r.lane) for r in plan.ranges] == [(0, 100, Lane.MAIN)]
+    plan = plan_cycle(backlog, {P0: 100}, {"p0": MAX_MESSAGE_BYTES}, Limits(max_bytes=16 << 20))
+    assert [(r.first, r.end, r.lane) for r in plan.ranges] == [(23, 24, Lane.MAIN), (0, 6, Lane.CATCH_UP)]
 
 
 def test_a_busy_range_is_split_for_every_core_unless_its_replay_filter_runs():

@@ -155,8 +155,8 @@ def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflus
     while fg.next_offset < len(log):
         first = fg.next_offset
         end = min(len(log), first + max(sizes.randint(1, 25), fg.min_range))
-        router = VchannelRouter(fg.context(), LAYOUT, storage, first, end)
-        dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (VCHANNEL,), splittable=False), [router])
+        dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (VCHANNEL,), splittable=False),
+                                        [fg.context()], lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
         for offset in range(first, end):
             dispatcher.on_message(offset, payloads[offset])
         portions, _ = dispatcher.finish()

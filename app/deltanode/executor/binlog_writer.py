@@ -2,8 +2,8 @@
 
 Insert rows go to one parquet file per segment per task (under ``{partition}/{segment}/`` in
 the insert_log table, the Milvus binlog path shape), each with a bloom filter of its primary
-keys beside it (``layout.pk_bloom_path``: Milvus's stats log), so that deletes find the files
-that may hold a key without reading them; delete rows to one file per partition per task in
+keys (Milvus's stats log: in its add action, or beside it when large, ``storage.pk_bloom``), so
+that deletes find the files that may hold a key without reading them; delete rows to one file per partition per task in
 delta_log (so the driver can retract a partition's deletes after a drop), and deletes a
 replay reads again after their delta_log commit (a crash before the insert_log commit) to
 files of their own that only mark rows and are never committed; quarantine rows to the
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from ..records import FileEntry, QuarantineRow, SegmentStats, TableKind
 from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
-from ..storage.pk_bloom import PkBloom
+from ..storage.pk_bloom import INLINE_MAX_KEYS, PkBloom
 
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
@@ -60,7 +60,7 @@ class _FileFormat:
     bloom_key: str | None = None     # the column a bloom filter beside each file covers
 
     @staticmethod
-    @functools.lru_cache(maxsize=4096)
+    @functools.lru_cache(maxsize=1 << 15)   # more than a node's collections (see CollectionLayout.from_bytes)
     def of(schema: pa.Schema, stat_cols: tuple[str, ...], constants: tuple[str, ...] = (),
            bloom_key: str | None = None) -> _FileFormat:
         return _FileFormat(schema, stat_cols, _compression(schema), constants, bloom_key)
@@ -167,18 +167,25 @@ class _File:
 
     def close(self) -> FileEntry:
         """Write the footer and close the file (on an object store, close is what uploads it), then
-        its bloom filter (a file whose filter is missing is read by every delete)."""
+        its bloom filter: a small one goes back with the entry, to be committed in its add action,
+        a large one is written beside the file (a file whose filter is missing is read by every
+        delete)."""
         self._flush()
         self.writer.close()
         size = self.sink.tell()
         self.sink.close()
+        inline = None
         if self._keys:
             keys = pa.chunked_array([c for k in self._keys for c in k.chunks])
-            with self._open(self.path[: -len(self.rel)] + pk_bloom_path(self.rel)) as out:
-                out.write(PkBloom.build(keys).to_bytes())
+            bloom = PkBloom.build(keys).to_bytes()
+            if len(keys) <= INLINE_MAX_KEYS:
+                inline = bloom
+            else:
+                with self._open(self.path[: -len(self.rel)] + pk_bloom_path(self.rel)) as out:
+                    out.write(bloom)
         stats = json.dumps({"numRecords": self.rows, "minValues": self.min, "maxValues": self.max,
                             "nullCount": {c: 0 for c in self.min}})
-        return FileEntry(self.table, self.rel, size, self.rows, stats, self.segment_id, self.partition_id)
+        return FileEntry(self.table, self.rel, size, self.rows, stats, self.segment_id, self.partition_id, inline)
 
 
 class BinlogWriter:

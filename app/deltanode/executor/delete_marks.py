@@ -8,10 +8,10 @@ Milvus's rule (docs/milvus-facts.md §8): a delete of key K at ts T removes the 
 routes a key's deletes to the vchannel of its inserts, so a vchannel's deletes are matched
 against its own binlogs only. The driver names the candidate files (partition, key range and
 ``_ts`` range could hold a deleted row: from their stats); here each candidate's bloom filter
-(``layout.pk_bloom_path``, Milvus's stats log) drops those that hold none of the keys, and the
-rest are read, their key and ``_ts`` columns only, to find the positions. A file's new deletion
-vector is its old one plus those positions, inline in the commit (``deletion_vectors.inline``):
-applying a delete twice changes nothing, so a replayed batch marks nothing twice.
+(Milvus's stats log: in the file's add action or beside it, ``storage.pk_bloom``) drops those
+that hold none of the keys, and the rest are read, their key and ``_ts`` columns only, to find
+the positions. A file's new deletion vector is its old one plus those positions, inline in the
+commit (``deletion_vectors.inline``): applying a delete twice changes nothing, so a replayed batch marks nothing twice.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..records import FileMark, MarkResult, MarkTask, PrimaryKey
+from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey
 from ..storage.deletion_vectors import inline, positions
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.pk_bloom import PkBloom
@@ -75,9 +75,14 @@ BLOOMS: _FileCache[PkBloom] = _FileCache(BLOOM_CACHE_BYTES)
 KEYS: _FileCache[SortedKeys] = _FileCache(KEY_CACHE_BYTES)
 
 
-def _bloom(storage: StorageLayout, root: str, path: str) -> PkBloom | None:
-    """The file's bloom filter, None when it has none (then the file is read)."""
+def _bloom(storage: StorageLayout, root: str, candidate: MarkCandidate) -> PkBloom | None:
+    """The file's bloom filter (from the log, or the file beside it), None when it has none
+    (then the file is read)."""
+    path = candidate.path
+
     def load() -> tuple[PkBloom, int] | None:
+        if candidate.pk_bloom is not None:
+            return PkBloom.from_bytes(candidate.pk_bloom), len(candidate.pk_bloom)
         fs, base = storage.filesystem(root)
         try:
             with fs.open_input_stream(f"{base}/{pk_bloom_path(path)}") as f:
@@ -178,7 +183,7 @@ def _mark(task: MarkTask, started: float) -> MarkResult:
             continue
         if candidate.pk_min is not None:   # the keys the file's range holds (min/max alone prunes little)
             relevant = relevant.between(candidate.pk_min, candidate.pk_max)
-        bloom = _bloom(storage, root, candidate.path) if len(relevant.keys) else None
+        bloom = _bloom(storage, root, candidate) if len(relevant.keys) else None
         if bloom is not None:
             relevant = relevant.select(bloom.might_contain(pa.array(relevant.keys)))
         if not len(relevant.keys):

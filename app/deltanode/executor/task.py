@@ -10,15 +10,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import time
+from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 
 from ..faults import crash_point
 from ..mq.broker import BrokerError, Gap, OffsetRange
-from ..records import TaskOutput, TaskSpec
+from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
 from .dispatch import PchannelDispatcher
 from .route import VchannelRouter
+
+T = TypeVar("T")
 
 
 def run_task(spec: TaskSpec) -> TaskOutput:
@@ -26,14 +30,16 @@ def run_task(spec: TaskSpec) -> TaskOutput:
     started, cpu_started = time.monotonic(), time.process_time()
     crash_point("before_binlog_write")
     storage = spec.storage
-    layouts = {cid: CollectionLayout.from_bytes(raw) for cid, raw in spec.schemas.items()}
-    dispatchers = []
-    for piece in spec.pieces:
-        routers = [VchannelRouter(ctx, layouts[ctx.collection_id], storage, max(piece.first, ctx.start), piece.end)
-                   for ctx in (spec.contexts[v] for v in piece.members) if ctx.start < piece.end]
-        dispatchers.append(PchannelDispatcher(piece, routers))
+
+    def router(ctx: RouteContext, first: int, end: int) -> VchannelRouter:
+        return VchannelRouter(ctx, CollectionLayout.from_bytes(spec.schemas[ctx.collection_id]), storage, first, end)
+
+    dispatchers = [PchannelDispatcher(piece, [ctx for ctx in (spec.contexts[v] for v in piece.members)
+                                              if ctx.start < piece.end], router)
+                   for piece in spec.pieces]
     ranges = [OffsetRange(p.pchannel, p.partition, p.first, p.end) for p in spec.pieces]
-    for i, item in spec.broker.read_ranges(ranges):
+    reads = _Waited(spec.broker.read_ranges(ranges))
+    for i, item in reads:
         if isinstance(item, BrokerError):
             dispatchers[i].broker_failed(str(item))
             continue
@@ -44,13 +50,32 @@ def run_task(spec: TaskSpec) -> TaskOutput:
         for offset, value in item:
             on_message(offset, value)
         del item  # not kept alive through release_task_memory below
-    portions, reads = [], []
+    portions, stats = [], []
     for d in dispatchers:
         done, read = d.finish()
         portions += done
-        reads.append(read)
+        stats.append(read)
     release_task_memory()
-    return TaskOutput(tuple(portions), tuple(reads), time.monotonic() - started, time.process_time() - cpu_started)
+    return TaskOutput(tuple(portions), tuple(stats), time.monotonic() - started, time.process_time() - cpu_started,
+                      reads.seconds)
+
+
+class _Waited(Generic[T]):
+    """An iterator's items, and the wall clock spent waiting for them (``seconds``)."""
+
+    def __init__(self, items: Iterable[T]) -> None:
+        self._items = iter(items)
+        self.seconds = 0.0
+
+    def __iter__(self) -> _Waited[T]:
+        return self
+
+    def __next__(self) -> T:
+        started = time.monotonic()
+        try:
+            return next(self._items)
+        finally:
+            self.seconds += time.monotonic() - started
 
 
 _libc_name = ctypes.util.find_library("c")

@@ -106,8 +106,14 @@ class Sender:
 
 def send_all(bootstrap: str, messages: Sequence[tuple[str, bytes]], timeout: float = 30.0, *,
              settings: Settings | None = None) -> list[int]:
-    """Send each ``(topic, payload)``, in order per topic; the offset each landed at."""
-    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20})
+    """Send each ``(topic, payload)``, in order per topic; the offset each landed at.
+
+    One record per record batch: Tansu's high watermark leaves out a batch's records after its
+    first until another batch follows (docs/platform.md), and a catalog's batch of
+    CreateCollection messages is the last thing on its pchannels until traffic starts: its
+    vchannels would start past the watermark, which reads as lost data. 500 messages in one
+    call took 0.1 s either way."""
+    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20, "batch.num.messages": 1})
     offsets: list[int | None] = [None] * len(messages)
     errors: list[str] = []
 

@@ -35,7 +35,7 @@ from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
 from .failures import FailurePolicy
 from .jobs import JOB_GROUP
-from .plan import MAX_MESSAGE_BYTES, Limits, Plan, Position, plan_cycle, split_tasks
+from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
 from .registry import VchannelRegistry
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,7 @@ class CycleRunner:
         for out in outputs:
             report.task_s += out.seconds
             report.task_cpu_s += out.cpu_seconds
+            report.task_read_s += out.read_wait_seconds
             for read in out.reads:
                 self._learn(read, report)
                 total = read_sizes.setdefault(read.pchannel, [0, 0])
@@ -210,15 +211,8 @@ class CycleRunner:
             self._averages[read.pchannel] = max(seen, 0.9 * self._averages.get(read.pchannel, 0.0))
 
     def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
-        """The size each pchannel's messages are counted at when planning: never below the size of
-        any vchannel on it, and the largest Milvus message while one has never been read (a
-        pchannel's recent reads may have seen only another vchannel's small inserts while one
-        just added has a backlog of large ones behind them)."""
-        sizes = dict(self._averages)
-        for fg in readable:
-            own = fg.message_size() or MAX_MESSAGE_BYTES
-            sizes[fg.pchannel] = max(sizes.get(fg.pchannel, 0.0), own)
-        return {p: size for p, size in sizes.items() if size}
+        """The size each pchannel's messages are counted at when planning (``plan.planning_sizes``)."""
+        return planning_sizes(self._averages, [(fg.pchannel, fg.message_size()) for fg in readable])
 
 
 def log_cycle(r: CycleReport) -> None:
@@ -229,10 +223,10 @@ def log_cycle(r: CycleReport) -> None:
         return
     log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined; "
              "%d commit(s) for %d vchannel(s)%s; %.3f s (plan %.3f, job %.3f, apply %.3f, commits %.3f; tasks %.3f s, "
-             "their CPU %.3f s)",
+             "their CPU %.3f s, broker wait %.3f s)",
              r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits,
              r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s, r.job_s,
-             r.apply_s, r.sync_s, r.task_s, r.task_cpu_s)
+             r.apply_s, r.sync_s, r.task_s, r.task_cpu_s, r.task_read_s)
 
 
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)

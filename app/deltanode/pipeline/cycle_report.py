@@ -15,6 +15,7 @@ class CycleReport:
     job_s: float = 0.0           # the Spark job (read, route, write binlogs)
     task_s: float = 0.0          # its tasks' wall clock, summed
     task_cpu_s: float = 0.0      # their Python workers' CPU, summed
+    task_read_s: float = 0.0     # their wait for the broker's messages, summed
     apply_s: float = 0.0         # the tasks' portions applied to the vchannels' states
     sync_s: float = 0.0          # fence, marking deletes and Delta commits
     mark_s: float = 0.0          # the Spark job marking the rows deletes remove (part of sync_s)

@@ -64,19 +64,20 @@ def _candidates(sync: VchannelSync, committed: dict[str, AddFile], pk: str,
     every = ALL_PARTITIONS in partitions
     bounds = _deletes_range(deletes, pk)
     segments = {seg_id for seg_id in sync.state.segments if seg_id not in sync.dropped_segments}
-    files = [(path, add.rows, add.stats, add.deletion_vector, where[0])
+    files = [(path, add.rows, add.stats, add.deletion_vector, where[0], add.pk_bloom)
              for path, add in committed.items() if (where := segment_of(path)) is not None and where[1] in segments]
-    files += [(f.path, f.rows, f.stats, None, f.partition_id) for f in sync.table_files(TableKind.INSERT)
+    files += [(f.path, f.rows, f.stats, None, f.partition_id, f.pk_bloom) for f in sync.table_files(TableKind.INSERT)
               if f.segment_id in segments]
     out = []
-    for path, rows, stats, dv, partition in files:
+    for path, rows, stats, dv, partition, bloom in files:
         if not every and partition not in partitions:
             continue
         own = _Range.of(stats, pk)
         if bounds is not None and own is not None and not own.may_hold_rows_removed_by(bounds):
             continue
         out.append(MarkCandidate(path=path, rows=rows, partition_id=partition, deletion_vector=dv,
-                                 pk_min=own.pk_min if own else None, pk_max=own.pk_max if own else None))
+                                 pk_min=own.pk_min if own else None, pk_max=own.pk_max if own else None,
+                                 pk_bloom=bloom))
     return out
 
 

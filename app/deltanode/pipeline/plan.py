@@ -26,6 +26,32 @@ from ..records import Lane, ReadRange
 MAX_MESSAGE_BYTES = 10 << 20
 
 
+# A vchannel never read is planned at this many times what its pchannel's reads have seen.
+UNREAD_FACTOR = 4
+
+
+def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float | None]]) -> dict[str, float]:
+    """Bytes per message each pchannel is planned at: what its reads have seen (``learned``), and
+    never below any of its ``vchannels`` (pchannel, its own average or None when never read).
+
+    A vchannel never read may have a backlog of larger messages than its neighbours' (a
+    failover of a collection of 768-dim inserts onto a pchannel of small ones): it counts at
+    ``UNREAD_FACTOR`` times the learned size, or the largest Milvus message when the pchannel was
+    never read. Counted at the largest message whatever was learned, 500 collections created
+    at once (their vchannels start a few messages apart, none read yet) read one message a
+    cycle on each pchannel, and their first inserts waited 26 s to be committed (p99, the
+    1,000-vchannel benchmark); a wrong guess now costs one long cycle, until the first read
+    teaches the size (reads raise a pchannel's size at once).
+    """
+    sizes = dict(learned)
+    for pchannel, own in vchannels:
+        if own is None:
+            seen = learned.get(pchannel)
+            own = min(MAX_MESSAGE_BYTES, UNREAD_FACTOR * seen) if seen else MAX_MESSAGE_BYTES
+        sizes[pchannel] = max(sizes.get(pchannel, 0.0), own)
+    return {p: size for p, size in sizes.items() if size}
+
+
 @dataclass(frozen=True)
 class Position:
     vchannel: str

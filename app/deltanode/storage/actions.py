@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .deletion_vectors import DeletionVector
+from .pk_bloom import INLINE_TAG
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +21,15 @@ class AddFile:
     size: int
     stats: str                                    # Delta stats JSON ("" when none)
     deletion_vector: DeletionVector | None = None
+    pk_bloom: bytes | None = None                 # its key filter, when small enough to live in the log
+
+    @classmethod
+    def of_action(cls, add: Mapping, deletion_vector: DeletionVector | None) -> AddFile:
+        """From an ``add`` as the log holds it: JSON, or a checkpoint row (its tags a list of pairs)."""
+        tags = dict(add.get("tags") or ())
+        bloom = tags.get(INLINE_TAG)
+        return cls(path=add["path"], size=int(add["size"]), stats=add.get("stats") or "",
+                   deletion_vector=deletion_vector, pk_bloom=base64.b64decode(bloom) if bloom else None)
 
     @property
     def rows(self) -> int:
@@ -43,6 +55,8 @@ class AddFile:
                "dataChange": data_change, "stats": self.stats}
         if self.deletion_vector is not None:
             add["deletionVector"] = self.deletion_vector.to_json()
+        if self.pk_bloom is not None:
+            add["tags"] = {INLINE_TAG: base64.b64encode(self.pk_bloom).decode()}
         return {"add": add}
 
 

@@ -111,7 +111,7 @@ def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) 
 
 
 def _adds(files: list[FileEntry]) -> list[AddFile]:
-    return [AddFile(path=f.path, size=f.size, stats=f.stats) for f in files]
+    return [AddFile(path=f.path, size=f.size, stats=f.stats, pk_bloom=f.pk_bloom) for f in files]
 
 
 def _moved(live: list[VchannelSync], e: TxnMoved, table: TableKind) -> dict[str, str]:

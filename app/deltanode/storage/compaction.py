@@ -149,7 +149,7 @@ def _output(task: Rewrite, entry: FileEntry, live: Mapping[str, AddFile]) -> Add
     """The output's add: with an inline DV of the rows deleted since planning, if any (its
     bounds are then no longer tight, as Delta's writers mark them)."""
     deleted = _deleted_since_planning(task, live)
-    add = AddFile(path=entry.path, size=entry.size, stats=entry.stats)
+    add = AddFile(path=entry.path, size=entry.size, stats=entry.stats, pk_bloom=entry.pk_bloom)
     return add.with_deletion_vector(inline(deleted)) if deleted.size else add
 
 

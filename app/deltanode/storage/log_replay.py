@@ -25,6 +25,7 @@ from .deletion_vectors import DeletionVector
 
 LOG_DIR = "_delta_log"
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet$")
+_CHECKPOINT_ADD_COLUMNS = ("path", "size", "stats", "deletionVector", "tags")
 _V2_CHECKPOINT = re.compile(r"^\d{20}\.checkpoint\.[0-9a-f-]{36}\.(parquet|json)$")
 
 
@@ -65,8 +66,7 @@ def apply_actions(files: dict[str, AddFile], actions: list[dict]) -> None:
 
 
 def _live(add: dict) -> AddFile:
-    return AddFile(path=add["path"], size=int(add["size"]), stats=add.get("stats") or "",
-                   deletion_vector=_descriptor(add))
+    return AddFile.of_action(add, _descriptor(add))
 
 
 def _descriptor(action: dict) -> DeletionVector | None:
@@ -129,8 +129,10 @@ def _read_checkpoint(filesystem: pafs.FileSystem, parts: list[str]) -> dict[str,
     files: dict[str, AddFile] = {}
     for part in parts:
         with filesystem.open_input_file(part) as f:
-            adds = pq.ParquetFile(f).read(columns=["add.path", "add.size", "add.stats",
-                                                   "add.deletionVector"]).column("add")
+            checkpoint = pq.ParquetFile(f)
+            # A writer may leave out the tags when no add has any.
+            columns = [c for c in _CHECKPOINT_ADD_COLUMNS if c in checkpoint.schema_arrow.field("add").type.names]
+            adds = checkpoint.read(columns=[f"add.{c}" for c in columns]).column("add")
         for add in adds.to_pylist():
             if add is not None:
                 files[add["path"]] = _live(add)

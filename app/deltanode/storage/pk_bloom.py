@@ -11,6 +11,12 @@ Measured on this machine (2 cores, numpy 2.4, pyarrow 26; best of 5), 1,000,000 
 strings (36 bytes) build 122 ms, probe 112 ms, 1.00%; strings of 6 to 60 bytes build 146 ms,
 probe 149 ms, 1.00%. 1.2 MB serialized. Hashing the UUIDs took 64 ms; a vectorized FNV-1a, one
 pass per byte position, took 155 ms.
+
+Where a filter lives: a small one (``INLINE_MAX_KEYS`` keys or fewer: at most 2.5 KB, 3.4 KB in
+base64) travels in its binlog's add action, as the tag ``INLINE_TAG``, so a binlog of a cycle
+is one file, not two (creating a file was a third of a small binlog's CPU, ``docs/benchmarks.md``);
+a larger one is a file of its own beside the binlog (``layout.pk_bloom_path``), where a reader of
+the log does not pay for it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ _MAGIC = b"DNBF"
 _VERSION = 1
 _HEADER = struct.Struct("<4sBBBxQQQ")   # magic, version, key kind, probes, seed, bits, keys
 KINDS = ("int64", "string")
+INLINE_MAX_KEYS = 2048
+INLINE_TAG = "deltanode.pkBloom"        # add-action tag: base64 of ``to_bytes()``
 _CHUNK = 1 << 16                        # keys hashed per block of string work (bounded memory)
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _S33, _S32, _LOW32 = np.uint64(33), np.uint64(32), np.uint64(0xFFFFFFFF)
