@@ -6,11 +6,11 @@ import threading
 import time
 
 from deltanode.datacoord.channel_manager import ChannelSpec, _Pass
-from deltanode.datanode.channel_watch import _SerialQueues
+from deltanode.datanode.channel_watch import SerialQueues
 
 
 def test_serial_queues_keep_order_per_key_and_run_keys_in_parallel():
-    queues = _SerialQueues("test")
+    queues = SerialQueues("test")
     done: list[tuple[str, int]] = []
     release_a = threading.Event()
 
@@ -35,8 +35,22 @@ def test_serial_queues_keep_order_per_key_and_run_keys_in_parallel():
     assert [i for key, i in done if key == "a"] == [0, 1, 2, 3]
 
 
+def test_a_hung_key_holds_one_worker_and_the_other_keys_go_on():
+    queues = SerialQueues("test", workers=2)
+    hang, done = threading.Event(), []
+    queues.submit("stuck", lambda: hang.wait(5))
+    for i in range(50):
+        queues.submit(f"k{i}", lambda i=i: done.append(i))
+    deadline = time.monotonic() + 5
+    while len(done) < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(done) == list(range(50))
+    hang.set()
+    queues.join(5)
+
+
 def test_a_failing_task_does_not_stop_its_queue():
-    queues = _SerialQueues("test")
+    queues = SerialQueues("test")
     done = []
     queues.submit("a", lambda: 1 / 0)
     queues.submit("a", lambda: done.append("after"))

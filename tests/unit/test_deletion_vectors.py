@@ -28,10 +28,11 @@ from deltalake.exceptions import DeltaProtocolError
 from pyarrow import fs as pafs
 
 from deltanode.storage import deletion_vectors as dv
+from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.log_replay import live_adds
 from deltanode.storage.pk_bloom import PkBloom, hash_keys
-from deltanode.storage.tables import open_or_create, read_table
+from deltanode.storage.tables import read_table
 
 from .. import dv_files
 
@@ -271,11 +272,11 @@ def _with_dv(add: dict, descriptor: dv.DeletionVector) -> dict:
 
 
 def make_table(root: Path) -> DvTable:
-    """Created by delta-rs as DeltaNode creates its tables (protocol 1/2, TABLE_CONFIG); files
+    """Created as DeltaNode creates its tables (delta-rs's version 0, protocol 1/2, TABLE_CONFIG); files
     added; upgraded to reader 3 / writer 7 with deletionVectors; then DVs: ``a`` inline, ``b`` in
     a file of its own, ``c`` and ``d`` in one file under a random prefix, ``e`` (70,000 rows, a
     dense chunk: bitmap container) by absolute path; ``f`` has none."""
-    open_or_create(str(root), SCHEMA)
+    DeltaLog(str(root), SCHEMA)
     log0 = [json.loads(line) for line in (root / "_delta_log" / f"{0:020d}.json").read_text().splitlines()]
     protocol = next(a["protocol"] for a in log0 if "protocol" in a)
     meta = next(a["metaData"] for a in log0 if "metaData" in a)

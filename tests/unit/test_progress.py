@@ -21,3 +21,18 @@ def test_a_lagging_vchannel_is_reported_with_its_rows_per_second(monkeypatch, ca
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("v0:")]
     assert lines[0].endswith("lag 50000 messages")                  # no rate before a second report
     assert lines[1].endswith("lag 20000 messages, 3,000 rows/s")   # 30,000 rows in 10 s
+
+
+def test_a_report_names_the_failing_then_the_most_behind_up_to_its_line_cap(monkeypatch, caplog):
+    clock = iter([0.0, 10.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    reporter = ProgressReporter(interval=10.0)
+    rows = [{"vchannel": f"v{i:03d}", "status": "running", "checkpoint_offset": 1, "rows_committed": 0,
+             "batches": 1, "lag_messages": 1000 + i} for i in range(100)]
+    rows.append({"vchannel": "broken", "status": "failed", "failures": 3, "last_error": "BrokerError: gone"})
+    with caplog.at_level(logging.INFO, logger="deltanode.progress"):
+        reporter.maybe_report(lambda: [dict(r) for r in rows])
+    lines = [r.getMessage() for r in caplog.records]
+    named = [line.split(":")[0] for line in lines[1:-1]]
+    assert len(named) == progress.MAX_LINES and named[:3] == ["broken", "v099", "v098"]
+    assert lines[-1] == f"... and {101 - progress.MAX_LINES} more vchannel(s) restarting, dropped or lagging"

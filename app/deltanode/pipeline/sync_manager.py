@@ -86,8 +86,9 @@ class SyncManager:
             for vchannel, why in self.fence.check(sorted(fg.vchannel for fg in syncing)).items():
                 self._fail(current[vchannel], Failure(kind=FailureKind.OWNERSHIP_LOST, message=why), now, report)
             syncing = [fg for fg in syncing if fg.status != FlowgraphStatus.FAILED]
-        groups = {cid: [fg for fg in syncing if fg.collection_id == cid]
-                  for cid in sorted({fg.collection_id for fg in syncing})}
+        groups: dict[int, list[VchannelFlowgraph]] = {}
+        for fg in sorted(syncing, key=lambda fg: fg.collection_id):
+            groups.setdefault(fg.collection_id, []).append(fg)
         syncs = {fg.vchannel: fg.sync() for fg in syncing}
         tasks = [task for group in groups.values() for task in self._marker.plan(
             self._committer_of(group[0]), group[0].layout.primary_key.name, [syncs[fg.vchannel] for fg in group])]

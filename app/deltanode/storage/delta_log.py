@@ -12,9 +12,10 @@ succeeds only if it creates that file (put if absent: ``link(2)`` on a filesyste
 when the name exists; on S3 a PUT with ``If-None-Match: *``, which the store refuses with 412
 when the object exists). A writer that loses the race reads the winning versions, and retries at
 the next version unless one of them moved a ``txn`` it depends on: that is the
-compare-and-swap on a vchannel's commit stream. delta-rs still creates tables, writes
-checkpoints (every ``CHECKPOINT_INTERVAL`` versions, off the commit path) and reads
-everything; Spark and delta-rs readers see ordinary Delta tables.
+compare-and-swap on a vchannel's commit stream. A table is created the same way, its version
+0 being delta-rs's own (``tables.version_zero``); delta-rs writes checkpoints (every
+``CHECKPOINT_INTERVAL`` versions, off the commit path) and reads everything; Spark and delta-rs
+readers see ordinary Delta tables.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from .object_store import (
     filesystem,
     is_object_store,
 )
-from .tables import open_or_create, open_table
+from .tables import open_table, version_zero
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +113,20 @@ class DeltaLog:
         self.dir = f"{base}/{LOG_DIR}"
         self._store: LogStore = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) else _LocalLog(self.dir)
         self.storage_options = delta_storage_options(uri, options)
-        table = (open_or_create(uri, schema, self.storage_options) if schema is not None
-                 else open_table(uri, self.storage_options))
-        if table is None:
-            raise FileNotFoundError(f"no Delta table at {uri}")
-        self._snapshot: DeltaTable | None = table
-        self._snapshot_version = table.version()
-        self.version = self._snapshot_version
+        self._snapshot: DeltaTable | None = None
         self._txns: dict[str, int] = {}
+        # Whether ``_txns`` holds every txn of the table at ``version`` (it does when this object
+        # created the table: it saw every version since); else txn() asks a delta-rs snapshot.
+        self._txns_known = schema is not None and self._create(schema)
+        if self._txns_known:
+            self._snapshot_version, protocol_dvs = 0, False
+        else:
+            table = open_table(uri, self.storage_options)
+            if table is None:
+                raise FileNotFoundError(f"no Delta table at {uri}")
+            self._snapshot, self._snapshot_version = table, table.version()
+            protocol_dvs = DELETION_VECTORS in (table.protocol().reader_features or ())
+        self.version = self._snapshot_version
         # Remove actions of the versions after ``_removes_floor`` (path -> version), for ReadFiles
         # checks; ``_removed`` holds them by version, oldest first, to forget them in order.
         self._removes: dict[str, int] = {}
@@ -127,7 +134,13 @@ class DeltaLog:
         self._removes_floor = self._snapshot_version
         self._fs, self._base = fs, base
         self._live: dict[str, AddFile] | None = None   # the live files, once asked for (``live_files``)
-        self._deletion_vectors = DELETION_VECTORS in (table.protocol().reader_features or ())
+        self._deletion_vectors = protocol_dvs
+
+    def _create(self, schema: pa.Schema) -> bool:
+        """Create the table (its version 0) if it has none; False when it exists (another
+        writer may have created it just now)."""
+        return self._store.get(_version_name(0)) is None and \
+            self._store.put_if_absent(_version_name(0), version_zero(schema))
 
     @classmethod
     def open(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog | None:
@@ -139,8 +152,8 @@ class DeltaLog:
 
     def txn(self, app_id: str) -> int | None:
         """The ``txn`` version of ``app_id`` at ``self.version``."""
-        if app_id in self._txns:
-            return self._txns[app_id]
+        if app_id in self._txns or self._txns_known:
+            return self._txns.get(app_id)
         if self._snapshot is None:
             self._snapshot = DeltaTable(self.uri, version=self._snapshot_version, storage_options=self.storage_options)
         return self._snapshot.transaction_version(app_id)
@@ -279,7 +292,12 @@ class _LocalLog:
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{uuid.uuid4().hex}.json")
-        with open(tmp, "wb") as f:
+        try:
+            f = open(tmp, "wb")
+        except FileNotFoundError:   # the table's first version: no log directory yet
+            os.makedirs(self.dir, exist_ok=True)
+            f = open(tmp, "wb")
+        with f:
             f.write(data)
         try:
             os.link(tmp, os.path.join(self.dir, name))

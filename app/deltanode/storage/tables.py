@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import tempfile
+import time
 import urllib.parse
+import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 from pyarrow import fs as pafs
 
 from .layout import TABLE_CONFIG, StorageLayout
@@ -24,19 +30,29 @@ def open_table(uri: str, storage_options: dict[str, str] | None = None,
         return None
 
 
-def open_or_create(uri: str, schema: pa.Schema, storage_options: dict[str, str] | None = None) -> DeltaTable:
-    """Open ``uri``, creating it with ``schema`` if absent (safe when several writers race)."""
-    table = open_table(uri, storage_options)
-    if table is not None:
-        return table
-    try:
-        return DeltaTable.create(uri, schema, mode="ignore", configuration=TABLE_CONFIG,
-                                 storage_options=storage_options)
-    except DeltaError:
-        table = open_table(uri, storage_options)  # another writer created it between our check and create
-        if table is None:
-            raise
-        return table
+def version_zero(schema: pa.Schema) -> bytes:
+    """The first version of a new table with ``schema`` (``TABLE_CONFIG``): delta-rs's own
+    actions (protocol, metaData, commitInfo), with a table id and times of its own. Written with
+    a put if absent (``delta_log.DeltaLog``), it costs what a commit costs; ``DeltaTable.create``
+    took 4 ms of CPU, three times over for each of 5,000 collections."""
+    now = int(time.time() * 1000)
+    actions = []
+    for action in _version_zero_template(schema):
+        if "metaData" in action:
+            action = {"metaData": {**action["metaData"], "id": str(uuid.uuid4()), "createdTime": now}}
+        elif "commitInfo" in action:
+            action = {"commitInfo": {**action["commitInfo"], "timestamp": now}}
+        actions.append(action)
+    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+
+
+@functools.lru_cache(maxsize=256)
+def _version_zero_template(schema: pa.Schema) -> tuple[dict, ...]:
+    """Version 0 of a table as delta-rs creates it, once per schema and process (in a scratch directory)."""
+    with tempfile.TemporaryDirectory(prefix="deltanode-table-") as scratch:
+        DeltaTable.create(scratch, schema, configuration=TABLE_CONFIG)
+        with open(os.path.join(scratch, "_delta_log", f"{0:020d}.json")) as f:
+            return tuple(json.loads(line) for line in f if line.strip())
 
 
 def read_table(storage: StorageLayout, uri: str, columns: list[str] | None = None,
