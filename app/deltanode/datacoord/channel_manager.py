@@ -160,10 +160,17 @@ class ChannelManager:
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._wake.clear()
+            started = time.monotonic()
             try:
                 self.reconcile()
             except Exception:
                 log.exception("channel assignment pass failed; retrying in %.1f s", self._interval)
+            # At least as long as the pass took, before the next: while 10,000 vchannels were
+            # handed out, every answer woke a pass over all their keys, back to back, on the
+            # DataNode's driver in standalone.
+            took = time.monotonic() - started
+            if self._stopping.wait(min(took, self._interval)):
+                return
             self._wake.wait(min(self._interval, max(0.2, self._next_due - time.monotonic())))
 
     def _node_joined(self, node: int, info: dict) -> None:

@@ -102,6 +102,7 @@ class VchannelFlowgraph:
         # outpaced by it at every turn, each refusing the other's commit, and that node never stops.
         self.claim = False
         self.consumed = Consumed()
+        self.loads = 0   # times loaded: a batch planned before the last load is not its own
 
     @property
     def working(self) -> ChannelState:
@@ -124,6 +125,7 @@ class VchannelFlowgraph:
         """Start (again) from Delta's state of the vchannel; ``topic_id``: the broker's id of the
         pchannel topic now (recovery.check_topic), recorded with the next commit."""
         check_topic(committed, topic_id)
+        self.loads += 1
         self.committed, self.watermarks = committed, watermarks
         self.working = initial_state(committed, self.info, self.node_id, self.positions)
         if topic_id:

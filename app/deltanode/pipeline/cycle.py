@@ -7,8 +7,10 @@
    its ranges once and writes each vchannel's binlogs (``executor.task``);
 3. apply: each vchannel's portions move its working state (``flowgraph.state_update``).
 
-The sync step (``sync_manager``) follows in the same cycle. Data never passes through the
-driver: it sees offsets, file lists and counts.
+The job runs on a thread of its own (``start`` plans and submits it, ``finish`` waits and
+applies), so the sync step (``sync_manager``) of the batches the previous cycle applied can run
+beside it (``pipeline.Pipeline``). Data never passes through the driver: it sees offsets, file
+lists and counts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
@@ -41,6 +45,16 @@ from .registry import VchannelRegistry
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Launched:
+    """A cycle between ``start`` and ``finish``: its plan, and its Spark job when it has one."""
+
+    plan: Plan
+    job: Future[tuple[list[TaskOutput], list[tuple[str, Failure]]]] | None = None
+    started: float = 0.0                                  # monotonic time the job was submitted
+    loads: dict[str, int] = field(default_factory=dict)   # vchannel -> its flowgraph's loads when planned
+
+
 class CycleRunner:
     """Runs on the driver, in the pipeline's loop; keeps what cycles learn of the pchannels."""
 
@@ -55,9 +69,11 @@ class CycleRunner:
         self.number = 0
         self.highs_seen: dict[tuple[str, int], int] = {}
         self._averages: dict[str, float] = {}                 # pchannel -> bytes per DML message
+        self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-job")
 
-    def run(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Plan:
-        """Plan, read and apply for ``members`` (failed ones reloaded first, when due)."""
+    def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
+        """Plan for ``members`` (failed ones reloaded first, when due) and start the cycle's Spark
+        job on the job thread; ``finish`` waits for it and applies its output."""
         self.number = report.number
         self.failures.reload_due(members, now, report)
         readable = [fg for fg in members.values() if fg.readable]
@@ -75,7 +91,7 @@ class CycleRunner:
         tasks = split_tasks(plan.ranges, averages, self.limits.splits, self.broker.cut_points)
         report.plan_s = time.monotonic() - now
         if not tasks:
-            return plan
+            return Launched(plan=plan)
         report.ranges, report.tasks = len(plan.ranges), len(tasks)
         contexts = {fg.vchannel: fg.context() for fg in readable}
         schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
@@ -85,14 +101,27 @@ class CycleRunner:
             specs.append(TaskSpec(self.number, tuple(pieces), {v: contexts[v] for v in names},
                                   {members[v].collection_id: schemas[members[v].collection_id] for v in names},
                                   self.storage, self.broker))
-        job_started = time.monotonic()
-        outputs = self._run_tasks(specs, members, report)
-        report.job_s = time.monotonic() - job_started
+        return Launched(plan=plan, job=self._jobs.submit(self._run_tasks, specs), started=time.monotonic(),
+                        loads={fg.vchannel: fg.loads for fg in readable})
+
+    def finish(self, launched: Launched, members: dict[str, VchannelFlowgraph], report: CycleReport) -> Plan:
+        """Wait for the cycle's job; each vchannel's portions move its state, unless it failed,
+        left or was loaded again meanwhile (a sync runs beside the job)."""
+        if launched.job is None:
+            return launched.plan
+        outputs, failed = launched.job.result()
+        report.job_s = time.monotonic() - launched.started
         crash_point("after_binlog_write")
         apply_started = time.monotonic()
-        self._apply(outputs, members, apply_started, report)
+        for vchannel, why in failed:
+            if vchannel in members:
+                self.failures.fail(members[vchannel], why, apply_started, report)
+        self._apply(outputs, members, launched.loads, apply_started, report)
         report.apply_s = time.monotonic() - apply_started
-        return plan
+        return launched.plan
+
+    def close(self) -> None:
+        self._jobs.shutdown(wait=False)
 
     def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
                now: float) -> dict[tuple[str, int], int]:
@@ -111,32 +140,30 @@ class CycleRunner:
                 self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
         return highs
 
-    def _run_tasks(self, specs: list[TaskSpec], members: dict[str, VchannelFlowgraph],
-                   report: CycleReport) -> list[TaskOutput]:
-        """The cycle's Spark job. If it fails, each task runs as a job of its own, so a range that
-        breaks its task (a worker crash) fails only its own vchannels."""
+    def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
+        """The cycle's Spark job (on the job thread): its outputs, and the vchannels of tasks that
+        failed. If the job fails, each task runs as a job of its own, so a range that breaks its
+        task (a worker crash) fails only its own vchannels."""
         sc = self.spark.sparkContext
-        sc.setJobGroup(JOB_GROUP, f"deltanode cycle {self.number}: {len(specs)} task(s)", interruptOnCancel=True)
+        sc.setJobGroup(JOB_GROUP, f"deltanode cycle {specs[0].cycle}: {len(specs)} task(s)", interruptOnCancel=True)
         try:
-            return sc.parallelize(specs, len(specs)).map(run_task).collect()
+            return sc.parallelize(specs, len(specs)).map(run_task).collect(), []
         except Exception as e:  # isolated below
             if self.stopping.is_set():
                 raise
-            log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", self.number,
+            log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,
                         str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
-        outputs = []
+        outputs, failed = [], []
         for spec in specs:
             try:
                 outputs += sc.parallelize([spec], 1).map(run_task).collect()
             except Exception as e:  # noqa: BLE001 - this task's vchannels fail, alone
                 why = Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
-                for v in {v for p in spec.pieces for v in p.members}:
-                    if v in members:
-                        self.failures.fail(members[v], why, time.monotonic(), report)
-        return outputs
+                failed += [(v, why) for v in sorted({v for p in spec.pieces for v in p.members})]
+        return outputs, failed
 
-    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], now: float,
-               report: CycleReport) -> None:
+    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], loads: dict[str, int],
+               now: float, report: CycleReport) -> None:
         by_vchannel: dict[str, list[Portion]] = {}
         read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
         for out in outputs:
@@ -154,8 +181,8 @@ class CycleRunner:
         for vchannel, portions in by_vchannel.items():
             fg = members[vchannel]
             files = [f for p in portions for f in p.files]
-            if current.get(vchannel) is not fg or fg.status != FlowgraphStatus.RUNNING:
-                discard(self.storage, fg.collection_id, files)   # released (or failed) meanwhile
+            if current.get(vchannel) is not fg or fg.status != FlowgraphStatus.RUNNING or fg.loads != loads[vchannel]:
+                discard(self.storage, fg.collection_id, files)   # released, failed or loaded again meanwhile
                 continue
             errors = [p.error for p in portions if p.error]
             if errors:

@@ -20,13 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from ..faults import crash_point
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
@@ -39,7 +36,7 @@ from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS
 from .compactor import CompactionTarget, Compactor
-from .cycle import CycleRunner, log_cycle
+from .cycle import CycleRunner
 from .cycle_report import CycleReport
 from .failures import FailurePolicy, Fence
 from .jobs import JOB_GROUP
@@ -48,9 +45,9 @@ from .plan import Limits
 from .registry import VchannelRegistry
 from .sync_manager import SyncManager
 from .sync_policy import SyncSettings
+from .turns import CycleObserver, CycleTurns
 
 log = logging.getLogger(__name__)
-CYCLES_KEPT = 100
 MAX_LOOP_BACKOFF = 60.0
 
 
@@ -63,9 +60,6 @@ class PipelineSettings:
     seal: SealSettings = SealSettings()
 
 
-CycleObserver = Callable[[CycleReport], None]
-
-
 class Pipeline:
     """Runs on the driver. ``add``/``remove``/``snapshots`` may be called from any thread."""
 
@@ -73,7 +67,7 @@ class Pipeline:
                  settings: PipelineSettings = PipelineSettings(), *, node_id: int = 0,
                  fence: Fence | None = None, on_cycle: CycleObserver | None = None) -> None:
         self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
-        self.node_id, self.on_cycle = node_id, on_cycle
+        self.node_id = node_id
         self.registry = VchannelRegistry()
         self._syncs = SyncManager(spark, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
                                   settings.limits.splits)
@@ -86,8 +80,9 @@ class Pipeline:
         self._cycle = CycleRunner(spark, storage, broker, settings.limits, settings.seal, self.registry,
                                   self._failures, self._requested_flushes, self._stopping)
         self._thread: threading.Thread | None = None
-        self.cycles: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
-        self._cycles = 0
+        self._turns = CycleTurns(self.registry, self._cycle, self._syncs, settings.trigger_interval, self._stopping,
+                                 on_cycle)
+        self.cycles = self._turns.reports
         self.compactor = Compactor(spark, storage, self, settings.compaction)
 
     def request_flush(self, collection_id: int, flush_ts: int) -> None:
@@ -192,6 +187,7 @@ class Pipeline:
             if self._thread.is_alive():
                 self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
                 self._thread.join(timeout)
+        self._cycle.close()
         for fg in self.registry.members().values():
             discard(self.storage, fg.collection_id, fg.uncommitted_files())
         if self._cycle.watermarks is not None:
@@ -203,7 +199,7 @@ class Pipeline:
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                capped = self._run_cycle()
+                capped = self._turns.turn()
                 failures = 0
             except Exception as e:  # a bug must not end persistence for good
                 failures += 1
@@ -213,33 +209,14 @@ class Pipeline:
                 for fg in self.registry.members().values():
                     self._fail(fg, why, now)
                 capped = False
+                self._turns.abandon()
                 self._stopping.wait(min(MAX_LOOP_BACKOFF, 2.0 ** failures))
             finally:
                 self.registry.end_cycle()
             if not capped:
                 self._wake.wait(max(0.0, started + self.settings.trigger_interval - time.monotonic()))
             self._wake.clear()
-
-    def _run_cycle(self) -> bool:
-        """One cycle; True when a backlog remains (the next cycle starts at once)."""
-        self._cycles += 1
-        report = CycleReport(self._cycles, started=time.time())
-        now = time.monotonic()
-        members = self.registry.begin_cycle()
-        plan = self._cycle.run(members, report, now)
-        sync_started = time.monotonic()
-        self._syncs.sync(self.registry.still_members(members), sync_started, report)
-        report.sync_s = time.monotonic() - sync_started
-        crash_point("after_commit")
-        report.seconds = time.monotonic() - now
-        self.cycles.append(report)
-        log_cycle(report)
-        if self.on_cycle is not None:
-            try:
-                self.on_cycle(report)
-            except Exception:  # an observer (metrics) never stops persistence
-                log.exception("cycle %d: its observer failed", report.number)
-        return plan.capped
+        self._turns.close()
 
     def _fail(self, fg: VchannelFlowgraph, failure: Failure, now: float, report: CycleReport | None = None,
               at_once: bool = False, keep_files: bool = False) -> None:

@@ -1,0 +1,87 @@
+"""The pipeline loop's turns (driver): a cycle, and the sync of what it read.
+
+A turn plans a cycle and starts its Spark job (``cycle.CycleRunner``), commits the batches the
+previous turn left (``sync_manager``) while that job runs, then applies the job's output. When
+the loop is saturated (a range hit its cap, or the cycle took the whole trigger interval: the
+next turn starts at once) the turn leaves its own sync to the next turn, beside the next job;
+otherwise it commits at once, so a quiet node's latency is what it was. The batches a sync
+commits are always those applied before it: the order of reads and commits per vchannel does
+not change, only the driver's commits overlap the executors' reads and writes. At 10,000
+vchannels a cycle spent 7.8 s in its job and 3.0 s in commits, one after the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from ..faults import crash_point
+from ..flowgraph.vchannel import VchannelFlowgraph
+from .cycle import CycleRunner, log_cycle
+from .cycle_report import CycleReport
+from .registry import VchannelRegistry
+from .sync_manager import SyncManager
+
+log = logging.getLogger(__name__)
+CYCLES_KEPT = 100
+
+CycleObserver = Callable[[CycleReport], None]
+
+
+class CycleTurns:
+    """Runs on the driver, in the pipeline's loop thread."""
+
+    def __init__(self, registry: VchannelRegistry, runner: CycleRunner, syncs: SyncManager, trigger_interval: float,
+                 stopping: threading.Event, on_cycle: CycleObserver | None) -> None:
+        self.registry, self.runner, self.syncs = registry, runner, syncs
+        self.trigger_interval, self.stopping, self.on_cycle = trigger_interval, stopping, on_cycle
+        self.reports: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
+        self.number = 0
+        self._sync_due = False   # the last turn left its sync to run beside the next one's job
+
+    def turn(self) -> bool:
+        """One cycle and a sync; True when a backlog remains (the next turn starts at once)."""
+        self.number += 1
+        report = CycleReport(self.number, started=time.time())
+        now = time.monotonic()
+        members = self.registry.begin_cycle()
+        launched = self.runner.start(members, report, now)
+        if self._sync_due:
+            self._sync(members, report)
+        plan = self.runner.finish(launched, members, report)
+        self._sync_due = (plan.capped or time.monotonic() - now >= self.trigger_interval) \
+            and not self.stopping.is_set()
+        if not self._sync_due:
+            self._sync(members, report)
+        report.seconds = time.monotonic() - now
+        self.reports.append(report)
+        log_cycle(report)
+        if self.on_cycle is not None:
+            try:
+                self.on_cycle(report)
+            except Exception:  # an observer (metrics) never stops persistence
+                log.exception("cycle %d: its observer failed", report.number)
+        return plan.capped
+
+    def abandon(self) -> None:
+        """The turn failed and every vchannel restarts from Delta: nothing is left to commit."""
+        self._sync_due = False
+
+    def close(self) -> None:
+        """The loop stopped: commit what the last turn left."""
+        if not self._sync_due:
+            return
+        self._sync_due = False
+        try:
+            self._sync(self.registry.begin_cycle(), CycleReport(self.number, started=time.time()))
+        finally:
+            self.registry.end_cycle()
+
+    def _sync(self, members: dict[str, VchannelFlowgraph], report: CycleReport) -> None:
+        started = time.monotonic()
+        self.syncs.sync(self.registry.still_members(members), started, report)
+        report.sync_s += time.monotonic() - started
+        crash_point("after_commit")
