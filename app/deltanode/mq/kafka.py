@@ -243,8 +243,10 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
             # 100,000): else a range fetched to its end but not yet worked through keeps its consumer
             # fetching the live tail, every 20 ms or each time a message lands, for as long as the
             # task works. Reads of 1,000 inserts a second cost the embedded broker 0.49 cores with the
-            # default, 0.32 with this (docs/platform.md).
-            "queued.min.messages": chunk_messages,
+            # default, 0.32 with 64 and 0.30 with 16 (docs/platform.md); at the 1,000-vchannel point
+            # 0.66-0.81 cores with the default, 0.51-0.55 with 16. Large messages are bounded by
+            # queued.max.messages.kbytes first, as before.
+            "queued.min.messages": 16,
             # When the prefetch queue is full (10 messages of 768-dim inserts fill 32 MB), librdkafka
             # postpones the partition's next fetch by this much (default 1 s): half of all reads of a
             # 93 MB range took 1.3 s instead of 0.3 s, waiting on consume() with the CPU idle.
