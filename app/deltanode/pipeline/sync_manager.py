@@ -34,6 +34,8 @@ from .sync_policy import Candidate, SyncSelector, SyncSettings
 COMMIT_LINES = 20
 
 log = logging.getLogger(__name__)
+
+
 class FailVchannel(Protocol):
     def __call__(self, fg: VchannelFlowgraph, failure: Failure, now: float, report: CycleReport | None = None,
                  at_once: bool = False, keep_files: bool = False) -> None:
