@@ -3,9 +3,9 @@
 For each N, a fresh ``./spark-submit.sh standalone`` (embedded etcd and broker, the channel
 assigner, one DataNode on local Spark) serves N vchannels: N/2 collections of 2 shards over
 the 16 default pchannels, created through the catalog as ``admin create-collection`` does.
-Once every vchannel is watched, Milvus-like traffic runs for ``--scale-seconds``: a TimeTick
-every 200 ms on every pchannel, and one InsertRequest of 50 rows x 128-dim per vchannel per
-second (all through one proxy: one producer, one TSO). Then the load stops, the DataNode gets
+A TimeTick runs every 200 ms on every pchannel from before the collections are created; once
+every vchannel is watched, the load runs for ``--scale-seconds``: one InsertRequest of 50 rows
+x 128-dim per vchannel per second (all through one proxy: one producer, one TSO). Then the load stops, the DataNode gets
 up to ``--scale-drain`` seconds to commit the rest, and standalone is stopped with SIGTERM.
 
 Printed per N: the DataNode's busy cores and peak RSS during the load (its process tree: the
@@ -33,7 +33,7 @@ from deltanode.datacoord.catalog import CollectionRecord, NewCollection, create_
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
-from deltanode.mq.milvus_producer import Proxy, ticker
+from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.services import free_port
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 from deltanode.wire.names import pchannel_name
@@ -287,6 +287,11 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         schema_doc = bench_schema(DIM)
         del schema_doc["fields"][1]   # pk and the vector: the 50 x 128-dim inserts
         shards = _collections(n)
+        # TimeTicks run from the start, as rootcoord's do: vchannels watched before the load
+        # reach their first tick and catch up, as they would beside a real Milvus.
+        proxy = Proxy(node.broker)
+        pchannels = [pchannel_name("by-dev-rootcoord-dml", i) for i in range(PCHANNELS)]
+        ticker(MilvusProducer(proxy, CollectionLayout(()), 0), pchannels, stop)
         say(f"{n} vchannel(s): creating {len(shards)} collection(s)")
         created = time.monotonic()
         records = create_collections(client, "by-dev/meta", node.broker,
@@ -302,11 +307,8 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
             time.sleep(1)
         watch_s = time.monotonic() - created - create_s
         say(f"{n} vchannel(s): created in {create_s:.1f} s, all watched {watch_s:.1f} s later")
-        proxy = Proxy(node.broker)
         producers = {r.collection_id: BenchProducer(proxy, CollectionLayout.from_proto(
             schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS) for r in records}
-        pchannels = [pchannel_name("by-dev-rootcoord-dml", i) for i in range(PCHANNELS)]
-        ticker(producers[records[0].collection_id], pchannels, stop)
         sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
         say(f"{n} vchannel(s): {rate:.0f} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
         t0 = time.time()
