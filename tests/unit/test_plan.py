@@ -4,6 +4,7 @@ from deltanode.mq.broker import Broker
 from deltanode.pipeline.plan import (
     MAX_MESSAGE_BYTES,
     UNREAD_FACTOR,
+    UNREAD_FLOOR,
     Limits,
     Position,
     plan_cycle,
@@ -66,12 +67,18 @@ def test_an_unknown_message_size_counts_as_the_largest_and_a_range_always_moves(
 
 def test_a_vchannel_never_read_counts_at_a_multiple_of_what_its_pchannel_showed():
     """Never below a vchannel's own size; one never read: UNREAD_FACTOR x the pchannel's learned
-    size, or the largest message when its pchannel was never read."""
+    size (or its neighbours' when it learned none), or the largest message when no vchannel of
+    its pchannel was read."""
     sizes = planning_sizes({"p0": 25_000.0, "p1": 0.0},
                            [("p0", None), ("p0", 30_000.0), ("p1", None), ("p2", 1e6), ("p3", None)])
     assert sizes == {"p0": UNREAD_FACTOR * 25_000.0, "p1": MAX_MESSAGE_BYTES, "p2": 1e6, "p3": MAX_MESSAGE_BYTES}
     assert planning_sizes({"p0": 5e6}, [("p0", None)]) == {"p0": MAX_MESSAGE_BYTES}   # capped at the largest
     assert planning_sizes({"p0": 25_000.0}, [("p0", 4e5)]) == {"p0": 4e5}
+    # No Insert or Delete read on the pchannel yet: what its other vchannels were read at (TimeTicks),
+    # never below the floor; a vchannel's own size, once read, whatever it is.
+    assert planning_sizes({}, [("p0", None), ("p0", 40.0), ("p1", None), ("p1", 1e5)]) == \
+        {"p0": UNREAD_FLOOR, "p1": UNREAD_FACTOR * 1e5}
+    assert planning_sizes({}, [("p0", 40.0)]) == {"p0": 40.0}
     # 30 vchannels created a message apart, none read, 16 MiB for the pchannel: the whole backlog
     # in one cycle; at the largest message size, a message or six a cycle, on two lanes.
     backlog = [pos(f"v{i}", "p0", i) for i in range(30)]

@@ -26,8 +26,10 @@ from ..records import Lane, ReadRange
 MAX_MESSAGE_BYTES = 10 << 20
 
 
-# A vchannel never read is planned at this many times what its pchannel's reads have seen.
+# A vchannel never read is planned at this many times what its pchannel's reads have seen, and
+# at no less than UNREAD_FLOOR.
 UNREAD_FACTOR = 4
+UNREAD_FLOOR = 64 << 10
 
 
 def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float | None]]) -> dict[str, float]:
@@ -36,18 +38,27 @@ def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float |
 
     A vchannel never read may have a backlog of larger messages than its neighbours' (a
     failover of a collection of 768-dim inserts onto a pchannel of small ones): it counts at
-    ``UNREAD_FACTOR`` times the learned size, or the largest Milvus message when the pchannel was
-    never read. Counted at the largest message whatever was learned, 500 collections created
-    at once (their vchannels start a few messages apart, none read yet) read one message a
-    cycle on each pchannel, and their first inserts waited 26 s to be committed (p99, the
-    1,000-vchannel benchmark); a wrong guess now costs one long cycle, until the first read
-    teaches the size (reads raise a pchannel's size at once).
+    ``UNREAD_FACTOR`` times the pchannel's learned size, or, when the pchannel's reads saw no
+    Insert or Delete yet, times the largest size its other vchannels were read at (TimeTicks
+    and DDL), and never below ``UNREAD_FLOOR``; at the largest Milvus message only when no
+    vchannel of the pchannel was read. Counted at the largest message whatever was learned, 500
+    collections created at once (their vchannels start a few messages apart, none read yet)
+    read one message a cycle on each pchannel, and their first inserts waited 26 s to be
+    committed (p99, the 1,000-vchannel benchmark). Counted so while only TimeTicks had been
+    read, 10,000 vchannels watched over 50 s with TimeTicks flowing sat on the catch-up lanes,
+    one message a cycle, and the first insert was committed 80 s after the load began. A wrong
+    guess costs one long cycle, until the first read teaches the size (reads raise a
+    pchannel's size at once).
     """
+    neighbours: dict[str, float] = {}
+    for pchannel, own in vchannels:
+        if own is not None:
+            neighbours[pchannel] = max(neighbours.get(pchannel, 0.0), own)
     sizes = dict(learned)
     for pchannel, own in vchannels:
         if own is None:
-            seen = learned.get(pchannel)
-            own = min(MAX_MESSAGE_BYTES, UNREAD_FACTOR * seen) if seen else MAX_MESSAGE_BYTES
+            seen = learned.get(pchannel) or neighbours.get(pchannel)
+            own = min(MAX_MESSAGE_BYTES, max(UNREAD_FLOOR, UNREAD_FACTOR * seen)) if seen else MAX_MESSAGE_BYTES
         sizes[pchannel] = max(sizes.get(pchannel, 0.0), own)
     return {p: size for p, size in sizes.items() if size}
 
