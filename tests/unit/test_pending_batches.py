@@ -1,0 +1,53 @@
+"""A vchannel's batches waiting for their commit: idle ones (ticks only) do not pile up."""
+
+from __future__ import annotations
+
+from deltanode.flowgraph.state_update import advance
+from deltanode.flowgraph.vchannel import VchannelFlowgraph
+from deltanode.records import FileEntry, Portion, PortionStats, SegmentStats, TableKind
+from deltanode.storage.commit import Watermarks
+from deltanode.wire.datapb import VchannelInfo
+from deltanode.wire.positions import CODECS
+from deltanode.wire.schema import schema_from_json
+
+CID, VCHANNEL = 7, "dn-dml_0_7v0"
+SCHEMA = schema_from_json({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}, "c")
+
+
+def flowgraph() -> VchannelFlowgraph:
+    info = VchannelInfo(collectionID=CID, channelName=VCHANNEL)
+    info.seek_position.msgID = CODECS["kafka"].to_msg_id(0)
+    fg = VchannelFlowgraph(info, SCHEMA, node_id=1)
+    fg.load(None, Watermarks(), 0.0)
+    return fg
+
+
+def read(fg: VchannelFlowgraph, end: int, tick: int, rows: int = 0) -> None:
+    """Apply one batch over ``[next offset, end)`` that saw ``tick``, with ``rows`` inserted rows."""
+    first = fg.next_offset
+    if rows:
+        entry = FileEntry(TableKind.INSERT, f"1/100/part-{first}.parquet", 10, rows, "{}", 100, 1)
+        portion = Portion(VCHANNEL, first, end, (entry,), {100: SegmentStats(1, rows, tick - 1, tick - 1, first,
+                                                                              tick - 1)},
+                          stats=PortionStats(tick, 1, 10, rows))
+    else:
+        portion = Portion(VCHANNEL, first, end, stats=PortionStats(tick))
+    fg.apply(advance(fg.working, [portion]), 1.0)
+
+
+def test_idle_batches_take_the_place_of_the_idle_one_before_them():
+    fg = flowgraph()
+    for i in range(1, 6):
+        read(fg, 10 * i, 100 + i)
+    assert [(b.start, b.end, b.idle) for b in fg.pending] == [(0, 50, True)]
+    assert fg.working.checkpoint_offset == 50 and fg.working.checkpoint_ts == 105
+    assert fg.pending[0].state is fg.working and not fg.urgent and fg.pending_since is None
+    # A batch with rows is kept apart; the idle ones after it merge among themselves.
+    read(fg, 60, 200, rows=5)
+    read(fg, 70, 201)
+    read(fg, 80, 202)
+    assert [(b.start, b.end, b.idle) for b in fg.pending] == [(0, 50, True), (50, 60, False), (60, 80, True)]
+    sync = fg.sync()
+    assert sync.end == 80 and [f.rows for f in sync.files] == [5] and sync.state.rows == 5
+    fg.committed_sync(sync, Watermarks(insert=80), 2.0)
+    assert fg.pending == [] and fg.committed is sync.state
