@@ -239,3 +239,19 @@ def test_the_topic_id_goes_with_the_checkpoint_and_a_new_one_is_refused(tmp_path
     check_topic(None, "B")                                # never committed: starts at its VchannelInfo
     with pytest.raises(TopicRecreated, match="p was deleted and created again .* offset 10 was committed in A"):
         check_topic(committed, "B")
+
+
+def test_a_log_followed_from_before_its_table_exists_sees_every_commit(tmp_path):
+    """The coordinator follows a collection it saw before its first commit from version 0, as
+    JSON: every txn and every dropped vchannel, without a delta-rs snapshot."""
+    storage = StorageLayout(str(tmp_path))
+    follower = DeltaLog.follow(storage.insert_log(1))
+    assert follower.refresh() == [] and follower.version == -1    # no table yet
+    c = committer(storage)
+    c.commit([sync("a", None, 10, written(storage, [1])), sync("b", None, 10, written(storage, [2]))])
+    assert meta.dropped_vchannels(follower.refresh()) == set() and follower.version == 1
+    dropped = ChannelState("b", 1, "p", checkpoint_offset=20, collection_dropped=True)
+    c.commit([sync("a", 10, 20, written(storage, [3])), VchannelSync(dropped, Watermarks(10), ())])
+    assert meta.dropped_vchannels(follower.refresh()) == {"b"}
+    assert (follower.version, follower.txn("a"), follower.txn("b"), follower.txn("c")) == (2, 20, 20, None)
+    assert meta.channel_state_in(follower, "b").collection_dropped

@@ -61,17 +61,25 @@ class DataCoord:
         self._records = {v: r for r in records for v in r.vchannels}
         for r in records:
             insert_log = self._logs.get(r.collection_id)
-            if insert_log is not None:
-                self._dropped |= meta.dropped_vchannels(insert_log.refresh())   # only the commits since the last pass
-                continue
-            insert_log = DeltaLog.open(self.storage.insert_log(r.collection_id), self.storage.options)
             if insert_log is None:
-                continue
-            self._logs[r.collection_id] = insert_log
-            for v in r.vchannels:
-                state = meta.channel_state_in(insert_log, v)
-                if state is not None and state.collection_dropped:
-                    self._dropped.add(v)
+                self._logs[r.collection_id] = self._first_look(r)
+            else:
+                self._dropped |= meta.dropped_vchannels(insert_log.refresh())   # only the commits since the last pass
+
+    def _first_look(self, r: CollectionRecord) -> DeltaLog:
+        """The collection's insert_log, to follow from now on: a table that exists is opened and
+        its vchannels' newest states read; one not created yet is followed from its version 0."""
+        uri = self.storage.insert_log(r.collection_id)
+        insert_log = DeltaLog.open(uri, self.storage.options)
+        if insert_log is None:
+            insert_log = DeltaLog.follow(uri, self.storage.options)
+            self._dropped |= meta.dropped_vchannels(insert_log.refresh())
+            return insert_log
+        for v in r.vchannels:
+            state = meta.channel_state_in(insert_log, v)
+            if state is not None and state.collection_dropped:
+                self._dropped.add(v)
+        return insert_log
 
     def channels(self) -> dict[str, ChannelSpec]:
         self._refresh()

@@ -107,7 +107,10 @@ class DeltaLog:
     Runs on the driver; not thread-safe (the committer owns it).
     """
 
-    def __init__(self, uri: str, schema: pa.Schema | None = None, options: StoreOptions = LOCAL) -> None:
+    def __init__(self, uri: str, schema: pa.Schema | None = None, options: StoreOptions = LOCAL, *,
+                 from_start: bool = False) -> None:
+        """Opens the table (delta-rs) at its newest version, creating it from ``schema`` when it
+        has none; ``from_start``: at no version instead (``follow``)."""
         self.uri, self.options = uri, options
         fs, base = filesystem(uri, options)
         self.dir = f"{base}/{LOG_DIR}"
@@ -116,9 +119,12 @@ class DeltaLog:
         self._snapshot: DeltaTable | None = None
         self._txns: dict[str, int] = {}
         # Whether ``_txns`` holds every txn of the table at ``version`` (it does when this object
-        # created the table: it saw every version since); else txn() asks a delta-rs snapshot.
-        self._txns_known = schema is not None and self._create(schema)
-        if self._txns_known:
+        # created the table, or reads it from its version 0: it saw every version since); else
+        # txn() asks a delta-rs snapshot.
+        self._txns_known = from_start or (schema is not None and self._create(schema))
+        if from_start:
+            self._snapshot_version, protocol_dvs = -1, False
+        elif self._txns_known:
             self._snapshot_version, protocol_dvs = 0, False
         else:
             table = open_table(uri, self.storage_options)
@@ -149,6 +155,14 @@ class DeltaLog:
             return cls(uri, options=options)
         except FileNotFoundError:
             return None
+
+    @classmethod
+    def follow(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog:
+        """The log of a table that may not exist yet, at no version: each ``refresh()`` reads the
+        versions committed since, from version 0, as JSON (never a delta-rs snapshot). For a
+        reader that saw the table before its first commit: opening each of 5,000 young tables
+        with delta-rs as it appeared took a third of a 10,000-vchannel standalone driver's samples."""
+        return cls(uri, options=options, from_start=True)
 
     def txn(self, app_id: str) -> int | None:
         """The ``txn`` version of ``app_id`` at ``self.version``."""
