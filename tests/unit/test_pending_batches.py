@@ -5,6 +5,7 @@ from __future__ import annotations
 from deltanode.flowgraph.state_update import advance
 from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.records import FileEntry, Portion, PortionStats, SegmentStats, TableKind
+from deltanode.storage.channel_state import SegmentState
 from deltanode.storage.commit import Watermarks
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
@@ -51,3 +52,21 @@ def test_idle_batches_take_the_place_of_the_idle_one_before_them():
     assert sync.end == 80 and [f.rows for f in sync.files] == [5] and sync.state.rows == 5
     fg.committed_sync(sync, Watermarks(insert=80), 2.0)
     assert fg.pending == [] and fg.committed is sync.state
+
+
+def test_a_batch_of_ticks_only_moves_the_checkpoint_and_shares_the_segments():
+    fg = flowgraph()
+    read(fg, 10, 100, rows=5)
+    before = fg.working
+    outcome = advance(before, [Portion(VCHANNEL, 10, 20, stats=PortionStats(150)),
+                               Portion(VCHANNEL, 20, 30, stats=PortionStats(140))])
+    expected = before.copy()
+    expected.checkpoint_offset, expected.checkpoint_ts, expected.batches = 30, 150, before.batches + 1
+    assert outcome.state == expected and outcome.idle and not outcome.urgent and not outcome.files
+    assert outcome.state.segments is before.segments and before.checkpoint_offset == 10   # nothing changed in place
+    # A Sealed segment waits for a tick: that batch takes the general path and flushes it.
+    sealed = before.copy()
+    sealed.segments[100].state, sealed.segments[100].sealed_ts = SegmentState.SEALED, 120
+    outcome = advance(sealed, [Portion(VCHANNEL, 10, 20, stats=PortionStats(150))])
+    assert outcome.state.segments[100].state == SegmentState.FLUSHED and not outcome.idle
+    assert sealed.segments[100].state == SegmentState.SEALED

@@ -77,6 +77,17 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
     return kept, discarded
 
 
+def _ticks_only(state: ChannelState, portions: list[Portion]) -> bool:
+    """Whether the batch only moves the checkpoint: its portions saw TimeTicks and other
+    vchannels' messages, and no tick can change the state (no seek, flush, replay filter or
+    Sealed segment waiting for one). Most batches of an idle vchannel: at 10,000 vchannels the
+    general path (a copy of the state and its segments) was most of the cycle's 0.3-0.5 s apply."""
+    return (not state.seek_ts and not state.flush_ts and state.replay is None
+            and all(not p.files and not p.segments and not p.events and not p.sealed and p.replay is None
+                    and p.stats == PortionStats(p.stats.max_tick) for p in portions)
+            and all(seg.state != SegmentState.SEALED for seg in state.segments.values()))
+
+
 def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
     """The state after ``portions`` (error-free, retracted): segment counts, flush/drop events, checkpoint."""
     portions = sorted(portions, key=lambda p: p.first)
@@ -90,6 +101,12 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
             raise BatchRangeError(f"{state.vchannel}: portions are not contiguous: [{a.first}, {a.end}) then "
                                   f"[{b.first}, {b.end})")
     start, end = portions[0].first, portions[-1].end
+    if _ticks_only(state, portions):
+        tick = max(p.stats.max_tick for p in portions)
+        # The segments and lists are shared with ``state``: every change of a state copies it first.
+        moved = replace(state, checkpoint_offset=end, checkpoint_ts=max(state.checkpoint_ts, tick),
+                        batches=state.batches + 1)
+        return BatchOutcome(moved, start, end, (), frozenset(), 0, 0, 0, 0, idle=True, urgent=False)
     new = state.copy()
     for p in portions:
         for seg_id, st in p.segments.items():
