@@ -161,7 +161,7 @@ class DeltaLog:
         """The log of a table that may not exist yet, at no version: each ``refresh()`` reads the
         versions committed since, from version 0, as JSON (never a delta-rs snapshot). For a
         reader that saw the table before its first commit: opening each of 5,000 young tables
-        with delta-rs as it appeared took a third of a 10,000-vchannel standalone driver's samples."""
+        with delta-rs as it appeared was 29% of a loaded 10,000-vchannel standalone driver's samples."""
         return cls(uri, options=options, from_start=True)
 
     def txn(self, app_id: str) -> int | None:
