@@ -109,7 +109,8 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
     assert not leftovers(tmp_path), "embedded services outlived standalone"
 
     # Started again on the same data: pulsar-lite kept its topics, so standalone resumes and the
-    # rows stay exactly once; Tansu kept none, so standalone refuses rather than skip messages.
+    # rows stay exactly once, after a clean stop and after its driver was killed; Tansu kept none,
+    # so standalone refuses rather than skip messages.
     if mq == "kafka":
         refused = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
                                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -124,9 +125,25 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
         wait_for_rows(env, "books", 2800, 60, tmp_path / "standalone-2.log")
         rc, segments = admin(env, "show-segments", "--collection", "books")
         assert sum(s["num_rows"] for s in segments) == 2800
+        # The driver killed: its session's lease is never revoked. The next run removes that session,
+        # so its DataNode serves the channels at once, not once the lease runs out (30 s).
+        driver = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", r"^[^ ]*python[^ ]* [^ ]*main\.py standalone"],
+                                capture_output=True, text=True).stdout.split()
+        assert len(driver) == 1, driver
+        os.kill(int(driver[0]), signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        stop(proc)
+    assert not leftovers(tmp_path), "embedded services outlived the killed driver"
+    proc = start(env, tmp_path / "standalone-3.log")
+    try:
+        assert "left by an earlier run" in (tmp_path / "standalone-3.log").read_text()
+        rc, again = admin(env, "produce", "--collection", "books", "--messages", "4", "--rows", "100", "--deletes", "0")
+        assert rc == 0, again
+        wait_for_rows(env, "books", 3200, 20, tmp_path / "standalone-3.log")
     finally:
         rc = stop(proc)
-    assert rc == 0, (tmp_path / "standalone-2.log").read_text()[-3000:]
+    assert rc == 0, (tmp_path / "standalone-3.log").read_text()[-3000:]
 
 
 def wait_for_rows(env: dict, collection: str, rows: int, timeout: float, log_path: Path) -> None:

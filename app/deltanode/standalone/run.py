@@ -15,6 +15,7 @@ from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
+from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..settings import Settings
 from .lifecycle import ServiceGroup
@@ -53,6 +54,16 @@ def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> No
             f"embedded broker keeps topics on disk) or an external broker")
 
 
+def forget_earlier_sessions(client: EtcdClient, root: str) -> None:
+    """Remove the DataNode sessions an earlier run left in the embedded etcd. Only this process
+    uses that etcd, so their DataNodes are gone; a run that could not revoke its lease on the way
+    out (its JVM killed first, a SIGKILL) would otherwise keep its channels for the lease's 30 s
+    after the restart (etcd renews the leases it finds when it starts), no DataNode serving them."""
+    for key, _, _ in client.get_prefix(keys.session_prefix(root, "datanode")):
+        if client.delete(key):
+            log.info("removed %s, left by an earlier run", key)
+
+
 def run(conf: Conf) -> int:
     settings = Settings.of(conf)
     mirror = settings.mirror.enabled
@@ -61,6 +72,8 @@ def run(conf: Conf) -> int:
         pchannels = settings.pchannels.names()
         client = EtcdClient(settings.etcd.endpoints)
         group.add("etcd client", client.close)
+        if conf.get("embedded.etcd"):
+            forget_earlier_sessions(client, settings.etcd.root)
         if not mirror:
             created = broker.create_topics(pchannels)
             if created:
