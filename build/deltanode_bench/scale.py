@@ -5,8 +5,9 @@ assigner, one DataNode on local Spark) serves N vchannels: N/2 collections of 2 
 the 16 default pchannels, created through the catalog as ``admin create-collection`` does.
 A TimeTick runs every 200 ms on every pchannel from before the collections are created; once
 every vchannel is watched, the load runs for ``--scale-seconds``: one InsertRequest of 50 rows
-x 128-dim per vchannel per second (all through one proxy: one producer, one TSO). Then the load stops, the DataNode gets
-up to ``--scale-drain`` seconds to commit the rest, and standalone is stopped with SIGTERM.
+x 128-dim per vchannel per second (all through one proxy: one producer, one TSO). Then the
+load stops, the DataNode gets up to ``--scale-drain`` seconds to commit the rest, and
+standalone is stopped with SIGTERM.
 
 Printed per N: the DataNode's busy cores and peak RSS during the load (its process tree: the
 launcher, the driver, the JVM, the Python workers; the embedded etcd and broker are left out
