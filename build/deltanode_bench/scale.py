@@ -72,6 +72,7 @@ class ScaleResult:
     phases: PhaseFigures | None
     create_s: float
     watch_s: float
+    file_create_ms: float
 
 
 def say(msg: str) -> None:
@@ -274,9 +275,27 @@ def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
                         med[8], med[9], med[10], med[0], med[2])
 
 
+def file_create_ms(work: str, files: int = 500) -> float:
+    """CPU milliseconds to create and write one 30 KB file (a small binlog's size) under ``work``,
+    over ``files`` of them in directories of their own, as a cycle's binlogs are. The files are
+    kept: deleting them would make the next files dearer (docs/platform.md, ext4 without a journal
+    here: it skips inodes freed in the last minutes, reading each one, when it allocates one). On
+    this machine this went from 0.04 to 0.7 ms within minutes, following what the disk had just
+    been through, so each point prints what it started with."""
+    probe = os.path.join(work, "file-probe")
+    data = os.urandom(30_000)
+    started = time.process_time()
+    for i in range(files):
+        os.makedirs(os.path.join(probe, str(i)))
+        with open(os.path.join(probe, str(i), "part-0.parquet"), "wb") as f:
+            f.write(data)
+    return (time.process_time() - started) * 1000 / files
+
+
 def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka",
               rate_cap: float = 1000.0) -> ScaleResult:
     os.makedirs(work, exist_ok=True)
+    probe_ms = file_create_ms(work)
     node = Standalone(work, mq)
     say(f"{n} vchannel(s): starting standalone")
     node.start()
@@ -341,7 +360,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
                        (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
                        stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
-                       _phases(node.text(), t0, t1), create_s, watch_s)
+                       _phases(node.text(), t0, t1), create_s, watch_s, probe_ms)
 
 
 def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
@@ -352,7 +371,9 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
            "DataNode = its process tree (launcher, driver with the channel assigner, JVM, Python workers) without the "
            "embedded etcd and broker (services); cores averaged and RSS (summed over the tree) at its peak during the "
            "load; latency = insert produce() -> timestamp of the Delta commit covering it; create = the collections "
-           "created in one catalog batch, watch = from then until every vchannel is watched by the DataNode"]
+           "created in one catalog batch, watch = from then until every vchannel is watched by the DataNode; file ms = "
+           "CPU to create a 30 KB file in a directory of its own just before the point (it varies with the disk's "
+           "recent writes and deletes)"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
@@ -360,10 +381,11 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
         rows.append([r.vchannels, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
                      " / ".join(secs(c) for c in r.cores_split), secs(r.cores_services),
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
-                     r.rows_produced, r.rows_committed, r.uncommitted, secs(r.create_s, 1), secs(r.watch_s, 1)])
+                     r.rows_produced, r.rows_committed, r.uncommitted, secs(r.create_s, 1), secs(r.watch_s, 1),
+                     f"{r.file_create_ms:.3f}"])
     out.append(table(["vchannels", "collections", "inserts/s", "DataNode cores", "driver / JVM / workers",
                       "services cores", "machine cores", "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s",
-                      "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s"], rows))
+                      "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s", "file ms"], rows))
     out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
                 "cycle's Spark tasks summed (two run at once), their CPU = their Python workers', broker wait = "
                 "their wait for messages"]

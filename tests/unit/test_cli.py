@@ -151,7 +151,7 @@ def test_spark_submit_args(conf_file, monkeypatch, tmp_path):
         "--conf", "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.ui.showConsoleProgress=false", "--conf", "spark.scheduler.mode=FAIR",
-        "--conf", "spark.app.name=deltanode-datanode"]
+        "--conf", "spark.python.unix.domain.socket.enabled=true", "--conf", "spark.app.name=deltanode-datanode"]
     monkeypatch.setenv("DELTANODE_SPARK_MASTER", "local[1]")
     monkeypatch.setenv("DELTANODE_SPARK_DRIVER_DEFAULTJAVAOPTIONS", "-Xss4m")
     opts = cli.spark_submit_args(["admin", "health", "--conf", str(conf_file)])

@@ -103,6 +103,12 @@ class _File:
     A piece is a list of columns (the format's schema without its constant columns). The
     constant columns (a binlog's segment and partition) are built once per row group, and
     their statistics are known without computing them.
+
+    Nothing touches the storage until the first row group is full or the file is closed. A file
+    of one row group (every binlog of a live vchannel's cycle) is encoded in memory and written in
+    one go at ``close``: a 50-row binlog cost 0.275 ms of CPU streamed through the parquet writer
+    into a local file (about 40 system calls) and 0.246 ms this way (medians of 12 rounds, side by
+    side, docs/platform.md). A larger one streams its row groups into the file as before.
     """
 
     def __init__(self, fs: pafs.FileSystem, base: str, table: TableKind, rel: str, fmt: _FileFormat,
@@ -111,10 +117,8 @@ class _File:
         self.path = f"{base}/{rel}"
         self.constants = constants or {}
         self.segment_id, self.partition_id = segment_id, partition_id
-        self.sink = self._open()
-        # A dictionary pays off only for the constant columns: _ts and _row_id are unique per row.
-        self.writer = pq.ParquetWriter(self.sink, fmt.schema, compression=fmt.compression,
-                                       write_statistics=list(fmt.stat_cols), use_dictionary=list(fmt.constants))
+        self._sink: pa.NativeFile | None = None          # the file, once its first row group is full
+        self._writer: pq.ParquetWriter | None = None
         self.rows = 0
         self.min: dict = dict(self.constants)
         self.max: dict = dict(self.constants)
@@ -136,6 +140,11 @@ class _File:
             self.fs.create_dir(parent, recursive=True)
             return self.fs.open_output_stream(path)
 
+    def _parquet_writer(self, sink: pa.NativeFile) -> pq.ParquetWriter:
+        # A dictionary pays off only for the constant columns: _ts and _row_id are unique per row.
+        return pq.ParquetWriter(sink, self.fmt.schema, compression=self.fmt.compression,
+                                write_statistics=list(self.fmt.stat_cols), use_dictionary=list(self.fmt.constants))
+
     def write(self, columns: list[pa.Array], rows: int, nbytes: int) -> None:
         """Buffer one piece; ``nbytes`` is its size as far as the row-group bound goes."""
         self._pending.append(columns)
@@ -145,14 +154,24 @@ class _File:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._pending:
+        """Write the pending pieces as a row group into the file (opened now if need be)."""
+        group = self._take_group()
+        if group is None:
             return
+        if self._writer is None:
+            self._sink = self._open()
+            self._writer = self._parquet_writer(self._sink)
+        self._writer.write_table(group)
+
+    def _take_group(self) -> pa.Table | None:
+        """The pending pieces as one row group, its rows counted and its stats and keys kept."""
+        if not self._pending:
+            return None
         n, pieces = self._pending_rows, self._pending
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         columns = [pa.chunked_array([p[i] for p in pieces]) for i in range(len(pieces[0]))]
         columns += [pa.array(np.full(n, self.constants[name], dtype=np.int64)) for name in self.fmt.constants]
         group = pa.Table.from_arrays(columns, schema=self.fmt.schema)
-        self.writer.write_table(group)
         self.rows += n
         if self.fmt.bloom_key is not None:
             self._keys.append(group.column(self.fmt.bloom_key))
@@ -163,16 +182,34 @@ class _File:
             if lo is not None:
                 self.min[col] = lo if col not in self.min else min(self.min[col], lo)
                 self.max[col] = hi if col not in self.max else max(self.max[col], hi)
+        return group
+
+    def _write_whole(self) -> int:
+        """The file's one row group (or none), encoded in memory and written at once; its size."""
+        buffer = pa.BufferOutputStream()
+        writer = self._parquet_writer(buffer)
+        group = self._take_group()
+        if group is not None:
+            writer.write_table(group)
+        writer.close()
+        data = buffer.getvalue()
+        with self._open() as out:
+            out.write(data)
+        return data.size
 
     def close(self) -> FileEntry:
         """Write the footer and close the file (on an object store, close is what uploads it), then
         its bloom filter: a small one goes back with the entry, to be committed in its add action,
         a large one is written beside the file (a file whose filter is missing is read by every
         delete)."""
-        self._flush()
-        self.writer.close()
-        size = self.sink.tell()
-        self.sink.close()
+        if self._writer is None:
+            size = self._write_whole()
+        else:
+            assert self._sink is not None   # opened with the writer
+            self._flush()
+            self._writer.close()
+            size = self._sink.tell()
+            self._sink.close()
         inline = None
         if self._keys:
             keys = pa.chunked_array([c for k in self._keys for c in k.chunks])
@@ -185,6 +222,15 @@ class _File:
         stats = json.dumps({"numRecords": self.rows, "minValues": self.min, "maxValues": self.max,
                             "nullCount": {c: 0 for c in self.min}})
         return FileEntry(self.table, self.rel, size, self.rows, stats, self.segment_id, self.partition_id, inline)
+
+    def discard(self) -> None:
+        """Give up the file: what was written of it is deleted, what was not never will be."""
+        if self._sink is not None:
+            self._sink.close()
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            pass
 
 
 def _bounds(values: pa.ChunkedArray) -> tuple:
@@ -260,14 +306,16 @@ class BinlogWriter:
             "recorded_at_ms": [int(time.time() * 1000)]}, schema=QUARANTINE_SCHEMA)
         self._quarantine.write(batch.columns, 1, len(row.payload))
 
+    def _files(self) -> list[_File]:
+        return [f for f in [*self._segments.values(), *self._deletes.values(), self._quarantine] if f is not None]
+
     def close(self) -> list[FileEntry]:
-        return [f.close() for f in [*self._segments.values(), *self._deletes.values(), self._quarantine]
-                if f is not None]
+        return [f.close() for f in self._files()]
 
     def abort(self) -> None:
-        """Close and delete what was written (the task failed for this vchannel)."""
-        for f in self.close():
-            delete_written(self.storage, self.roots[f.table], f)
+        """Give up every file (the task failed for this vchannel): what was written is deleted."""
+        for f in self._files():
+            f.discard()
 
 
 def table_roots(storage: StorageLayout, collection_id: int) -> dict[TableKind, str]:
@@ -303,6 +351,5 @@ def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema
             out.write(batch.columns, batch.num_rows, batch.nbytes)
         return out.close()
     except BaseException:
-        out.sink.close()
-        fs.delete_file(out.path)
+        out.discard()
         raise
