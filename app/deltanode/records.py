@@ -85,6 +85,10 @@ class ReadRange:
     def messages(self) -> int:
         return self.end - self.first
 
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return self.pchannel, self.partition, self.first, self.end
+
 
 @dataclass(frozen=True)
 class RouteContext:
@@ -192,7 +196,13 @@ class Portion:
 
 @dataclass(frozen=True)
 class ReadStats:
-    """One offset range of a pchannel as a task read it (all its vchannels together)."""
+    """One offset range of a pchannel as a task read it (all its vchannels together).
+
+    A task returns a ``Portion`` only for the vchannels of the range that saw a message of their
+    own (``routed``): the others' portion is their part of the range and its last TimeTick,
+    which ``idle_portion`` makes where the output is read. At 10,000 vchannels most of a cycle's
+    portions are such, and pickling them both ways cost more than everything else the driver
+    unpickled (docs/benchmarks.md)."""
 
     pchannel: str
     first: int
@@ -203,6 +213,23 @@ class ReadStats:
     dml_bytes: int = 0
     error: str | None = None       # the broker could not serve the range; its vchannels fail
     next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)
+    tick: int = 0                  # the ts of the range's last TimeTick (0: none)
+    tick_offset: int = -1          # and its offset
+    routed: frozenset[str] = frozenset()   # the vchannels that have a portion of their own
+    partition: int = 0
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """The range it read: pchannel, partition, first and end offsets (as ``ReadRange.key``)."""
+        return self.pchannel, self.partition, self.first, self.end
+
+    def idle_portion(self, vchannel: str, start: int) -> Portion:
+        """The portion of a vchannel of the range not in ``routed``, whose next offset was ``start``:
+        the rest of the range, with the last tick if it read it, or the broker's error."""
+        first = max(self.first, start)
+        if self.error is not None:
+            return Portion(vchannel, first, self.end, error=self.error)
+        return Portion(vchannel, first, self.end, stats=PortionStats(self.tick if self.tick_offset >= first else 0))
 
 
 @dataclass(frozen=True)

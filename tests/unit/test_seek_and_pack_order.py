@@ -159,7 +159,8 @@ def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflus
                                         [fg.context()], lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
         for offset in range(first, end):
             dispatcher.on_message(offset, payloads[offset])
-        portions, _ = dispatcher.finish()
+        routed, read = dispatcher.finish()
+        portions = routed or [read.idle_portion(VCHANNEL, first)]
         assert portions[0].error is None, portions[0].error
         batches += 1
         if portions[0].tickless:          # as the pipeline does: a longer range next

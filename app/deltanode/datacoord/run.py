@@ -8,6 +8,7 @@ import time
 
 from ..config import Conf
 from ..etcd.client import EtcdClient
+from ..gc_settings import tune_for_driver
 from ..settings import Settings
 from .coordinator import DataCoord
 
@@ -19,6 +20,7 @@ def run(conf: Conf) -> int:
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
+    tune_for_driver()
     settings = Settings.of(conf)
     with EtcdClient(settings.etcd.endpoints) as client:
         coord = DataCoord.of(settings, client).start()

@@ -8,6 +8,7 @@ import signal
 import time
 
 from ..config import Conf
+from ..gc_settings import tune_for_driver
 from ..settings import Settings
 from .node import DataNode
 from .progress import ProgressReporter
@@ -22,6 +23,7 @@ def run(conf: Conf) -> int:
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
+    tune_for_driver()
     settings = Settings.of(conf)
     spark = spark_session(conf.spark_conf(), settings)
     node = DataNode(settings, spark)

@@ -8,16 +8,17 @@ parse cannot name its vchannel: it is quarantined once, under the first vchannel
 that reads its offset. A router that raises is failed alone; the range goes on for the rest.
 
 A router is made when its vchannel's first message comes (or at once, when it needs every
-tick): an idle vchannel's portion is its range and the range's last tick, made at the end with
-no router, no schema and no writer. At 10,000 vchannels on 16 pchannels a task holds 625 a
-pchannel, and most of them have nothing in a range of one cycle.
+tick): an idle vchannel needs no router, no schema and no writer, and no portion of its own
+either: its portion is its part of the range and the range's last tick, which the range's
+``ReadStats`` carries (``ReadStats.idle_portion``). At 10,000 vchannels on 16 pchannels a task
+holds 625 a pchannel, and most of them have nothing in a range of one cycle.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..records import Portion, PortionStats, ReadRange, ReadStats, RouteContext
+from ..records import Portion, ReadRange, ReadStats, RouteContext
 from . import decode
 from .route import VchannelRouter
 
@@ -106,21 +107,21 @@ class PchannelDispatcher:
         self.error = error
 
     def finish(self) -> tuple[list[Portion], ReadStats]:
+        """The portions of the routed vchannels, and the range's stats (the others' portions: see
+        ``ReadStats.idle_portion``)."""
         ts, at = self._tick
         portions = []
-        for v, first in self._first.items():
+        for v, r in sorted(self._routers.items()):
             error = self.error or self._failed.get(v)
-            r = self._routers.get(v)
-            if r is None:   # idle: read its range, saw the tick
-                portions.append(Portion(v, first, self.piece.end, error=error) if error is not None else
-                                Portion(v, first, self.piece.end, stats=PortionStats(ts if at >= first else 0)))
-            elif error is not None:
+            if error is not None:
                 portions.append(r.fail(error))
-            else:
-                try:
-                    portions.append(r.finish(ts if at >= first else 0))
-                except Exception as e:  # noqa: BLE001 - e.g. a binlog file that cannot be closed
-                    portions.append(r.fail(f"{type(e).__name__}: {e}"))
+                continue
+            first = self._first[v]
+            try:
+                portions.append(r.finish(ts if at >= first else 0))
+            except Exception as e:  # noqa: BLE001 - e.g. a binlog file that cannot be closed
+                portions.append(r.fail(f"{type(e).__name__}: {e}"))
         p = self.piece
         return portions, ReadStats(p.pchannel, p.first, p.end, self.messages, self.bytes, self.dml_messages,
-                                   self.dml_bytes, self.error, self.next_position)
+                                   self.dml_bytes, self.error, self.next_position, ts, at, frozenset(self._routers),
+                                   p.partition)

@@ -16,6 +16,7 @@ lists and counts.
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 import threading
 import time
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from ..executor.task import run_task
+from ..executor.task import run_pickled_task
 from ..faults import crash_point
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.seal_policy import SealSettings
@@ -53,6 +54,8 @@ class Launched:
     job: Future[tuple[list[TaskOutput], list[tuple[str, Failure]]]] | None = None
     started: float = 0.0                                  # monotonic time the job was submitted
     loads: dict[str, int] = field(default_factory=dict)   # vchannel -> its flowgraph's loads when planned
+    starts: dict[str, int] = field(default_factory=dict)  # vchannel -> its next offset when planned
+    members: dict[tuple[str, int, int, int], tuple[str, ...]] = field(default_factory=dict)  # range -> vchannels
 
 
 class CycleRunner:
@@ -102,7 +105,9 @@ class CycleRunner:
                                   {members[v].collection_id: schemas[members[v].collection_id] for v in names},
                                   self.storage, self.broker))
         return Launched(plan=plan, job=self._jobs.submit(self._run_tasks, specs), started=time.monotonic(),
-                        loads={fg.vchannel: fg.loads for fg in readable})
+                        loads={fg.vchannel: fg.loads for fg in readable},
+                        starts={v: c.start for v, c in contexts.items()},
+                        members={p.key: p.members for pieces in tasks for p in pieces})
 
     def finish(self, launched: Launched, members: dict[str, VchannelFlowgraph], report: CycleReport) -> Plan:
         """Wait for the cycle's job; each vchannel's portions move its state, unless it failed,
@@ -116,7 +121,7 @@ class CycleRunner:
         for vchannel, why in failed:
             if vchannel in members:
                 self.failures.fail(members[vchannel], why, apply_started, report)
-        self._apply(outputs, members, launched.loads, apply_started, report)
+        self._apply(outputs, members, launched, apply_started, report)
         report.apply_s = time.monotonic() - apply_started
         return launched.plan
 
@@ -146,8 +151,13 @@ class CycleRunner:
         task (a worker crash) fails only its own vchannels."""
         sc = self.spark.sparkContext
         sc.setJobGroup(JOB_GROUP, f"deltanode cycle {specs[0].cycle}: {len(specs)} task(s)", interruptOnCancel=True)
+
+        def run(some: list[TaskSpec]) -> list[TaskOutput]:
+            pickled = [pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL) for spec in some]
+            return [pickle.loads(out) for out in sc.parallelize(pickled, len(pickled)).map(run_pickled_task).collect()]
+
         try:
-            return sc.parallelize(specs, len(specs)).map(run_task).collect(), []
+            return run(specs), []
         except Exception as e:  # isolated below
             if self.stopping.is_set():
                 raise
@@ -156,16 +166,17 @@ class CycleRunner:
         outputs, failed = [], []
         for spec in specs:
             try:
-                outputs += sc.parallelize([spec], 1).map(run_task).collect()
+                outputs += run([spec])
             except Exception as e:  # noqa: BLE001 - this task's vchannels fail, alone
                 why = Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
                 failed += [(v, why) for v in sorted({v for p in spec.pieces for v in p.members})]
         return outputs, failed
 
-    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], loads: dict[str, int],
+    def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], launched: Launched,
                now: float, report: CycleReport) -> None:
         by_vchannel: dict[str, list[Portion]] = {}
         read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
+        starts, loads = launched.starts, launched.loads
         for out in outputs:
             report.task_s += out.seconds
             report.task_cpu_s += out.cpu_seconds
@@ -175,6 +186,9 @@ class CycleRunner:
                 total = read_sizes.setdefault(read.pchannel, [0, 0])
                 total[0] += read.dml_bytes if read.dml_messages else read.bytes
                 total[1] += read.dml_messages or read.messages
+                for v in launched.members[read.key]:   # the idle ones' portions (records.ReadStats)
+                    if v not in read.routed and starts[v] < read.end:
+                        by_vchannel.setdefault(v, []).append(read.idle_portion(v, starts[v]))
             for p in out.portions:
                 by_vchannel.setdefault(p.vchannel, []).append(p)
         current = self.registry.members()

@@ -17,6 +17,7 @@ from ..datanode.progress import ProgressReporter
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
 from ..etcd import keys
 from ..etcd.client import EtcdClient
+from ..gc_settings import tune_for_driver
 from ..settings import Settings
 from .lifecycle import ServiceGroup
 from .services import ServiceError
@@ -65,6 +66,7 @@ def forget_earlier_sessions(client: EtcdClient, root: str) -> None:
 
 
 def run(conf: Conf) -> int:
+    tune_for_driver()
     settings = Settings.of(conf)
     mirror = settings.mirror.enabled
     with ServiceGroup(conf) as group:
