@@ -169,7 +169,9 @@ class _File:
             return None
         n, pieces = self._pending_rows, self._pending
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        columns = [pa.chunked_array([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+        # One piece (a live vchannel's cycle: one insert) needs no chunked arrays.
+        columns = list(pieces[0]) if len(pieces) == 1 else \
+            [pa.chunked_array([p[i] for p in pieces]) for i in range(len(pieces[0]))]
         columns += [pa.array(np.full(n, self.constants[name], dtype=np.int64)) for name in self.fmt.constants]
         group = pa.Table.from_arrays(columns, schema=self.fmt.schema)
         self.rows += n
