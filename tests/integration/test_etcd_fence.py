@@ -107,3 +107,23 @@ def test_one_round_trip_answers_for_a_thousand_vchannels(client, etcd_server, et
     lost = fence.check(vchannels + ["not-mine_1v0"])
     assert time.monotonic() - started < 1.0
     assert sorted(lost) == sorted([v for i, v in enumerate(vchannels) if i % 100 == 7] + ["not-mine_1v0"])
+
+
+def test_later_checks_see_changes_and_deletions(client, etcd_server, etcd_root, session):
+    """After the first check a fence reads only the keys modified since, and the key count: a
+    deletion (even one hidden by a creation, the count unchanged) still refuses its vchannel."""
+    vchannels = [f"by-dev-rootcoord-dml_{i}_{2000 + i}v0" for i in range(6)]
+    for v in vchannels[:5]:
+        write_watch(client, etcd_root, session.server_id, S.WatchSuccess, v)
+    fence = fence_for(etcd_server, etcd_root, session.server_id)
+    assert fence.check(vchannels[:5]) == {}
+    write_watch(client, etcd_root, session.server_id, S.ToRelease, vchannels[0])
+    assert list(fence.check(vchannels[:5])) == [vchannels[0]]
+    client.delete(keys.channel_watch_key(etcd_root, session.server_id, vchannels[1]))
+    write_watch(client, etcd_root, session.server_id, S.WatchSuccess, vchannels[5])   # same count as before
+    lost = fence.check(vchannels)
+    assert sorted(lost) == vchannels[:2] and "no longer assigned" in lost[vchannels[1]]
+    client.delete(keys.channel_watch_key(etcd_root, session.server_id, vchannels[2]))
+    assert sorted(fence.check(vchannels)) == vchannels[:3]
+    write_watch(client, etcd_root, session.server_id, S.WatchSuccess, vchannels[2])   # given back
+    assert sorted(fence.check(vchannels)) == vchannels[:2]
