@@ -528,3 +528,30 @@ def test_pk_bloom_refuses_mixed_kinds_and_nulls():
     with pytest.raises(ValueError):
         PkBloom.from_bytes(b"XXXX" + bloom.to_bytes()[4:])
     assert not PkBloom.build(pa.array([], pa.int64())).might_contain(np.arange(100)).any()
+
+
+@pytest.mark.parametrize("first", [1, -5, 470718251077206016, (1 << 63) - 50, -(1 << 63)])
+def test_pk_filter_of_a_run_of_keys_is_exact(first):
+    """Keys k, k+1, ..., k+49 in order (auto-generated ids): a run filter, exact and without bits;
+    any other order or gap gets a bloom filter."""
+    keys = pa.chunked_array([np.arange(first, first + 20, dtype=np.int64),
+                             np.arange(first + 20, first + 50, dtype=np.int64)])
+    run = PkBloom.build(keys)
+    assert (run.kind, run.num_bits, run.count, run.bits.size) == ("int64-run", 0, 50, 0)
+    back = PkBloom.from_bytes(run.to_bytes())
+    assert (back.kind, back.seed, back.count) == ("int64-run", first, 50)
+    probes = np.array([first, first + 49, first + 25] + [v for v in (first - 1, first + 50)
+                                                          if -(1 << 63) <= v < (1 << 63)], dtype=np.int64)
+    expected = [True, True, True] + [False] * (len(probes) - 3)
+    assert back.might_contain(probes).tolist() == expected == run.might_contain(pa.array(probes)).tolist()
+    with pytest.raises(TypeError):
+        back.might_contain(pa.array(["1"]))
+    values = np.arange(first, first + 50, dtype=np.int64)
+    for others in (values[::-1].copy(), np.delete(values, 7), np.append(values, values[-1])):
+        assert PkBloom.build(others).kind == "int64"
+
+
+def test_pk_filter_of_keys_that_wrap_around_int64_is_a_bloom_filter():
+    keys = np.array([(1 << 63) - 1, -(1 << 63)], dtype=np.int64)   # consecutive modulo 2**64 only
+    bloom = PkBloom.build(keys)
+    assert bloom.kind == "int64" and bloom.might_contain(keys).all()
