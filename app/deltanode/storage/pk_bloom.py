@@ -125,7 +125,7 @@ def _hash_chunk(words_at: np.ndarray, starts: np.ndarray, lengths: np.ndarray, s
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class PkBloom:
-    """A bloom filter over the primary keys of one file."""
+    """A filter of one file's primary keys: a bloom filter, or an exact one of a run of keys."""
 
     kind: str            # "int64", "string" or "int64-run": the keys it was built from (a run's: int64)
     probes: int          # bits set per key
