@@ -145,12 +145,16 @@ class DataNode:
                 log.warning("registering a new session failed (%s); again in %.0f s", exc, delay)
                 self._stopping.wait(delay)
 
-    def poll(self) -> None:
-        """Run from the main loop; raises RuntimeError if the pipeline's thread ended (it catches
-        every cycle's errors, so only a bug gets here)."""
+    def poll(self) -> bool:
+        """Run from the main loop: False once Spark stopped under the pipeline (spark-submit's JVM
+        is exiting: the node stops). Raises RuntimeError if the pipeline's thread ended otherwise
+        (it catches every cycle's errors, so only a bug gets here)."""
         assert self.pipeline is not None, "poll() after start()"
-        if not self.pipeline.alive:
-            raise RuntimeError(f"DataNode {self.node_id}: its pipeline loop stopped")
+        if self.pipeline.alive:
+            return True
+        if self.pipeline.spark_stopped:
+            return False
+        raise RuntimeError(f"DataNode {self.node_id}: its pipeline loop stopped")
 
     def progress(self) -> list[dict]:
         return self.flowgraphs.progress() if self.flowgraphs else []

@@ -30,11 +30,10 @@ def run(conf: Conf) -> int:
     reporter = ProgressReporter(settings.node.progress_interval)
     try:
         node.start()
-        while not signals:
-            node.poll()
+        while not signals and node.poll():
             reporter.maybe_report(node.progress, node.alerts, node.publish)
             time.sleep(1.0)
-        log.info("stopping")
+        log.info("stopping (%s)", "a signal" if signals else "Spark stopped")
         return 0
     finally:
         node.stop()

@@ -39,7 +39,7 @@ from ..storage.commit import discard
 from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
 from .failures import FailurePolicy
-from .jobs import JOB_GROUP
+from .jobs import JOB_GROUP, SparkStopped, spark_stopped
 from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
 from .registry import VchannelRegistry
 
@@ -148,7 +148,8 @@ class CycleRunner:
     def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
         """The cycle's Spark job (on the job thread): its outputs, and the vchannels of tasks that
         failed. If the job fails, each task runs as a job of its own, so a range that breaks its
-        task (a worker crash) fails only its own vchannels."""
+        task (a worker crash) fails only its own vchannels; unless Spark itself stopped
+        (``SparkStopped``: no vchannel failed)."""
         sc = self.spark.sparkContext
         sc.setJobGroup(JOB_GROUP, f"deltanode cycle {specs[0].cycle}: {len(specs)} task(s)", interruptOnCancel=True)
 
@@ -161,13 +162,17 @@ class CycleRunner:
         except Exception as e:  # isolated below
             if self.stopping.is_set():
                 raise
+            if spark_stopped(sc):
+                raise SparkStopped(summarize_error(str(e))) from e
             log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,
                         str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
         outputs, failed = [], []
         for spec in specs:
             try:
                 outputs += run([spec])
-            except Exception as e:  # noqa: BLE001 - this task's vchannels fail, alone
+            except Exception as e:  # this task's vchannels fail, alone (unless Spark stopped)
+                if spark_stopped(sc):
+                    raise SparkStopped(summarize_error(str(e))) from e
                 why = Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
                 failed += [(v, why) for v in sorted({v for p in spec.pieces for v in p.members})]
         return outputs, failed

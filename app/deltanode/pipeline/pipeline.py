@@ -39,7 +39,7 @@ from .compactor import CompactionTarget, Compactor
 from .cycle import CycleRunner
 from .cycle_report import CycleReport
 from .failures import FailurePolicy, Fence
-from .jobs import JOB_GROUP
+from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
 from .plan import Limits
 from .registry import VchannelRegistry
@@ -80,6 +80,7 @@ class Pipeline:
         self._cycle = CycleRunner(spark, storage, broker, settings.limits, settings.seal, self.registry,
                                   self._failures, self._requested_flushes, self._stopping)
         self._thread: threading.Thread | None = None
+        self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(self.registry, self._cycle, self._syncs, settings.trigger_interval, self._stopping,
                                  on_cycle)
         self.cycles = self._turns.reports
@@ -201,6 +202,13 @@ class Pipeline:
             try:
                 capped = self._turns.turn()
                 failures = 0
+            except SparkStopped as e:
+                log.warning("Spark stopped under cycle %d (%s): the pipeline stops; what it did not commit is "
+                            "read again at the next start", self._turns.number, e)
+                self.spark_stopped = True
+                self._turns.abandon()
+                self._stopping.set()
+                break
             except Exception as e:  # a bug must not end persistence for good
                 failures += 1
                 log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)

@@ -104,7 +104,10 @@ def run(conf: Conf) -> int:
                 created = broker.create_topics(pchannels)
                 if created:
                     refuse_lost_topics(client, conf, created)
-            node.poll()
+            if not node.poll():
+                log.info("stopping (Spark stopped)")
+                break
             reporter.maybe_report(node.progress, node.alerts, node.publish)
-        log.info("stopping (%s)", group.stop_reason or "requested")
+        else:
+            log.info("stopping (%s)", group.stop_reason or "requested")
     return 0
