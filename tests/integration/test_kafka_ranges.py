@@ -72,3 +72,30 @@ def test_high_watermarks_of_many_partitions_in_one_request_and_a_missing_topic_a
     assert {k: v for k, v in got.items() if not isinstance(v, BrokerError)} == one_by_one
     assert one_by_one[(topics[1], 0)] >= 4 and one_by_one[(topics[2], 0)] >= 7
     assert isinstance(got[("missing-topic-highs", 0)], BrokerError)
+
+
+def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(broker):
+    """A read leaves its consumer to the next read of the process; a read given up halfway closes
+    it. Whatever came before (a later range of the same partition, a read abandoned with
+    messages prefetched), each read yields exactly its own offsets."""
+    topic = f"reuse{time.time_ns() % 10**9}"
+    create_topics(broker.bootstrap_servers, [topic])
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for i in range(40):
+        producer.produce(topic, f"m{i}".encode())
+    producer.flush()
+
+    def offsets(first: int, end: int) -> list[int]:
+        got = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, first, end)])
+               for off, _ in chunk]
+        assert all(isinstance(off, int) for off in got)
+        return got
+
+    assert offsets(20, 30) == list(range(20, 30))
+    assert offsets(5, 12) == list(range(5, 12))     # back before the last read's messages
+    assert offsets(30, 40) == list(range(30, 40))
+    abandoned = read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 40)], chunk_messages=2)
+    assert next(abandoned)[1][0][0] == 0
+    abandoned.close()
+    assert offsets(10, 15) == list(range(10, 15))
+    assert offsets(0, 40) == list(range(40))
