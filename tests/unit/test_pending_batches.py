@@ -70,3 +70,36 @@ def test_a_batch_of_ticks_only_moves_the_checkpoint_and_shares_the_segments():
     outcome = advance(sealed, [Portion(VCHANNEL, 10, 20, stats=PortionStats(150))])
     assert outcome.state.segments[100].state == SegmentState.FLUSHED and not outcome.idle
     assert sealed.segments[100].state == SegmentState.SEALED
+
+
+def test_ticks_read_without_a_portion_leave_what_the_general_path_leaves():
+    """``read_ticks`` (a cycle's idle vchannels, without a portion each) against ``advance`` then
+    ``apply``: the same states, batches and counters, over idle batches before and after rows."""
+    fast, general = flowgraph(), flowgraph()
+    for fg in (fast, general):
+        read(fg, 10, 100, rows=5)
+    for end, tick in ((15, 101), (15, 0), (22, 120), (30, 0)):
+        first = general.next_offset
+        assert fast.read_ticks(first, end, tick, 1.0, 60.0)
+        general.apply(advance(general.working, [Portion(VCHANNEL, first, end, stats=PortionStats(tick))]), 1.0, 60.0)
+        assert fast.working == general.working and fast.working.segments is not None
+        assert [(b.start, b.end, b.idle, b.state) for b in fast.pending] == \
+            [(b.start, b.end, b.idle, b.state) for b in general.pending]
+        assert (fast.consumed, fast.read_size, fast.pending_since) == \
+            (general.consumed, general.read_size, general.pending_since)
+    assert fast.working.checkpoint_offset == 30 and fast.working.checkpoint_ts == 120
+
+
+def test_ticks_that_can_change_the_state_take_the_general_path():
+    fg = flowgraph()
+    read(fg, 10, 100, rows=5)
+    assert not fg.read_ticks(9, 20, 150, 1.0)      # not where it stands: a range error, told by advance
+    sealed = fg.working.copy()
+    sealed.segments[100].state, sealed.segments[100].sealed_ts = SegmentState.SEALED, 120
+    fg.working = sealed
+    assert not fg.read_ticks(10, 20, 150, 1.0)     # a Sealed segment waits for a tick
+    flushing = fg.working.copy()
+    flushing.segments[100].state, flushing.flush_ts = SegmentState.GROWING, 140
+    fg.working = flushing
+    assert not fg.read_ticks(10, 20, 150, 1.0)     # a flush in progress
+    assert fg.working is flushing and [b.end for b in fg.pending] == [10]

@@ -8,6 +8,7 @@ portion kept that an earlier portion's drop filters out.
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass, replace
 
@@ -33,6 +34,9 @@ class BatchOutcome:
     dml_messages: int
     idle: bool                    # nothing to persist but the checkpoint: ticks, other shards' messages
     urgent: bool                  # control events or a replay filter change: sync without delay
+
+
+_NOTHING_DROPPED: frozenset[int] = frozenset()
 
 
 def _dropped(everything: bool, parts: set[int], f: FileEntry) -> bool:
@@ -77,15 +81,34 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
     return kept, discarded
 
 
+def moves_by_ticks(state: ChannelState) -> bool:
+    """Whether a tick can only move the state's checkpoint: no seek, flush, replay filter or
+    Sealed segment waits for one."""
+    return (not state.seek_ts and not state.flush_ts and state.replay is None
+            and all(seg.state != SegmentState.SEALED for seg in state.segments.values()))
+
+
 def _ticks_only(state: ChannelState, portions: list[Portion]) -> bool:
     """Whether the batch only moves the checkpoint: its portions saw TimeTicks and other
-    vchannels' messages, and no tick can change the state (no seek, flush, replay filter or
-    Sealed segment waiting for one). Most batches of an idle vchannel: at 10,000 vchannels the
-    general path (a copy of the state and its segments) was most of the cycle's 0.3-0.5 s apply."""
-    return (not state.seek_ts and not state.flush_ts and state.replay is None
-            and all(not p.files and not p.segments and not p.events and not p.sealed and p.replay is None
-                    and p.stats == PortionStats(p.stats.max_tick) for p in portions)
-            and all(seg.state != SegmentState.SEALED for seg in state.segments.values()))
+    vchannels' messages, and no tick can change the state. Most batches of an idle vchannel:
+    at 10,000 vchannels the general path (a copy of the state and its segments) was most of the
+    cycle's 0.3-0.5 s apply."""
+    return (all(not p.files and not p.segments and not p.events and not p.sealed and p.replay is None
+                and p.stats == PortionStats(p.stats.max_tick) for p in portions)
+            and moves_by_ticks(state))
+
+
+def advance_ticks(state: ChannelState, end: int, tick: int, since: int) -> BatchOutcome:
+    """The state after a batch up to ``end`` that saw no message of the vchannel's own, only
+    TimeTicks (the last at ``tick``, 0: none) and other vchannels' messages, for a state that
+    ``moves_by_ticks``; the outcome starts at ``since``. The new state shares the segments and
+    lists of ``state`` (every change of a state copies it first): a shallow copy, a fifth of
+    what ``dataclasses.replace`` cost (docs/benchmarks.md, ``deltanode_bench.idle_cycle``)."""
+    moved = copy.copy(state)
+    moved.checkpoint_offset, moved.batches = end, state.batches + 1
+    if tick > state.checkpoint_ts:
+        moved.checkpoint_ts = tick
+    return BatchOutcome(moved, since, end, (), _NOTHING_DROPPED, 0, 0, 0, 0, True, False)
 
 
 def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
@@ -102,11 +125,7 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
                                   f"[{b.first}, {b.end})")
     start, end = portions[0].first, portions[-1].end
     if _ticks_only(state, portions):
-        tick = max(p.stats.max_tick for p in portions)
-        # The segments and lists are shared with ``state``: every change of a state copies it first.
-        moved = replace(state, checkpoint_offset=end, checkpoint_ts=max(state.checkpoint_ts, tick),
-                        batches=state.batches + 1)
-        return BatchOutcome(moved, start, end, (), frozenset(), 0, 0, 0, 0, idle=True, urgent=False)
+        return advance_ticks(state, end, max(p.stats.max_tick for p in portions), start)
     new = state.copy()
     for p in portions:
         for seg_id, st in p.segments.items():

@@ -23,7 +23,7 @@ from ..wire.schema import CollectionLayout
 from .failure import Failure
 from .recovery import check_topic, initial_state
 from .seal_policy import SealSettings, seal_by_policies, seal_for_flush
-from .state_update import BatchOutcome
+from .state_update import BatchOutcome, advance_ticks, moves_by_ticks
 
 MAX_BACKOFF = 60.0
 
@@ -186,6 +186,30 @@ class VchannelFlowgraph:
             self.pending_since = now
         if outcome.state.collection_dropped:
             self.status = FlowgraphStatus.DROPPED   # nothing more to read; the commit of the drop is still due
+        self._ran(now)
+
+    def read_ticks(self, start: int, end: int, tick: int, now: float, read_size: float | None = None) -> bool:
+        """A batch over ``[start, end)`` in which it saw no message of its own, only TimeTicks (the
+        last at ``tick``, 0: none) and other vchannels' messages: applied as ``apply`` would, without
+        its general path, when ticks can only move its checkpoint (``state_update.advance_ticks``).
+        False, and nothing done, when it needs the general path (``advance``, then ``apply``).
+        Most of a cycle's batches at 10,000 vchannels."""
+        state = self.working
+        if start != state.checkpoint_offset or state.collection_dropped or not moves_by_ticks(state):
+            return False
+        last = self.pending[-1] if self.pending else None
+        if last is not None and last.idle:   # takes the place of the idle batch before it (``apply``)
+            self.pending[-1] = advance_ticks(state, end, tick, last.start)
+        else:
+            self.pending.append(advance_ticks(state, end, tick, start))
+        self.working = self.pending[-1].state
+        if read_size:
+            self.read_size = read_size
+        self.min_range = 0
+        self._ran(now)
+        return True
+
+    def _ran(self, now: float) -> None:
         if self.failures and now - self.retry_at > MAX_BACKOFF:
             self.failures = 0       # a minute of running since the last failure: start the backoff over
 

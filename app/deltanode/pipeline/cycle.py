@@ -180,6 +180,7 @@ class CycleRunner:
     def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], launched: Launched,
                now: float, report: CycleReport) -> None:
         by_vchannel: dict[str, list[Portion]] = {}
+        idle: dict[str, list[ReadStats]] = {}   # vchannel -> the reads it saw no message of its own in
         read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
         starts, loads = launched.starts, launched.loads
         for out in outputs:
@@ -191,12 +192,25 @@ class CycleRunner:
                 total = read_sizes.setdefault(read.pchannel, [0, 0])
                 total[0] += read.dml_bytes if read.dml_messages else read.bytes
                 total[1] += read.dml_messages or read.messages
-                for v in launched.members[read.key]:   # the idle ones' portions (records.ReadStats)
+                for v in launched.members[read.key]:   # the idle ones (records.ReadStats)
                     if v not in read.routed and starts[v] < read.end:
-                        by_vchannel.setdefault(v, []).append(read.idle_portion(v, starts[v]))
+                        idle.setdefault(v, []).append(read)
             for p in out.portions:
                 by_vchannel.setdefault(p.vchannel, []).append(p)
         current = self.registry.members()
+        for vchannel, reads in idle.items():
+            # A vchannel idle in its one read of the cycle moves by ticks alone, without a portion
+            # (flowgraph.vchannel.read_ticks); the others take the general path below.
+            fg, read = members[vchannel], reads[0]
+            if len(reads) == 1 and vchannel not in by_vchannel and read.error is None \
+                    and current.get(vchannel) is fg and fg.status == FlowgraphStatus.RUNNING \
+                    and fg.loads == loads[vchannel]:
+                first = max(read.first, starts[vchannel])
+                nbytes, messages = read_sizes[read.pchannel]
+                if fg.read_ticks(first, read.end, read.tick if read.tick_offset >= first else 0, now,
+                                 nbytes / messages if messages else None):
+                    continue
+            by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
         for vchannel, portions in by_vchannel.items():
             fg = members[vchannel]
             files = [f for p in portions for f in p.files]

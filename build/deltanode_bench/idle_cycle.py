@@ -1,0 +1,142 @@
+"""The driver's CPU for a cycle of idle vchannels, in one process (no Spark, no broker).
+
+``python -m deltanode_bench.idle_cycle [--vchannels 10000] [--cycles 20] [--profile]``: loads
+that many flowgraphs (collections of 2 shards over 16 pchannels, as the scale benchmark's),
+then runs cycles through the pipeline's own ``CycleRunner``: each pchannel got 5 TimeTicks
+since the last cycle and no vchannel a message of its own. The Spark job is replaced by its
+driver side: the task specs pickled as the job pickles them, and outputs (the ranges' read
+statistics) unpickled as the job's results are; the collector set as on the driver. Prints
+the median of planning the ranges (wall), and the CPU per cycle of planning (``start``, the
+specs pickled) and of applying the outputs (``finish``); ``--profile`` adds cProfile's top
+functions (of the loop's thread). What a cycle costs for every vchannel a node holds, whatever the
+traffic: at 10,000 vchannels, the fixed part of a cycle (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pickle
+import pstats
+import statistics
+import tempfile
+import threading
+import time
+
+from deltanode.flowgraph.seal_policy import SealSettings
+from deltanode.flowgraph.vchannel import VchannelFlowgraph
+from deltanode.gc_settings import tune_for_driver
+from deltanode.mq.broker import Broker
+from deltanode.pipeline.cycle import CycleRunner
+from deltanode.pipeline.cycle_report import CycleReport
+from deltanode.pipeline.failures import FailurePolicy
+from deltanode.pipeline.plan import Limits
+from deltanode.pipeline.registry import VchannelRegistry
+from deltanode.records import ReadStats, TaskOutput, TaskSpec
+from deltanode.storage.commit import Watermarks
+from deltanode.storage.layout import StorageLayout
+from deltanode.wire.datapb import VchannelInfo
+from deltanode.wire.names import pchannel_name, vchannel_name
+from deltanode.wire.positions import CODECS
+from deltanode.wire.schema import schema_from_json
+
+from .workload import bench_schema
+
+PCHANNELS, TICKS = 16, 5
+
+
+class _Highs:
+    """The broker's high watermarks as the runner asks for them: ``TICKS`` more each cycle."""
+
+    def __init__(self) -> None:
+        self.high = 1
+
+    def highs(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {key: self.high for key in keys}
+
+
+class _IdleRunner(CycleRunner):
+    """The cycle runner with the Spark job's driver side only: specs pickled, outputs unpickled."""
+
+    def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list]:
+        for spec in specs:
+            pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+        outputs = []
+        for spec in specs:
+            reads = tuple(ReadStats(p.pchannel, p.first, p.end, messages=p.end - p.first, bytes=60 * (p.end - p.first),
+                                    tick=1 << 40 | p.end, tick_offset=p.end - 1, partition=p.partition)
+                          for p in spec.pieces)
+            outputs.append(pickle.dumps(TaskOutput((), reads), protocol=pickle.HIGHEST_PROTOCOL))
+        return [pickle.loads(out) for out in outputs], []
+
+
+def flowgraphs(vchannels: int) -> dict[str, VchannelFlowgraph]:
+    doc = bench_schema(128)
+    del doc["fields"][1]   # pk and the vector, as the scale benchmark's collections
+    out = {}
+    for c in range(vchannels // 2):
+        cid = 1000 + c
+        schema = schema_from_json(doc, f"scale{c}")
+        for k in range(2):
+            v = vchannel_name(pchannel_name("by-dev-rootcoord-dml", (2 * c + k) % PCHANNELS), cid, k)
+            info = VchannelInfo(collectionID=cid, channelName=v)
+            info.seek_position.msgID = CODECS["kafka"].to_msg_id(1)
+            fg = out[v] = VchannelFlowgraph(info, schema, node_id=1)
+            fg.load(None, Watermarks(), time.monotonic())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vchannels", type=int, default=10000)
+    ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--profile", action="store_true", help="cProfile's top functions over the cycles")
+    args = ap.parse_args()
+    tune_for_driver()   # the driver's collector thresholds
+    registry = VchannelRegistry()
+    for fg in flowgraphs(args.vchannels).values():
+        registry.add(fg)
+    with tempfile.TemporaryDirectory() as scratch:
+        storage = StorageLayout(scratch)
+        failures = FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None)
+        runner = _IdleRunner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
+                             registry, failures, dict, threading.Event())
+        highs = runner.watermarks = _Highs()   # type: ignore[assignment]
+        profile = cProfile.Profile() if args.profile else None
+        ranges, plans, applies = [], [], []
+        for n in range(1, args.cycles + 1):
+            highs.high += TICKS
+            members = registry.begin_cycle()
+            report = CycleReport(n)
+            if profile is not None:
+                profile.enable()
+            started = time.process_time()
+            launched = runner.start(members, report, time.monotonic())
+            assert launched.job is not None
+            launched.job.result()
+            planned = time.process_time()
+            runner.finish(launched, members, report)
+            applied = time.process_time()
+            if profile is not None:
+                profile.disable()
+            registry.end_cycle()
+            ranges.append(report.plan_s)
+            plans.append(planned - started)
+            applies.append(applied - planned)
+        runner.close()
+    behind = sum(fg.next_offset != highs.high for fg in registry.members().values())
+    print(f"{args.vchannels} idle vchannels on {PCHANNELS} pchannels, {args.cycles} cycles "
+          f"({behind} vchannels not at the head after them)")
+    print("  ranges planned (wall) ms  plan (start, specs pickled) ms  apply (outputs unpickled, finish) ms"
+          "  cycle ms")
+    print("  ------------------------  ------------------------------  -----------------------------------"
+          "  --------")
+    cycles = [p + a for p, a in zip(plans, applies)]
+    print(f"  {1000 * statistics.median(ranges):24.1f}  {1000 * statistics.median(plans):30.1f}  "
+          f"{1000 * statistics.median(applies):35.1f}  {1000 * statistics.median(cycles):8.1f}")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
