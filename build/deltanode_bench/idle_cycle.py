@@ -7,7 +7,9 @@ since the last cycle and no vchannel a message of its own. The Spark job is repl
 driver side: the task specs pickled as the job pickles them, and outputs (the ranges' read
 statistics) unpickled as the job's results are; the collector set as on the driver. Prints
 the median of planning the ranges (wall), and the CPU per cycle of planning (``start``, the
-specs pickled) and of applying the outputs (``finish``); ``--profile`` adds cProfile's top
+specs pickled), of applying the outputs (``finish``) and of the sync (``SyncManager.sync``:
+the idle-checkpoint commits the sync policies pick, to Delta tables in a scratch directory);
+``--profile`` adds cProfile's top
 functions (of the loop's thread). What a cycle costs for every vchannel a node holds, whatever the
 traffic: at 10,000 vchannels, the fixed part of a cycle (docs/benchmarks.md).
 """
@@ -32,6 +34,8 @@ from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.failures import FailurePolicy
 from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
+from deltanode.pipeline.sync_manager import SyncManager
+from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.records import ReadStats, TaskOutput, TaskSpec
 from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
@@ -102,8 +106,9 @@ def main() -> None:
         runner = _IdleRunner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
                              registry, failures, dict, threading.Event())
         highs = runner.watermarks = _Highs()   # type: ignore[assignment]
+        syncs = SyncManager(None, storage, SyncSettings(), None, lambda *a, **k: None, 16, 2)  # type: ignore[arg-type]
         profile = cProfile.Profile() if args.profile else None
-        ranges, plans, applies = [], [], []
+        ranges, plans, applies, synced = [], [], [], []
         for n in range(1, args.cycles + 1):
             highs.high += TICKS
             members = registry.begin_cycle()
@@ -117,6 +122,8 @@ def main() -> None:
             planned = time.process_time()
             runner.finish(launched, members, report)
             applied = time.process_time()
+            syncs.sync(members, time.monotonic(), report)
+            synced.append(time.process_time() - applied)
             if profile is not None:
                 profile.disable()
             registry.end_cycle()
@@ -128,12 +135,13 @@ def main() -> None:
     print(f"{args.vchannels} idle vchannels on {PCHANNELS} pchannels, {args.cycles} cycles "
           f"({behind} vchannels not at the head after them)")
     print("  ranges planned (wall) ms  plan (start, specs pickled) ms  apply (outputs unpickled, finish) ms"
-          "  cycle ms")
+          "  sync ms  cycle ms")
     print("  ------------------------  ------------------------------  -----------------------------------"
-          "  --------")
-    cycles = [p + a for p, a in zip(plans, applies)]
+          "  -------  --------")
+    cycles = [p + a + s for p, a, s in zip(plans, applies, synced)]
     print(f"  {1000 * statistics.median(ranges):24.1f}  {1000 * statistics.median(plans):30.1f}  "
-          f"{1000 * statistics.median(applies):35.1f}  {1000 * statistics.median(cycles):8.1f}")
+          f"{1000 * statistics.median(applies):35.1f}  {1000 * statistics.median(synced):7.1f}  "
+          f"{1000 * statistics.median(cycles):8.1f}")
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 

@@ -8,7 +8,6 @@ portion kept that an earlier portion's drop filters out.
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass, replace
 
@@ -102,9 +101,8 @@ def advance_ticks(state: ChannelState, end: int, tick: int, since: int) -> Batch
     """The state after a batch up to ``end`` that saw no message of the vchannel's own, only
     TimeTicks (the last at ``tick``, 0: none) and other vchannels' messages, for a state that
     ``moves_by_ticks``; the outcome starts at ``since``. The new state shares the segments and
-    lists of ``state`` (every change of a state copies it first): a shallow copy, a fifth of
-    what ``dataclasses.replace`` cost (docs/benchmarks.md, ``deltanode_bench.idle_cycle``)."""
-    moved = copy.copy(state)
+    lists of ``state`` (every change of a state copies it first)."""
+    moved = state.shallow_copy()
     moved.checkpoint_offset, moved.batches = end, state.batches + 1
     if tick > state.checkpoint_ts:
         moved.checkpoint_ts = tick
