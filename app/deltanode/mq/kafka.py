@@ -230,7 +230,9 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     reuses Python workers across tasks): a new consumer connects and fetches the cluster's
     metadata before its first message (a read of 8 short ranges: 15 ms of CPU and its first
     message after 22 ms with a new consumer, 9 ms and 17 ms with a kept one; docs/platform.md).
-    A read given up halfway closes its consumer.
+    A read given up halfway closes its consumer. A kept consumer stays connected between tasks:
+    while the broker is down, it logs its reconnection attempts (librdkafka's own lines, on the
+    executor's stderr), as a task's consumer would.
     """
     todo = [(i, r) for i, r in enumerate(ranges) if r.end > r.start]
     if not todo:
