@@ -280,10 +280,10 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
             todo = later
         done = True
     finally:
-        if done and key not in _idle_readers:
-            _idle_readers[key] = consumer   # nothing assigned: the next read of this process takes it
-        else:
-            consumer.close()   # a read given up halfway: its assignment and queues are unknown
+        # Kept (nothing assigned) for the next read of this process, unless another thread's read
+        # kept one first; a read given up halfway closes its own: its assignment and queues are unknown.
+        if not (done and _idle_readers.setdefault(key, consumer) is consumer):
+            consumer.close()
 
 
 def _first_offset(consumer: Consumer, key: tuple[str, int]) -> str:
