@@ -229,7 +229,11 @@ class ReadStats:
         first = max(self.first, start)
         if self.error is not None:
             return Portion(vchannel, first, self.end, error=self.error)
-        return Portion(vchannel, first, self.end, stats=PortionStats(self.tick if self.tick_offset >= first else 0))
+        return Portion(vchannel, first, self.end, stats=PortionStats(self.tick_from(first)))
+
+    def tick_from(self, first: int) -> int:
+        """The ts of the range's last TimeTick at or after offset ``first`` (0: none)."""
+        return self.tick if self.tick_offset >= first else 0
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ def stop(proc: subprocess.Popen, sig: int) -> None:
                f"every process of {proc.args[1]} to exit after {signal.Signals(sig).name}")
 
 
+def stop_running(*procs: subprocess.Popen) -> None:
+    """SIGTERM to each of ``procs`` still running (a test's cleanup), every process of it gone."""
+    for proc in procs:
+        if proc.poll() is None:
+            stop(proc, signal.SIGTERM)
+
+
 def zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
@@ -116,6 +117,11 @@ def wait_for_checkpoints(producer: MilvusProducer, storage: StorageLayout, colle
         return table is not None and all((table.transaction_version(v) or 0) >= targets[p]
                                          for v, p in zip(vchannels, pchannels))
     wait_until(reached, timeout, what)
+
+
+def duplicated(keys: list) -> list:
+    """The keys that occur more than once."""
+    return [k for k, n in collections.Counter(keys).items() if n > 1]
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.1):

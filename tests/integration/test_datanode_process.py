@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import time
@@ -12,8 +11,8 @@ import pytest
 
 from deltanode.storage.layout import StorageLayout
 
-from .processes import descendants, start, stop, zombie
-from .support import ALL_BROKERS, CatalogTraffic, wait_until
+from .processes import descendants, start, stop, stop_running, zombie
+from .support import ALL_BROKERS, CatalogTraffic, duplicated, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -39,11 +38,9 @@ def test_sigkill_of_the_datanode_process_loses_and_repeats_nothing(etcd_server, 
         traffic.wait_committed(180, "the new DataNode to commit everything")
     finally:
         traffic.close()
-        for proc in (node, coord):
-            if proc.poll() is None:
-                stop(proc, signal.SIGTERM)
+        stop_running(node, coord)
     got = traffic.rows()
-    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    dupes = duplicated(got)
     print(f"datanode SIGKILL ({mq.kind}): produced {len(traffic.pks)}, {at_kill} in Delta at the kill, "
           f"{len(got)} after restart, {len(dupes)} duplicated")
     assert at_kill < len(traffic.pks)
@@ -120,11 +117,9 @@ def test_sigterm_of_the_jvm_stops_the_datanode_without_failing_its_vchannels(etc
         traffic.wait_committed(180, "the restarted DataNode to commit everything")
     finally:
         traffic.close()
-        for proc in (node, coord):
-            if proc.poll() is None:
-                stop(proc, signal.SIGTERM)
+        stop_running(node, coord)
     got = traffic.rows()
-    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    dupes = duplicated(got)
     print(f"JVM SIGTERM: produced {len(traffic.pks)}, {at_stop} in Delta at the stop, {len(got)} after restart, "
           f"{len(dupes)} duplicated; Spark stopped under a cycle: {'Spark stopped under cycle' in text}")
     assert not dupes and sorted(got) == sorted(traffic.pks)

@@ -6,7 +6,6 @@ Real processes (``spark-submit.sh datacoord`` and ``datanode``), a real etcd of 
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import signal
@@ -19,8 +18,8 @@ import pytest
 from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.storage.layout import StorageLayout
 
-from .processes import ROOT, start, stop
-from .support import CatalogTraffic, wait_until
+from .processes import ROOT, start, stop_running
+from .support import CatalogTraffic, duplicated, wait_until
 
 pytestmark = pytest.mark.spark
 TTL = 3          # session.ttl of the DataNode, seconds
@@ -105,15 +104,13 @@ def test_the_datanode_keeps_committing_while_etcd_is_away(mq, tmp_path, outage):
     finally:
         sampling.set()
         traffic.close()
-        for proc in (node, coord):
-            if proc.poll() is None:
-                stop(proc, signal.SIGTERM)
+        stop_running(node, coord)
         if outage == "frozen" and etcd.proc is not None:
             os.kill(etcd.proc.pid, signal.SIGCONT)
         etcd.stop()
     got = pks()
     produced = [pk for _, pk in traffic.produced]
-    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    dupes = duplicated(got)
     text = log.read_text()
     rejoined = "registered again as DataNode" in text
     print(f"etcd {outage} for {OUTAGE} s: produced {len(produced)} rows, {committed_during} committed during the "

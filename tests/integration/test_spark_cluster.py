@@ -4,7 +4,6 @@ executor JVM mid-stream loses and repeats nothing."""
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import subprocess
@@ -17,8 +16,8 @@ import pytest
 from deltanode.standalone.services import free_port
 from deltanode.storage.layout import StorageLayout
 
-from .processes import ROOT, start, stop
-from .support import CatalogTraffic, wait_until
+from .processes import ROOT, start, stop_running
+from .support import CatalogTraffic, duplicated, wait_until
 
 pytestmark = pytest.mark.spark
 SPARK_CLASS = ROOT / ".venv" / "bin" / "spark-class"
@@ -121,11 +120,9 @@ spark.driver.bindAddress = 127.0.0.1""")
         assert replaced and not set(replaced) & set(executors)
     finally:
         traffic.close()
-        for proc in (node, coord):
-            if proc.poll() is None:
-                stop(proc, signal.SIGTERM)
+        stop_running(node, coord)
     got = traffic.rows()
-    dupes = [pk for pk, n in collections.Counter(got).items() if n > 1]
+    dupes = duplicated(got)
     print(f"Spark cluster, executor SIGKILL: produced {len(traffic.pks)}, {at_kill} in Delta at the kill, "
           f"{len(got)} after, {len(dupes)} duplicated")
     assert at_kill < 20_000   # killed mid-backlog

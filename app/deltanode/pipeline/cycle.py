@@ -207,7 +207,7 @@ class CycleRunner:
                     and fg.loads == loads[vchannel]:
                 first = max(read.first, starts[vchannel])
                 nbytes, messages = read_sizes[read.pchannel]
-                if fg.read_ticks(first, read.end, read.tick if read.tick_offset >= first else 0, now,
+                if fg.read_ticks(first, read.end, read.tick_from(first), now,
                                  nbytes / messages if messages else None):
                     continue
             by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
