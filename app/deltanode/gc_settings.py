@@ -22,6 +22,6 @@ DRIVER_THRESHOLDS = (50_000, 20, 100)
 
 
 def tune_for_driver() -> None:
-    """Set the driver's thresholds (a Python worker keeps CPython's: ``executor.task`` turns the
-    collector off for each task instead)."""
+    """Set the driver's thresholds (a Python worker keeps CPython's: ``executor.worker_gc`` sets
+    its collector around each task instead)."""
     gc.set_threshold(*DRIVER_THRESHOLDS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import pickle
 import time
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
 from .dispatch import PchannelDispatcher
 from .route import VchannelRouter
+from .worker_gc import collector_for_task
 
 T = TypeVar("T")
 
@@ -38,20 +38,9 @@ def run_pickled_task(spec: bytes) -> bytes:
 
 
 def run_task(spec: TaskSpec) -> TaskOutput:
-    """Runs on an executor, without the cyclic garbage collector.
-
-    A task allocates a container per message (chunks of ``(offset, value)`` tuples, decoded
-    fields, routing records) and keeps its routers and writers until it ends, so the collector
-    kept walking the same young objects (docs/platform.md: 2% of a task's CPU in one process,
-    more in a Spark worker, whose heap is larger). Reference counting frees a task's objects as
-    it goes; the few reference cycles it leaves are collected after it, when the collector runs
-    again.
-    """
-    gc.disable()
-    try:
+    """Runs on an executor, the cyclic garbage collector set as ``worker_gc`` says."""
+    with collector_for_task():
         return _run(spec)
-    finally:
-        gc.enable()
 
 
 def _run(spec: TaskSpec) -> TaskOutput:
