@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
@@ -76,7 +77,7 @@ def run(storage: StorageLayout, msgs, contexts, layouts) -> float:
         pchannel = pchannel_name("by-dev-rootcoord-dml", p)
         members = tuple(v for v, (q, _) in contexts.items() if q == p)
         dispatcher = PchannelDispatcher(
-            ReadRange(pchannel, 0, 0, len(values), members), [contexts[v][1] for v in members],
+            ReadRange(pchannel, 0, 0, len(values), members), TaskContexts.of([contexts[v][1] for v in members]),
             lambda ctx, first, end: VchannelRouter(ctx, layouts[ctx.collection_id], storage, first, end))
         for offset, value in enumerate(values):
             dispatcher.on_message(offset, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
@@ -39,7 +40,7 @@ def dispatch(tmp_path, messages: list[bytes], first: int = 10) -> PchannelDispat
     end = first + len(messages)
     contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, start) for v, start in
                 ((BUSY, first), (IDLE, first), (LATE, first + 2))]
-    dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (BUSY, IDLE, LATE)), contexts,
+    dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (BUSY, IDLE, LATE)), TaskContexts.of(contexts),
                                     lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
     for offset, value in enumerate(messages, start=first):
         dispatcher.on_message(offset, value)

@@ -18,13 +18,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.replay_filter import ReplayFilter
 from deltanode.executor.route import VchannelRouter
 from deltanode.flowgraph.state_update import advance
 from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.mq.milvus_producer import field_data
-from deltanode.records import ReadRange, TableKind
+from deltanode.records import ReadRange, RouteContexts, TableKind
 from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import VchannelInfo
@@ -156,7 +157,8 @@ def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflus
         first = fg.next_offset
         end = min(len(log), first + max(sizes.randint(1, 25), fg.min_range))
         dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (VCHANNEL,), splittable=False),
-                                        [fg.context()], lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
+                                        TaskContexts(RouteContexts.from_rows([fg.route_row()])),
+                                        lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
         for offset in range(first, end):
             dispatcher.on_message(offset, payloads[offset])
         routed, read = dispatcher.finish()

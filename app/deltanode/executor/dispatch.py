@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 from ..records import Portion, ReadRange, ReadStats, RouteContext
 from . import decode
+from .contexts import TaskContexts
 from .route import VchannelRouter
 
 # (context, first offset, end offset) -> the vchannel's router over [first, end)
@@ -27,20 +28,18 @@ RouterFactory = Callable[[RouteContext, int, int], VchannelRouter]
 
 
 class PchannelDispatcher:
-    def __init__(self, piece: ReadRange, contexts: Iterable[RouteContext], make_router: RouterFactory) -> None:
-        """``contexts``: the piece's vchannels that read some of it."""
+    def __init__(self, piece: ReadRange, contexts: TaskContexts, make_router: RouterFactory) -> None:
+        """``contexts``: the task's; the piece's members that read some of it are its vchannels."""
         self.piece = piece
         self._make_router = make_router
-        self._contexts = {c.vchannel: c for c in sorted(contexts, key=lambda c: c.vchannel)}
-        self._first = {v: max(piece.first, c.start) for v, c in self._contexts.items()}
+        self._contexts = contexts
+        starts = [(v, contexts.start(v)) for v in sorted(piece.members)]
+        self._first = {v: max(piece.first, start) for v, start in starts if start < piece.end}   # by name
         self._routers: dict[str, VchannelRouter] = {}
-        self._by_collection: dict[int, list[str]] = {}
+        self._by_collection: dict[int, list[str]] | None = None   # made at the first drop or flush
         self._by_name: dict[str, list[str]] = {}
-        for c in self._contexts.values():
-            self._by_collection.setdefault(c.collection_id, []).append(c.vchannel)
-            self._by_name.setdefault(c.collection_name, []).append(c.vchannel)
-        ticked = [v for v, c in self._contexts.items() if c.seek_ts > 0 or c.replay is not None]
-        self._ticked = [r for r in map(self._router, ticked) if r.needs_ticks]
+        self._ticked = [r for r in map(self._router, (v for v in self._first if v in contexts.ticked))
+                        if r.needs_ticks]
         self._failed: dict[str, str] = {}
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
@@ -50,9 +49,19 @@ class PchannelDispatcher:
     def _router(self, vchannel: str) -> VchannelRouter:
         router = self._routers.get(vchannel)
         if router is None:
-            router = self._routers[vchannel] = self._make_router(self._contexts[vchannel], self._first[vchannel],
-                                                                 self.piece.end)
+            router = self._routers[vchannel] = self._make_router(self._contexts.context(vchannel, self.piece),
+                                                                 self._first[vchannel], self.piece.end)
         return router
+
+    def _collections(self) -> tuple[dict[int, list[str]], dict[str, list[str]]]:
+        """The vchannels of each collection, by id and by name (made once, at the first drop or flush)."""
+        if self._by_collection is None:
+            self._by_collection = {}
+            for v in self._first:
+                collection_id, name = self._contexts.collection(v)
+                self._by_collection.setdefault(collection_id, []).append(v)
+                self._by_name.setdefault(name, []).append(v)
+        return self._by_collection, self._by_name
 
     def _reads(self, vchannel: str, offset: int) -> bool:
         """Whether ``offset`` is the vchannel's to read (it has not failed in this task)."""
@@ -67,7 +76,7 @@ class PchannelDispatcher:
             msg_type, msg = decode.parse(value)
         except decode.Reject as e:
             reason = str(e)
-            reader = next((v for v in self._contexts if self._reads(v, offset)), None)
+            reader = next((v for v in self._first if self._reads(v, offset)), None)
             if reader is not None:
                 self._call(reader, lambda r: r.quarantine(offset, value, reason, None))
             return
@@ -86,10 +95,11 @@ class PchannelDispatcher:
                 if router.first <= offset and router.needs_ticks:
                     self._call(router.ctx.vchannel, lambda r: r.tick(ts, offset))
         else:
+            by_collection, by_name = self._collections()
             if msg_type == decode.MSG_FLUSH:
-                targets = [v for name in msg.collection_names for v in self._by_name.get(name, ())]
+                targets = [v for name in msg.collection_names for v in by_name.get(name, ())]
             else:  # DropCollection, DropPartition
-                targets = self._by_collection.get(msg.collectionID, [])
+                targets = by_collection.get(msg.collectionID, [])
             for vchannel in targets:
                 if self._reads(vchannel, offset):
                     self._call(vchannel, lambda r: r.control(offset, msg_type, msg))

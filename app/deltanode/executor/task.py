@@ -20,6 +20,7 @@ from ..faults import crash_point
 from ..mq.broker import BrokerError, Gap, OffsetRange
 from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
+from .contexts import TaskContexts
 from .dispatch import PchannelDispatcher
 from .route import VchannelRouter
 from .worker_gc import collector_for_task
@@ -51,9 +52,8 @@ def _run(spec: TaskSpec) -> TaskOutput:
     def router(ctx: RouteContext, first: int, end: int) -> VchannelRouter:
         return VchannelRouter(ctx, CollectionLayout.from_bytes(spec.schemas[ctx.collection_id]), storage, first, end)
 
-    dispatchers = [PchannelDispatcher(piece, [ctx for ctx in (spec.contexts[v] for v in piece.members)
-                                              if ctx.start < piece.end], router)
-                   for piece in spec.pieces]
+    contexts = TaskContexts(spec.contexts)
+    dispatchers = [PchannelDispatcher(piece, contexts, router) for piece in spec.pieces]
     ranges = [OffsetRange(p.pchannel, p.partition, p.first, p.end) for p in spec.pieces]
     reads = _Waited(spec.broker.read_ranges(ranges))
     for i, item in reads:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from ..records import FileEntry, RouteContext
+from ..records import FileEntry, RouteRow
 from ..storage.channel_state import ChannelState
 from ..storage.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
@@ -159,12 +159,13 @@ class VchannelFlowgraph:
     def next_offset(self) -> int:
         return self.working.checkpoint_offset
 
-    def context(self) -> RouteContext:
+    def route_row(self) -> RouteRow:
+        """Its routing context for the next cycle's tasks, as ``RouteContexts`` carries it."""
         w, wm = self.working, self.watermarks
-        return RouteContext(self.vchannel, self.collection_id, self.schema.name, self.pchannel, w.partition,
-                            w.checkpoint_offset, w.seek_ts, frozenset(w.dropped_segments()),
-                            frozenset(w.dropped_partitions), w.collection_dropped, w.replay,
-                            wm.delete or 0, wm.quarantine or 0, w.flush_ts, w.sealed_segments())
+        return (self.vchannel, self.collection_id, self.schema.name, w.checkpoint_offset, w.seek_ts,
+                frozenset(w.dropped_segments()) or None, frozenset(w.dropped_partitions) or None,
+                w.collection_dropped, w.replay, wm.delete or 0, wm.quarantine or 0, w.flush_ts,
+                w.sealed_segments() or None)
 
     def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
         """``read_size``: bytes per message of the ranges this batch came from."""

@@ -33,7 +33,7 @@ from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
-from ..records import Portion, ReadStats, TaskOutput, TaskSpec
+from ..records import Portion, ReadStats, RouteContexts, TaskOutput, TaskSpec
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
@@ -96,17 +96,17 @@ class CycleRunner:
         if not tasks:
             return Launched(plan=plan)
         report.ranges, report.tasks = len(plan.ranges), len(tasks)
-        contexts = {fg.vchannel: fg.context() for fg in readable}
+        rows = {fg.vchannel: fg.route_row() for fg in readable}
         schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
         specs = []
         for pieces in tasks:
-            names = {v for p in pieces for v in p.members}
-            specs.append(TaskSpec(self.number, tuple(pieces), {v: contexts[v] for v in names},
+            names = sorted({v for p in pieces for v in p.members})
+            specs.append(TaskSpec(self.number, tuple(pieces), RouteContexts.from_rows([rows[v] for v in names]),
                                   {members[v].collection_id: schemas[members[v].collection_id] for v in names},
                                   self.storage, self.broker))
         return Launched(plan=plan, job=self._jobs.submit(self._run_tasks, specs), started=time.monotonic(),
                         loads={fg.vchannel: fg.loads for fg in readable},
-                        starts={v: c.start for v, c in contexts.items()},
+                        starts={fg.vchannel: fg.next_offset for fg in readable},
                         members={p.key: p.members for pieces in tasks for p in pieces})
 
     def finish(self, launched: Launched, members: dict[str, VchannelFlowgraph], report: CycleReport) -> Plan:
