@@ -16,7 +16,7 @@ holds 625 a pchannel, and most of them have nothing in a range of one cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from ..records import Portion, ReadRange, ReadStats, RouteContext
 from . import decode
