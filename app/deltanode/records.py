@@ -113,6 +113,9 @@ class RouteContext:
 # pchannel and partition (its range's), in their order; an empty set or dict is None.
 RouteRow: TypeAlias = tuple[str, int, str, int, int, frozenset[int] | None, frozenset[int] | None, bool,
                             ReplayState | None, int, int, int, dict[int, int] | None]
+# Its fields after the start offset: what seldom changes from one cycle to the next.
+RouteTail: TypeAlias = tuple[int, frozenset[int] | None, frozenset[int] | None, bool, ReplayState | None, int, int,
+                             int, dict[int, int] | None]
 
 
 @dataclass(frozen=True)

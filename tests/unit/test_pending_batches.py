@@ -103,3 +103,50 @@ def test_ticks_that_can_change_the_state_take_the_general_path():
     fg.working = flushing
     assert not fg.read_ticks(10, 20, 150, 1.0)     # a flush in progress
     assert fg.working is flushing and [b.end for b in fg.pending] == [10]
+
+
+def fresh_route_row(fg: VchannelFlowgraph) -> tuple:
+    """``route_row`` made whole from the flowgraph's state, as before it kept a part."""
+    w, wm = fg.working, fg.watermarks
+    return (fg.vchannel, fg.collection_id, fg.schema.name, w.checkpoint_offset, w.seek_ts,
+            frozenset(w.dropped_segments()) or None, frozenset(w.dropped_partitions) or None,
+            w.collection_dropped, w.replay, wm.delete or 0, wm.quarantine or 0, w.flush_ts,
+            w.sealed_segments() or None)
+
+
+def test_the_routing_row_follows_every_change_of_the_state_and_watermarks():
+    fg = flowgraph()
+    rows = [fg.route_row()]
+    assert rows[-1] == fresh_route_row(fg)
+    read(fg, 10, 100, rows=5)                       # a segment appears
+    rows.append(fg.route_row())
+    assert rows[-1] == fresh_route_row(fg)
+    assert fg.read_ticks(10, 20, 110, 2.0)          # ticks only: the start moves, the rest is kept
+    rows.append(fg.route_row())
+    assert rows[-1] == fresh_route_row(fg) and rows[-1][3] == 20 and rows[-1][4:] == rows[-2][4:]
+    assert fg.request_flush(115)                    # the segment sealed for a flush
+    rows.append(fg.route_row())
+    assert rows[-1] == fresh_route_row(fg) and rows[-1][11] == 115 and rows[-1][12] == {100: 115}
+    read(fg, 30, 120)                               # the flush's tick: Flushed, the flush over
+    rows.append(fg.route_row())
+    assert rows[-1] == fresh_route_row(fg) and rows[-1][11] == 0
+    sync = fg.sync()
+    fg.committed_sync(sync, Watermarks(insert=30, delete=25, quarantine=27), 3.0)   # new watermarks
+    rows.append(fg.route_row())
+    assert rows[-1] == fresh_route_row(fg) and rows[-1][9:11] == (25, 27)
+    assert all(a != b for a, b in zip(rows, rows[1:]))   # every step changed the row
+
+
+def test_a_vchannel_is_ticks_only_until_it_reads_rows_and_again_once_they_are_committed():
+    fg = flowgraph()
+    read(fg, 10, 100)
+    assert fg.uncommitted and fg.ticks_only
+    read(fg, 20, 110, rows=5)
+    read(fg, 30, 120)
+    assert not fg.ticks_only and fg.pending_since is not None
+    sync = fg.sync()
+    fg.committed_sync(sync, Watermarks(insert=30), 2.0)
+    read(fg, 40, 130)
+    assert fg.ticks_only
+    fg.claim = True                                  # a claim after a refused commit goes out at once
+    assert not fg.ticks_only

@@ -37,6 +37,15 @@ def test_idle_checkpoints_are_committed_oldest_first_within_the_rate():
     assert sel.select([cand("young", 7, committed_at=95.0)], now=102.0) == []  # under the interval
 
 
+def test_a_vchannel_that_read_only_ticks_needs_a_candidate_only_once_its_idle_checkpoint_is_due():
+    sel = SyncSelector(SyncSettings(checkpoint_interval=10.0), now=0.0)
+    # Exactly what ``select`` would do with its candidate: nothing under the interval.
+    for committed_at in (85.0, 90.0, 95.0, 99.9):
+        assert sel.may_pick_idle(committed_at, now=100.0) == bool(sel.select([cand("v", 1, committed_at=committed_at)],
+                                                                             now=100.0))
+    assert sel.may_pick_idle(90.0, now=100.0) and not sel.may_pick_idle(95.0, now=100.0)
+
+
 def test_the_token_bucket_saves_at_most_one_second():
     bucket = TokenBucket(rate=2.0, now=0.0)
     assert bucket.take(10, now=100.0) == 2

@@ -84,11 +84,8 @@ class CycleRunner:
         highs = self._highs(readable, report, now)
         readable = [fg for fg in readable if fg.readable]
         averages = self._message_sizes(readable)
-        plan = plan_cycle([Position(fg.vchannel, fg.pchannel, fg.working.partition, fg.next_offset,
-                                    fg.working.replay is not None or fg.working.seek_ts > 0
-                                    or fg.working.flush_ts > 0, fg.min_range)
-                           for fg in readable],
-                          highs, averages, self.limits)
+        positions = [_position(fg) for fg in readable]
+        plan = plan_cycle(positions, highs, averages, self.limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
         tasks = split_tasks(plan.ranges, averages, self.limits.splits, self.broker.cut_points)
@@ -106,7 +103,7 @@ class CycleRunner:
                                   self.storage, self.broker))
         return Launched(plan=plan, job=self._jobs.submit(self._run_tasks, specs), started=time.monotonic(),
                         loads={fg.vchannel: fg.loads for fg in readable},
-                        starts={fg.vchannel: fg.next_offset for fg in readable},
+                        starts={p.vchannel: p.next_offset for p in positions},
                         members={p.key: p.members for pieces in tasks for p in pieces})
 
     def finish(self, launched: Launched, members: dict[str, VchannelFlowgraph], report: CycleReport) -> Plan:
@@ -139,10 +136,11 @@ class CycleRunner:
                 errors[key] = str(high)
             else:
                 highs[key] = self.highs_seen[key] = high
-        for fg in readable:
-            error = errors.get((fg.pchannel, fg.working.partition))
-            if error is not None:
-                self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
+        if errors:
+            for fg in readable:
+                error = errors.get((fg.pchannel, fg.working.partition))
+                if error is not None:
+                    self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
         return highs
 
     def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
@@ -192,23 +190,28 @@ class CycleRunner:
                 total = read_sizes.setdefault(read.pchannel, [0, 0])
                 total[0] += read.dml_bytes if read.dml_messages else read.bytes
                 total[1] += read.dml_messages or read.messages
+                routed, end = read.routed, read.end
                 for v in launched.members[read.key]:   # the idle ones (records.ReadStats)
-                    if v not in read.routed and starts[v] < read.end:
-                        idle.setdefault(v, []).append(read)
+                    if v not in routed and starts[v] < end:
+                        seen = idle.get(v)
+                        if seen is None:
+                            idle[v] = [read]
+                        else:
+                            seen.append(read)
             for p in out.portions:
                 by_vchannel.setdefault(p.vchannel, []).append(p)
         current = self.registry.members()
+        sizes = {pchannel: nbytes / messages if messages else None for pchannel, (nbytes, messages) in
+                 read_sizes.items()}   # bytes per message of this job's reads
+        running = FlowgraphStatus.RUNNING
         for vchannel, reads in idle.items():
             # A vchannel idle in its one read of the cycle moves by ticks alone, without a portion
             # (flowgraph.vchannel.read_ticks); the others take the general path below.
             fg, read = members[vchannel], reads[0]
-            if len(reads) == 1 and vchannel not in by_vchannel and read.error is None \
-                    and current.get(vchannel) is fg and fg.status == FlowgraphStatus.RUNNING \
-                    and fg.loads == loads[vchannel]:
+            if len(reads) == 1 and read.error is None and fg.status == running and fg.loads == loads[vchannel] \
+                    and vchannel not in by_vchannel and current.get(vchannel) is fg:
                 first = max(read.first, starts[vchannel])
-                nbytes, messages = read_sizes[read.pchannel]
-                if fg.read_ticks(first, read.end, read.tick_from(first), now,
-                                 nbytes / messages if messages else None):
+                if fg.read_ticks(first, read.end, read.tick_from(first), now, sizes[read.pchannel]):
                     continue
             by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
         for vchannel, portions in by_vchannel.items():
@@ -234,8 +237,7 @@ class CycleRunner:
                 discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
                 self.failures.fail(fg, Failure(kind=FailureKind.BATCH_RANGE, message=str(e)), now, report)
                 continue
-            nbytes, messages = read_sizes.get(fg.pchannel, (0, 0))
-            fg.apply(outcome, now, nbytes / messages if messages else None)
+            fg.apply(outcome, now, sizes.get(fg.pchannel))
             report.rows += outcome.inserted_rows
             report.deletes += outcome.deleted_rows
             report.quarantined += outcome.quarantined
@@ -273,6 +275,13 @@ class CycleRunner:
     def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
         """The size each pchannel's messages are counted at when planning (``plan.planning_sizes``)."""
         return planning_sizes(self._averages, [(fg.pchannel, fg.message_size()) for fg in readable])
+
+
+def _position(fg: VchannelFlowgraph) -> Position:
+    """Where ``fg`` reads from this cycle, for the plan."""
+    w = fg.working
+    return Position(fg.vchannel, fg.pchannel, w.partition, w.checkpoint_offset,
+                    w.replay is not None or w.seek_ts > 0 or w.flush_ts > 0, fg.min_range)
 
 
 def log_cycle(r: CycleReport) -> None:

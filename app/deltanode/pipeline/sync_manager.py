@@ -84,7 +84,8 @@ class SyncManager:
                    if fg.uncommitted and fg.status in (FlowgraphStatus.RUNNING, FlowgraphStatus.DROPPED)]
         chosen = set(self._selector.select([
             Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
-                      fg.committed_at) for fg in waiting], now))
+                      fg.committed_at) for fg in waiting
+            if not fg.ticks_only or self._selector.may_pick_idle(fg.committed_at, now)], now))
         syncing = [fg for fg in waiting if fg.collection_id in chosen]
         if not syncing:
             return

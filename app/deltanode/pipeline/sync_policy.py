@@ -56,7 +56,11 @@ def full_buffer(max_bytes: int) -> Policy:
 
 
 def idle_checkpoint(interval: float) -> Policy:
-    return lambda c, now: now - c.committed_at >= interval
+    return lambda c, now: idle_due(interval, c.committed_at, now)
+
+
+def idle_due(interval: float, committed_at: float, now: float) -> bool:
+    return now - committed_at >= interval
 
 
 class TokenBucket:
@@ -80,6 +84,13 @@ class SyncSelector:
         self.data_policies: list[Policy] = [urgent, stale_data(settings.max_delay), full_buffer(settings.max_bytes)]
         self.idle_policy = idle_checkpoint(settings.checkpoint_interval)
         self.idle_budget = TokenBucket(settings.idle_rate, now)
+        self.checkpoint_interval = settings.checkpoint_interval
+
+    def may_pick_idle(self, committed_at: float, now: float) -> bool:
+        """Whether a vchannel that read only ticks since its last commit (no data, nothing
+        urgent) can be picked now: only ``idle_checkpoint`` can pick it. The others need no
+        candidate: at 10,000 vchannels, most of them every cycle."""
+        return idle_due(self.checkpoint_interval, committed_at, now)
 
     def select(self, candidates: list[Candidate], now: float) -> list[int]:
         due = {c.collection_id for c in candidates if any(p(c, now) for p in self.data_policies)}
