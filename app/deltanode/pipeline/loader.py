@@ -43,8 +43,7 @@ class VchannelLoader:
         """
         committer = self.committer(fg)
         with committer.lock:
-            insert_log = committer.insert_log(create=True)
-            committed = meta.channel_state_in(insert_log, fg.vchannel) if insert_log is not None else None
+            committed = meta.channel_state_in(committer.created_insert_log(), fg.vchannel)
             watermarks = committer.watermarks(fg.vchannel)
         fg.load(committed, watermarks, time.monotonic(), self._topic_id(fg.pchannel))
 

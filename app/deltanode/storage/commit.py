@@ -277,15 +277,18 @@ class CollectionCommitter:
                 self._logs[table] = found
         return found
 
-    def insert_log(self, *, create: bool = False) -> DeltaLog | None:
-        """The insert_log's log, brought up to date; None while the table does not exist, unless
-        ``create``: then it is created now, empty (no txn: as if it did not exist)."""
+    def insert_log(self) -> DeltaLog | None:
+        """The insert_log's log, brought up to date; None while the table does not exist."""
         found = self._existing(TableKind.INSERT)
         if found is not None:
             found.refresh()
-        elif create:
-            found = self._log(TableKind.INSERT)
         return found
+
+    def created_insert_log(self) -> DeltaLog:
+        """The insert_log's log, brought up to date; created now, empty, if the table does not
+        exist (no txn: as if it did not exist)."""
+        found = self.insert_log()
+        return found if found is not None else self._log(TableKind.INSERT)
 
     def watermarks(self, vchannel: str) -> Watermarks:
         """The vchannel's txn in each table now (other writers' commits included)."""
