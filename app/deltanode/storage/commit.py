@@ -24,7 +24,6 @@ committed without it, and its files are deleted.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import pyarrow as pa
 from ..executor.binlog_writer import delete_written, table_roots
 from ..faults import crash_point
 from ..records import FileEntry, FileMark, TableKind
+from . import json_codec
 from .actions import AddFile, RemoveFile
 from .channel_state import STATES_KEY, ChannelState
 from .delta_log import DeltaLog, TxnMoved
@@ -221,8 +221,7 @@ class CollectionCommitter:
                     removes=removes + [insert_log.live_files()[path].removal() for path in committed],
                     txns={s.vchannel: s.end for s in live},
                     expected={s.vchannel: s.watermarks.insert for s in live},
-                    info={STATES_KEY: json.dumps({s.vchannel: s.state.to_doc() for s in live},
-                                                 separators=(",", ":"))})
+                    info={STATES_KEY: json_codec.dumps({s.vchannel: s.state.to_doc() for s in live})})
             except TxnMoved as e:
                 live = self._refuse(live, _moved(live, e, TableKind.INSERT), result, SIDE_TABLES)
                 continue

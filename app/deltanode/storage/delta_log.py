@@ -20,7 +20,6 @@ readers see ordinary Delta tables.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -35,6 +34,7 @@ from typing import Protocol
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from . import json_codec
 from .actions import AddFile, RemoveFile
 from .log_replay import apply_actions, live_adds
 from .object_store import (
@@ -222,7 +222,7 @@ class DeltaLog:
 
     def _read(self, version: int) -> list[dict] | None:
         data = self._store.get(_version_name(version))
-        return None if data is None else [json.loads(line) for line in data.splitlines() if line.strip()]
+        return None if data is None else json_codec.read_lines(data)
 
     def _enabling_deletion_vectors(self) -> list[dict]:
         """The ``protocol`` and ``metaData`` actions that let the table's files carry deletion
@@ -259,7 +259,7 @@ class DeltaLog:
         with_dvs = any(f.deletion_vector is not None for f in adds)
         while True:
             upgrade = self._enabling_deletion_vectors() if with_dvs and not self._deletion_vectors else []
-            data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in upgrade + lines).encode()
+            data = json_codec.write_lines(upgrade + lines)
             moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
             if moved:
                 raise TxnMoved(moved)

@@ -14,12 +14,12 @@ enable them.
 
 from __future__ import annotations
 
-import json
 import re
 
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from . import json_codec
 from .actions import AddFile
 from .deletion_vectors import DeletionVector
 
@@ -84,7 +84,7 @@ def _read_version(filesystem: pafs.FileSystem, log: str, version: int) -> list[d
             data = f.read()
     except FileNotFoundError:
         return None
-    return [json.loads(line) for line in data.splitlines() if line.strip()]
+    return json_codec.read_lines(data)
 
 
 def _checkpoint(filesystem: pafs.FileSystem, log: str, version: int | None) -> tuple[int, list[str]]:
@@ -104,7 +104,7 @@ def _checkpoint(filesystem: pafs.FileSystem, log: str, version: int | None) -> t
 def _last_checkpoint(filesystem: pafs.FileSystem, log: str) -> dict | None:
     try:
         with filesystem.open_input_stream(f"{log}/_last_checkpoint") as f:
-            return json.loads(f.read())
+            return json_codec.loads(f.read())
     except FileNotFoundError:
         return None
 

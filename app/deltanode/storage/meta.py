@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 import pyarrow as pa
 
+from . import json_codec
 from .channel_state import STATES_KEY, ChannelState
 from .delta_log import DeltaLog
 from .layout import StorageLayout
@@ -23,12 +23,12 @@ def channel_state_in(insert_log: DeltaLog, vchannel: str) -> ChannelState | None
     expected = insert_log.txn(vchannel)
     if expected is None:
         return None
-    quoted = json.dumps(vchannel)
+    quoted = json_codec.dumps(vchannel)   # vchannel names are ASCII (wire.names.check_safe)
     for _, info in insert_log.commit_infos():
         states = info.get(STATES_KEY)
         if not states or quoted not in states:
             continue
-        doc = json.loads(states).get(vchannel)
+        doc = json_codec.loads(states).get(vchannel)
         if doc is not None and doc["checkpoint_offset"] == expected:
             return ChannelState.from_doc(doc)
     raise RuntimeError(f"{vchannel}: {insert_log.uri} has txn {expected} but no commit metadata for it; "
@@ -41,7 +41,7 @@ def dropped_vchannels(infos: list[dict]) -> set[str]:
     for info in infos:
         states = info.get(STATES_KEY)
         if states and '"collection_dropped":true' in states:
-            out.update(v for v, doc in json.loads(states).items() if doc.get("collection_dropped"))
+            out.update(v for v, doc in json_codec.loads(states).items() if doc.get("collection_dropped"))
     return out
 
 
