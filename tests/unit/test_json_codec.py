@@ -14,8 +14,9 @@ def state() -> ChannelState:
     segments = {i: SegmentMeta(i, 7, s, num_rows=10 * i, start_offset=i, start_ts=(1 << 60) + i, sealed_ts=i,
                                seal_reason="size")
                 for i, s in enumerate(SegmentState, start=100)}
-    return ChannelState("dn-dml_0_7v0", 7, "dn-dml_0", checkpoint_offset=42, checkpoint_ts=(1 << 62) + 3, segments=segments,
-                        dropped_partitions=[9], replay=ReplayState(flushed=((100, 5),), unflushed=((101, 6),)))
+    return ChannelState("dn-dml_0_7v0", 7, "dn-dml_0", checkpoint_offset=42, checkpoint_ts=(1 << 62) + 3,
+                        segments=segments, dropped_partitions=[9],
+                        replay=ReplayState(flushed=((100, 5),), unflushed=((101, 6),)))
 
 
 def test_documents_are_written_as_json_writes_them_compact():
