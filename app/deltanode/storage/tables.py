@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import tempfile
 import time
@@ -17,6 +16,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyarrow import fs as pafs
 
+from . import json_codec
 from .layout import TABLE_CONFIG, StorageLayout
 
 
@@ -43,7 +43,7 @@ def version_zero(schema: pa.Schema) -> bytes:
         elif "commitInfo" in action:
             action = {"commitInfo": {**action["commitInfo"], "timestamp": now}}
         actions.append(action)
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+    return json_codec.write_lines(actions)
 
 
 @functools.lru_cache(maxsize=256)
@@ -51,8 +51,8 @@ def _version_zero_template(schema: pa.Schema) -> tuple[dict, ...]:
     """Version 0 of a table as delta-rs creates it, once per schema and process (in a scratch directory)."""
     with tempfile.TemporaryDirectory(prefix="deltanode-table-") as scratch:
         DeltaTable.create(scratch, schema, configuration=TABLE_CONFIG)
-        with open(os.path.join(scratch, "_delta_log", f"{0:020d}.json")) as f:
-            return tuple(json.loads(line) for line in f if line.strip())
+        with open(os.path.join(scratch, "_delta_log", f"{0:020d}.json"), "rb") as f:
+            return tuple(json_codec.read_lines(f.read()))
 
 
 def read_table(storage: StorageLayout, uri: str, columns: list[str] | None = None,
