@@ -547,6 +547,7 @@ def test_pk_filter_of_a_run_of_keys_is_exact(first):
     with pytest.raises(TypeError):
         back.might_contain(pa.array(["1"]))
     values = np.arange(first, first + 50, dtype=np.int64)
+    assert (PkBloom.build(values).kind, PkBloom.build(values).seed) == ("int64-run", first)   # as a writer has them
     for others in (values[::-1].copy(), np.delete(values, 7), np.append(values, values[-1])):
         assert PkBloom.build(others).kind == "int64"
 

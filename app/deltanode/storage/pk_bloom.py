@@ -138,10 +138,14 @@ class PkBloom:
     def build(cls, keys: pa.Array | pa.ChunkedArray | np.ndarray, *, fp_rate: float = 0.01,
               seed: int = 0) -> PkBloom:
         """The filter of ``keys`` (one file's), sized for ``fp_rate`` false positives."""
-        keys = _as_arrow(keys)
-        first = _run_start(keys)
+        if isinstance(keys, np.ndarray) and keys.dtype == np.int64:   # as a binlog writer has them
+            first = _run_of(keys)
+        else:
+            keys = _as_arrow(keys)
+            first = _run_start(keys)
         if first is not None:
             return cls(kind=RUN, probes=0, seed=first, num_bits=0, count=len(keys), bits=np.zeros(0, np.uint8))
+        keys = _as_arrow(keys)
         bits_per_key = -math.log(fp_rate) / math.log(2) ** 2
         num_bits = max(64, math.ceil(len(keys) * bits_per_key / 64) * 64)
         if num_bits >= 1 << 32:   # positions are 32-bit (multiply-shift): 440 million keys at 1%
@@ -193,10 +197,16 @@ def _run_start(keys: pa.Array) -> int | None:
     """The first key when ``keys`` are Int64 and each is the one before plus one, else None."""
     if not len(keys) or _kind(keys) != "int64":
         return None
-    values = keys.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return _run_of(keys.cast(pa.int64()).to_numpy(zero_copy_only=False))
+
+
+def _run_of(values: np.ndarray) -> int | None:
+    """``_run_start`` of Int64 keys as numpy."""
+    if not len(values):
+        return None
     first, last = int(values[0]), int(values[-1])
-    # The exact comparison of the ends rules out a run that wraps around int64 (np.diff wraps).
-    if last - first != len(values) - 1 or not (np.diff(values) == 1).all():
+    # The exact comparison of the ends rules out a run that wraps around int64 (the differences wrap).
+    if last - first != len(values) - 1 or not (values[1:] - values[:-1] == 1).all():
         return None
     return first
 
