@@ -51,6 +51,7 @@ PCHANNELS = 16
 ROWS, DIM = 50, 128
 # process names of the embedded services, left out of the DataNode's figures
 SERVICES = ("etcd", "tansu", "pulsar-lite")
+ENDS_S = 10.0   # seconds at each end of the load over which the services' CPU is shown as well
 
 
 @dataclass
@@ -62,6 +63,7 @@ class ScaleResult:
     cores: float
     cores_split: tuple[float, float, float]   # driver, JVM, Python workers
     cores_services: float
+    services_ends: tuple[float | None, float | None]   # services' cores in the load's first and last ENDS_S s
     cores_machine: float
     rss_peak: int
     latencies: list[float]
@@ -346,6 +348,8 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
                     if (_txn(os.path.join(node.storage, "insert_log", str(cid)), v) or 0) <= off}
             time.sleep(2)
         stats = window(sampler.samples, t0, t1)
+        first, last = (window(sampler.samples, a, b) for a, b in ((t0, t0 + ENDS_S), (t1 - ENDS_S, t1)))
+        ends = (first.cores_services if first else None, last.cores_services if last else None)
     finally:
         stop.set()
         if sampler is not None:
@@ -358,7 +362,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
     inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
     return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores,
                        (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
-                       stats.cores_machine,
+                       ends, stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
                        _phases(node.text(), t0, t1), create_s, watch_s, probe_ms)
 
@@ -373,13 +377,15 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
            "load; latency = insert produce() -> timestamp of the Delta commit covering it; create = the collections "
            "created in one catalog batch, watch = from then until every vchannel is watched by the DataNode; file ms = "
            "CPU to create a 30 KB file in a directory of its own just before the point (it varies with the disk's "
-           "recent writes and deletes)"]
+           f"recent writes and deletes); services cores in brackets: over the load's first and last {ENDS_S:.0f} s "
+           "(the embedded broker's memory storage costs more the more it holds, docs/platform.md)"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
                  if r.latencies else ["-", "-", "-"])
         rows.append([r.vchannels, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
-                     " / ".join(secs(c) for c in r.cores_split), secs(r.cores_services),
+                     " / ".join(secs(c) for c in r.cores_split),
+                     f"{secs(r.cores_services)} ({secs(r.services_ends[0])} -> {secs(r.services_ends[1])})",
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
                      r.rows_produced, r.rows_committed, r.uncommitted, secs(r.create_s, 1), secs(r.watch_s, 1),
                      f"{r.file_create_ms:.3f}"])

@@ -309,3 +309,12 @@ def test_deletes_options_and_deletes_only_implies_deletes():
     assert not d.deletes and d.deletes_rows == 1_000_000 and d.delete_batch == 200 and d.deletes_insert_mb_s == 1.0
     with pytest.raises(SystemExit):
         parse_args(["--deletes", "--delete-rate", "0"])
+
+
+def test_scale_table_shows_the_services_cores_at_both_ends_of_the_load():
+    from deltanode_bench.scale import ScaleResult, render
+    result = ScaleResult(1000, 500, 60.0, 60_000, 0.8, (0.16, 0.05, 0.59), 0.57, (0.41, 0.74), 1.5, 1 << 30,
+                         [1.0, 2.0], 0, 470.0, 3_000_000, 3_000_000, None, 0.2, 3.0, 0.09)
+    text = render([result], ["--scale", "1000"], 1000.0)
+    assert "0.57 (0.41 -> 0.74)" in text and "first and last 10 s" in text
+    assert "(- -> -)" in render([ScaleResult(**{**vars(result), "services_ends": (None, None)})], [], 1000.0)
