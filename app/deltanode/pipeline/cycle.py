@@ -82,7 +82,7 @@ class CycleRunner:
         self.failures.reload_due(members, now, report)
         readable = [fg for fg in members.values() if fg.readable]
         # The broker's answer is awaited while the cycle's own planning runs: at 10,000
-        # vchannels sealing, sizes and positions take ~0.1 s of the driver, and the embedded
+        # vchannels sealing, sizes and positions take 0.05-0.1 s of the driver, and the embedded
         # broker's ListOffsets 20-75 ms, growing with what it stores (docs/platform.md).
         asked = self._ask_highs(readable)
         self._seal(readable)
