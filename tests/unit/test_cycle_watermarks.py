@@ -1,5 +1,5 @@
-"""A cycle asks the broker for its pchannels' high watermarks while it plans; a pchannel whose
-watermark cannot be read fails its own vchannels, and the cycle reads the others."""
+"""A pchannel whose high watermark cannot be read fails its own vchannels, and the cycle reads the
+others."""
 
 from __future__ import annotations
 
@@ -27,13 +27,9 @@ BROKEN = pchannel_name("dml", 1)
 
 
 class _Highs:
-    """The broker's answer, given on the thread that asks: pchannel ``BROKEN`` cannot be read."""
-
-    def __init__(self) -> None:
-        self.threads: list[str] = []
+    """The broker's answer: pchannel ``BROKEN`` cannot be read."""
 
     def highs(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | BrokerError]:
-        self.threads.append(threading.current_thread().name)
         return {key: BrokerError(f"{key[0]}: not leader") if key[0] == BROKEN else 6 for key in keys}
 
 
@@ -58,7 +54,7 @@ def test_a_pchannel_without_a_watermark_fails_its_vchannels_and_the_cycle_reads_
     runner = _Runner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
                      registry, FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None), dict,
                      threading.Event())
-    highs = runner.watermarks = _Highs()   # type: ignore[assignment]
+    runner.watermarks = _Highs()   # type: ignore[assignment]
     members = registry.begin_cycle()
     report = CycleReport(1)
     try:
@@ -73,4 +69,3 @@ def test_a_pchannel_without_a_watermark_fails_its_vchannels_and_the_cycle_reads_
     read = {(p.pchannel, p.first, p.end): sorted(p.members) for p in launched.plan.ranges}
     assert read == {(pchannel_name("dml", 0), 1, 6): sorted(v for v in members if v not in broken)}
     assert [spec.pieces for spec in runner.specs] and all(p.pchannel != BROKEN for s in runner.specs for p in s.pieces)
-    assert highs.threads and all(name.startswith("deltanode-cycle-watermarks") for name in highs.threads)

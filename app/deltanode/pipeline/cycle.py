@@ -73,7 +73,6 @@ class CycleRunner:
         self.highs_seen: dict[tuple[str, int], int] = {}
         self._averages: dict[str, float] = {}                 # pchannel -> bytes per DML message
         self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-job")
-        self._asking = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-watermarks")
 
     def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
         """Plan for ``members`` (failed ones reloaded first, when due) and start the cycle's Spark
@@ -81,17 +80,11 @@ class CycleRunner:
         self.number = report.number
         self.failures.reload_due(members, now, report)
         readable = [fg for fg in members.values() if fg.readable]
-        # The broker's answer is awaited while the cycle's own planning runs: at 10,000
-        # vchannels sealing, sizes and positions take 0.05-0.1 s of the driver, and the embedded
-        # broker's ListOffsets 20-75 ms, growing with what it stores (docs/platform.md).
-        asked = self._ask_highs(readable)
         self._seal(readable)
+        highs = self._highs(readable, report, now)
+        readable = [fg for fg in readable if fg.readable]
         averages = self._message_sizes(readable)
         positions = [_position(fg) for fg in readable]
-        highs = self._highs(asked, readable, report, now)
-        if any(not fg.readable for fg in readable):   # its pchannel's watermark could not be read
-            readable = [fg for fg in readable if fg.readable]
-            positions = [p for p in positions if members[p.vchannel].readable]
         plan = plan_cycle(positions, highs, averages, self.limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
@@ -131,20 +124,14 @@ class CycleRunner:
 
     def close(self) -> None:
         self._jobs.shutdown(wait=False)
-        self._asking.shutdown(wait=False)
 
-    def _ask_highs(self, readable: list[VchannelFlowgraph]) -> Future[dict[tuple[str, int], int | BrokerError]]:
-        """The high watermarks of the pchannels ``readable`` read, asked on the watermark thread."""
-        assert self.watermarks is not None   # set by Pipeline.start, before its first cycle
-        return self._asking.submit(self.watermarks.highs, sorted({(fg.pchannel, fg.working.partition)
-                                                                  for fg in readable}))
-
-    def _highs(self, asked: Future[dict[tuple[str, int], int | BrokerError]], readable: list[VchannelFlowgraph],
-               report: CycleReport, now: float) -> dict[tuple[str, int], int]:
-        """The answer to ``_ask_highs``; a vchannel whose pchannel got an error fails."""
+    def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
+               now: float) -> dict[tuple[str, int], int]:
         highs: dict[tuple[str, int], int] = {}
         errors: dict[tuple[str, int], str] = {}
-        for key, high in asked.result().items():
+        wanted = sorted({(fg.pchannel, fg.working.partition) for fg in readable})
+        assert self.watermarks is not None   # set by Pipeline.start, before its first cycle
+        for key, high in self.watermarks.highs(wanted).items():
             if isinstance(high, BrokerError):
                 errors[key] = str(high)
             else:
