@@ -99,3 +99,30 @@ def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(brok
     abandoned.close()
     assert offsets(10, 15) == list(range(10, 15))
     assert offsets(0, 40) == list(range(40))
+
+
+def test_ranges_past_one_fetch_answer_are_read_exactly_within_the_read_budget(broker):
+    """A Fetch answer of the embedded broker holds 5 MiB at most (docs/platform.md), so these three
+    ranges (about 7 MB each) take several answers each: every offset comes once, in order, in
+    chunks within ``chunk_bytes``, with a prefetch queue smaller than a range."""
+    topics = [f"big{time.time_ns() % 10**9}-{t}" for t in "abc"]
+    create_topics(broker.bootstrap_servers, topics)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5,
+                         "message.max.bytes": 16 << 20})
+    payload = b"x" * (200 << 10)
+    for i in range(36):
+        for t in topics:
+            producer.produce(t, t.encode() + b"-%d-" % i + payload)
+        producer.flush()
+    ranges = [OffsetRange(t, 0, 1, 35) for t in topics]
+    got: dict[int, list[int]] = {}
+    largest = 0
+    for i, chunk in read_ranges(broker.bootstrap_servers, ranges, chunk_messages=8, chunk_bytes=700 << 10,
+                                fetch_bytes=2 << 20):
+        assert not isinstance(chunk, BrokerError), chunk
+        largest = max(largest, len(chunk))
+        for offset, value in chunk:
+            assert value.startswith(topics[i].encode() + b"-%d-" % offset)
+        got.setdefault(i, []).extend(offset for offset, _ in chunk)
+    assert got == {i: list(range(1, 35)) for i in range(3)}
+    assert largest == 3   # 700 KB of 200 KB messages
