@@ -101,7 +101,7 @@ def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(brok
     assert offsets(0, 40) == list(range(40))
 
 
-def test_ranges_past_one_fetch_answer_are_read_exactly_within_the_read_budget(broker):
+def test_ranges_past_one_fetch_answer_are_read_exactly_in_bounded_chunks(broker):
     """A Fetch answer of the embedded broker holds 5 MiB at most (docs/platform.md), so these three
     ranges (about 7 MB each) take several answers each: every offset comes once, in order, in
     chunks within ``chunk_bytes``, with a prefetch queue smaller than a range."""
