@@ -6,13 +6,14 @@ from dataclasses import replace
 
 from deltanode.flowgraph.seal_policy import (
     SealSettings,
+    first_due_ms,
     seal_by_policies,
     seal_for_flush,
 )
 from deltanode.flowgraph.state_update import advance
 from deltanode.records import Portion, PortionStats, SegmentStats
 from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from deltanode.wire.positions import compose_ts
+from deltanode.wire.positions import compose_ts, physical_ms
 
 T0 = compose_ts(1_700_000_000_000)          # a hybrid ts; + compose_ts(ms) moves it by ms
 
@@ -83,3 +84,24 @@ def test_the_seal_policies_use_the_vchannels_clock_and_milvus_defaults():
     assert seal_by_policies(channel(e=young), settings) is None
     # Replaying an old backlog: its clock is the ticks it read, not the wall clock.
     assert seal_by_policies(replace(channel(e=young), checkpoint_ts=at(11)), settings) is None
+
+
+def test_no_policy_seals_before_the_clock_first_due_ms_gives_and_one_does_from_it():
+    settings = SealSettings(max_life=60.0, max_idle=30.0, min_size_from_idle=500)
+    cases = {"lifetime": channel(a=seg(1, start=0, last=50, size=100)),          # due at 60 s
+             "idle": channel(a=seg(1, start=0, last=5, size=1000)),              # due at 35 s
+             "earliest of two": channel(a=seg(1, start=-40, last=9, size=100),   # due at 20 s
+                                        b=seg(2, start=0, last=-10, size=1000))}  # due at 20 s as well
+    for name, state in cases.items():
+        due = first_due_ms(state, settings)
+        for ms in range(0, 70_000, 250):
+            clock = T0 + compose_ts(ms)
+            sealed = seal_by_policies(replace(state, checkpoint_ts=clock), settings)
+            if physical_ms(clock) < due:
+                assert sealed is None, (name, ms)
+        first = next(ms for ms in range(0, 70_000, 250)
+                     if seal_by_policies(replace(state, checkpoint_ts=T0 + compose_ts(ms)), settings))
+        assert 0 <= first - (due - physical_ms(T0)) <= 250, name    # fires within a step of the clock given
+    assert first_due_ms(channel(a=seg(1, size=math.ceil(0.12 * (1024 << 20)))), SealSettings()) == 0   # by size: now
+    assert first_due_ms(channel(a=seg(1, rows=0)), settings) == math.inf             # nothing Growing with rows
+    assert first_due_ms(channel(a=seg(1)), SealSettings(by_policies=False)) == math.inf

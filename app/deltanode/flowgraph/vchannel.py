@@ -18,11 +18,11 @@ from ..storage.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.names import check_safe, pchannel_of
-from ..wire.positions import CODECS, PositionCodec
+from ..wire.positions import CODECS, PositionCodec, physical_ms
 from ..wire.schema import CollectionLayout
 from .failure import Failure
 from .recovery import check_topic, initial_state
-from .seal_policy import SealSettings, seal_by_policies, seal_for_flush
+from .seal_policy import SealSettings, first_due_ms, seal_by_policies, seal_for_flush
 from .state_update import BatchOutcome, advance_ticks, moves_by_ticks
 
 MAX_BACKOFF = 60.0
@@ -76,6 +76,16 @@ class Snapshot:
 class VchannelFlowgraph:
     """Runs on the driver; the pipeline's loop thread calls everything but ``snapshot``."""
 
+    # Slots: a node holds 10,000 of these and every cycle reads a few attributes of each. Past 30
+    # attributes CPython 3.11 stops sharing an instance dict's keys: with 31 and no slots, an idle
+    # 10,000-vchannel cycle took 200-238 ms of CPU, with 26 and no slots 163-195, with slots
+    # 148-154 (``deltanode_bench.idle_cycle``).
+    __slots__ = ("vchannel", "pchannel", "collection_id", "info", "schema", "node_id", "positions", "layout",
+                 "schema_bytes", "status", "failures", "retry_at", "last_failure", "committed", "watermarks",
+                 "_working", "pending", "pending_since", "committed_at", "read_size", "min_range", "claim",
+                 "consumed", "loads", "_route_key", "_route_head", "_route_tail", "_seal_kept", "_seal_from",
+                 "_ticks_key", "_ticks_move")
+
     def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int,
                  positions: PositionCodec = CODECS["kafka"]) -> None:
         self.vchannel = check_safe("vchannel", info.channelName)
@@ -104,7 +114,12 @@ class VchannelFlowgraph:
         self.consumed = Consumed()
         self.loads = 0   # times loaded: a batch planned before the last load is not its own
         self._route_key: tuple | None = None    # what ``route_row``'s kept part was made from
+        self._route_head = (self.vchannel, self.collection_id, schema.name)
         self._route_tail: RouteTail | None = None
+        self._seal_kept: tuple[object, SealSettings | None] = (None, None)   # segments, settings of ``_seal_from``
+        self._seal_from = 0.0                     # no seal policy is due before this clock (``seal_due``)
+        self._ticks_key: tuple | None = None      # what ``_ticks_move`` was worked out from (``read_ticks``)
+        self._ticks_move = False
 
     @property
     def working(self) -> ChannelState:
@@ -177,7 +192,7 @@ class VchannelFlowgraph:
                                 frozenset(w.dropped_partitions) or None, w.collection_dropped, w.replay,
                                 wm.delete or 0, wm.quarantine or 0, w.flush_ts, w.sealed_segments() or None)
         assert self._route_tail is not None   # made above at the first call
-        return (self.vchannel, self.collection_id, self.schema.name, w.checkpoint_offset) + self._route_tail
+        return self._route_head + (w.checkpoint_offset,) + self._route_tail
 
     def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
         """``read_size``: bytes per message of the ranges this batch came from."""
@@ -208,14 +223,19 @@ class VchannelFlowgraph:
         False, and nothing done, when it needs the general path (``advance``, then ``apply``).
         Most of a cycle's batches at 10,000 vchannels."""
         state = self.working
-        if start != state.checkpoint_offset or state.collection_dropped or not moves_by_ticks(state):
+        if start != state.checkpoint_offset or state.collection_dropped:
+            return False
+        key = (state.segments, state.seek_ts, state.flush_ts, state.replay)
+        if key != self._ticks_key:   # what ``moves_by_ticks`` reads (the same objects compare at once)
+            self._ticks_key, self._ticks_move = key, moves_by_ticks(state)
+        if not self._ticks_move:
             return False
         last = self.pending[-1] if self.pending else None
         if last is not None and last.idle:   # takes the place of the idle batch before it (``apply``)
             self.pending[-1] = advance_ticks(state, end, tick, last.start)
         else:
             self.pending.append(advance_ticks(state, end, tick, start))
-        self.working = self.pending[-1].state
+        self._working = self.pending[-1].state
         if read_size:
             self.read_size = read_size
         self.min_range = 0
@@ -234,8 +254,17 @@ class VchannelFlowgraph:
         return sealed is not None
 
     def seal_due(self, settings: SealSettings) -> list[int]:
-        """Seal the Growing segments a seal policy says are due; their ids."""
-        sealed = seal_by_policies(self._working, settings) if self._working is not None else None
+        """Seal the Growing segments a seal policy says are due; their ids. The policies run only
+        once the clock reaches where one may be due (``seal_policy.first_due_ms``), which is
+        worked out again when the segments change."""
+        state = self._working
+        if state is None:
+            return []
+        if self._seal_kept[0] is not state.segments or self._seal_kept[1] is not settings:
+            self._seal_kept, self._seal_from = (state.segments, settings), first_due_ms(state, settings)
+        if state.checkpoint_ts <= 0 or physical_ms(state.checkpoint_ts) < self._seal_from:
+            return []
+        sealed = seal_by_policies(state, settings)
         if sealed is None:
             return []
         due = [s for s, seg in sealed.segments.items() if seg.state != self.working.segments[s].state]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ..records import Lane, ReadRange
 
@@ -63,8 +64,10 @@ def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float |
     return {p: size for p, size in sizes.items() if size}
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
+    """Where a vchannel reads from this cycle (a named tuple: made for every vchannel of every
+    cycle, 0.5 us against 2.1 us for a frozen dataclass)."""
+
     vchannel: str
     pchannel: str
     partition: int
