@@ -81,8 +81,7 @@ class Pipeline:
                                   self._failures, self._requested_flushes, self._stopping)
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
-        self._turns = CycleTurns(self.registry, self._cycle, self._syncs, settings.trigger_interval, self._stopping,
-                                 on_cycle)
+        self._turns = CycleTurns(self.registry, self._cycle, self._syncs, self._stopping, on_cycle)
         self.cycles = self._turns.reports
         self.compactor = Compactor(spark, storage, self, settings.compaction)
 

@@ -2,12 +2,17 @@
 
 A turn plans a cycle and starts its Spark job (``cycle.CycleRunner``), commits the batches the
 previous turn left (``sync_manager``) while that job runs, then applies the job's output. When
-the loop is saturated (a range hit its cap, or the cycle took the whole trigger interval: the
-next turn starts at once) the turn leaves its own sync to the next turn, beside the next job;
-otherwise it commits at once, so a quiet node's latency is what it was. The batches a sync
+the cycle read a backlog (a range hit its cap: the next turn starts at once) the turn leaves its
+own sync to the next turn, beside the next job; otherwise it commits at once. The batches a sync
 commits are always those applied before it: the order of reads and commits per vchannel does
 not change, only the driver's commits overlap the executors' reads and writes. At 10,000
 vchannels a cycle spent 7.8 s in its job and 3.0 s in commits, one after the other.
+
+A cycle that only took longer than the trigger interval commits at once too: left to the next
+turn, its commits waited for the next plan, then shared the two cores with the next job. At
+1,000 vchannels (60-s loads, alternating) the p99 was 2.16 and 2.17 s committing at once against
+2.28 and 2.40 s left to the next turn; at 10,000, 4.84 and 6.10 s against 5.11 and 5.31 s
+(docs/benchmarks.md, issue 24).
 """
 
 from __future__ import annotations
@@ -34,10 +39,10 @@ CycleObserver = Callable[[CycleReport], None]
 class CycleTurns:
     """Runs on the driver, in the pipeline's loop thread."""
 
-    def __init__(self, registry: VchannelRegistry, runner: CycleRunner, syncs: SyncManager, trigger_interval: float,
+    def __init__(self, registry: VchannelRegistry, runner: CycleRunner, syncs: SyncManager,
                  stopping: threading.Event, on_cycle: CycleObserver | None) -> None:
         self.registry, self.runner, self.syncs = registry, runner, syncs
-        self.trigger_interval, self.stopping, self.on_cycle = trigger_interval, stopping, on_cycle
+        self.stopping, self.on_cycle = stopping, on_cycle
         self.reports: deque[CycleReport] = deque(maxlen=CYCLES_KEPT)
         self.number = 0
         self._sync_due = False   # the last turn left its sync to run beside the next one's job
@@ -52,8 +57,7 @@ class CycleTurns:
         if self._sync_due:
             self._sync(members, report)
         plan = self.runner.finish(launched, members, report)
-        self._sync_due = (plan.capped or time.monotonic() - now >= self.trigger_interval) \
-            and not self.stopping.is_set()
+        self._sync_due = plan.capped and not self.stopping.is_set()
         if not self._sync_due:
             self._sync(members, report)
         report.seconds = time.monotonic() - now
