@@ -66,7 +66,7 @@ def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float |
 
 class Position(NamedTuple):
     """Where a vchannel reads from this cycle (a named tuple: made for every vchannel of every
-    cycle, 0.5 us against 2.1 us for a frozen dataclass)."""
+    cycle, 0.27 us against 0.75 us for a frozen dataclass)."""
 
     vchannel: str
     pchannel: str

@@ -11,8 +11,8 @@ vchannels a cycle spent 7.8 s in its job and 3.0 s in commits, one after the oth
 A cycle that only took longer than the trigger interval commits at once too: left to the next
 turn, its commits waited for the next plan, then shared the two cores with the next job. At
 1,000 vchannels (60-s loads, alternating) the p99 was 2.16 and 2.17 s committing at once against
-2.28 and 2.40 s left to the next turn; at 10,000, 4.84 and 6.10 s against 5.11 and 5.31 s
-(docs/benchmarks.md, issue 24).
+2.28 and 2.40 s left to the next turn; at 10,000 the day's runs differ by less than their noise
+(4.53-6.10 s against 5.11-7.61 s; docs/benchmarks.md, issue 24).
 """
 
 from __future__ import annotations
