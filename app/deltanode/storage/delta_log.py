@@ -291,18 +291,10 @@ class DeltaLog:
                 yield version, info
 
 
-# Temporary names unique to this process and call (a forked child draws a prefix of its own): a
+# Temporary names unique to this process (its pid: a forked child shares the prefix) and call: a
 # uuid4 per commit was 1.4% of a loaded 10,000-vchannel driver's samples (py-spy).
 _TMP_PREFIX = uuid.uuid4().hex
 _TMP_SEQUENCE = itertools.count()
-
-
-def _new_tmp_prefix() -> None:
-    global _TMP_PREFIX
-    _TMP_PREFIX = uuid.uuid4().hex
-
-
-os.register_at_fork(after_in_child=_new_tmp_prefix)
 
 
 class _LocalLog:
@@ -320,7 +312,7 @@ class _LocalLog:
             return None
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        tmp = os.path.join(self.dir, f".tmp-{_TMP_PREFIX}-{next(_TMP_SEQUENCE)}.json")
+        tmp = os.path.join(self.dir, f".tmp-{_TMP_PREFIX}-{os.getpid()}-{next(_TMP_SEQUENCE)}.json")
         try:
             f = open(tmp, "wb")
         except FileNotFoundError:   # the table's first version: no log directory yet
