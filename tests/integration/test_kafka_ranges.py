@@ -74,6 +74,27 @@ def test_high_watermarks_of_many_partitions_in_one_request_and_a_missing_topic_a
     assert isinstance(got[("missing-topic-highs", 0)], BrokerError)
 
 
+def test_a_high_watermark_counts_every_record_of_the_last_batch(broker):
+    """Seven records in one batch: the plan's high watermark is 7. Tansu's ListOffsets says 1 (the
+    last batch's base offset + 1, docs/platform.md); its answer to a Fetch past the end, which
+    the plan asks first (``mq.tail_fetch``), says 7. An empty topic is 0."""
+    full, empty = (f"lastbatch{time.time_ns() % 10**9}-{t}" for t in "ab")
+    create_topics(broker.bootstrap_servers, [full, empty])
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 200})
+    for i in range(7):
+        producer.produce(full, f"m{i}".encode())
+    producer.flush()
+    wm = Watermarks(broker.bootstrap_servers)
+    try:
+        assert wm.highs([(full, 0), (empty, 0)], timeout=5) == {(full, 0): 7, (empty, 0): 0}
+        assert wm.highs([(full, 0)], timeout=5) == {(full, 0): 7}   # the kept connection, asked again
+    finally:
+        wm.close()
+    read = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(full, 0, 0, 7)])
+            for off, _ in chunk]
+    assert read == list(range(7))
+
+
 def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(broker):
     """A read leaves its consumer to the next read of the process; a read given up halfway closes
     it. Whatever came before (a later range of the same partition, a read abandoned with
