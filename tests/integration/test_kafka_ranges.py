@@ -6,8 +6,9 @@ import time
 
 from confluent_kafka import Producer
 
-from deltanode.mq.kafka import Watermarks, create_topics, read_ranges
+from deltanode.mq.kafka import Watermarks, create_topics, read_ranges, send_all
 from deltanode.mq.types import BrokerError, OffsetRange
+from deltanode.standalone.services import EmbeddedBroker
 
 
 def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):
@@ -93,6 +94,27 @@ def test_a_high_watermark_counts_every_record_of_the_last_batch(broker):
     read = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(full, 0, 0, 7)])
             for off, _ in chunk]
     assert read == list(range(7))
+
+
+def test_once_the_broker_answered_a_fetch_past_the_end_its_loss_fails_the_watermarks_alone(tmp_path):
+    """A broker gone after its first answer: every watermark is an error at once, not a
+    ListOffsets answer (on Tansu, one that a checkpoint taken before would be past)."""
+    gone = EmbeddedBroker(log_dir=tmp_path)
+    gone.start()
+    wm = Watermarks(gone.bootstrap_servers)
+    try:
+        create_topics(gone.bootstrap_servers, ["t"])
+        send_all(gone.bootstrap_servers, [("t", b"m")] * 3)
+        assert wm.highs([("t", 0)], timeout=5) == {("t", 0): 3}
+        gone.stop()
+        started = time.monotonic()
+        got = wm.highs([("t", 0), ("u", 0)], timeout=5)
+        assert time.monotonic() - started < 2
+        assert all(isinstance(e, BrokerError) and "cannot read high watermarks" in str(e) for e in got.values())
+        assert set(got) == {("t", 0), ("u", 0)}
+    finally:
+        wm.close()
+        gone.stop()
 
 
 def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(broker):

@@ -79,6 +79,7 @@ def test_a_truncated_answer_is_a_broker_error_and_the_connection_is_dropped():
     ("localhost:9092", {"security.protocol": "PLAINTEXT"}, True),
     ("a:9092,b:9092", {}, False),                              # a cluster: partitions on other brokers
     ("127.0.0.1:9092", {"security.protocol": "SASL_SSL"}, False),
+    ("PLAINTEXT://127.0.0.1:9092", {}, False),
 ])
 def test_only_a_single_plaintext_broker_is_asked_that_way(bootstrap, settings, served):
     assert (tail_fetch.for_bootstrap(bootstrap, settings) is not None) == served

@@ -152,9 +152,10 @@ class Watermarks:
         self._consumer = _client(Consumer, bootstrap, settings, {
             "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False})
         self._admin: AdminClient | None = None
-        # A single plaintext broker is first asked with a Fetch past the end (tail_fetch), until
-        # it shows it does not answer that way.
+        # A single plaintext broker is asked with a Fetch past the end (tail_fetch), unless its
+        # first answer shows it does not serve one.
         self._tail = tail_fetch.for_bootstrap(bootstrap, settings or {})
+        self._tail_served = False   # it answered once: a failure now is the broker's, not the way of asking
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """Every partition's high watermark in one request: a Fetch past the end where the broker
@@ -166,17 +167,18 @@ class Watermarks:
         if self._tail is not None:
             try:
                 found: dict[tuple[str, int], int | BrokerError] = dict(self._tail.highs(keys, timeout))
-            except tail_fetch.TailUnsupported as e:
+            except (tail_fetch.TailUnsupported, OSError, BrokerError) as e:
+                if self._tail_served and not isinstance(e, tail_fetch.TailUnsupported):
+                    # Not by ListOffsets this once: Tansu's answer there leaves out the last batch's
+                    # records after its first, and a checkpoint taken at a Fetch's watermark would
+                    # be past it: a vchannel would fail as if the broker had lost data.
+                    error = BrokerError(f"cannot read high watermarks from {self.bootstrap}: {e}")
+                    return {key: error for key in keys}
                 log.info("high watermarks by ListOffsets from now on: %s", e)
                 self._tail.close()
                 self._tail = None
-            except (OSError, BrokerError) as e:
-                # Not by ListOffsets this once: Tansu's answer there leaves out the last batch's
-                # records after its first, and a checkpoint taken at a Fetch's watermark would be
-                # past it: a vchannel would fail as if the broker had lost data.
-                error = BrokerError(f"cannot read high watermarks from {self.bootstrap}: {e}")
-                return {key: error for key in keys}
             else:
+                self._tail_served = True
                 rest = [key for key in keys if key not in found]   # empty, or missing: ListOffsets tells which
                 return found | self._list_offsets(rest, timeout) if rest else found
         return self._list_offsets(keys, timeout)

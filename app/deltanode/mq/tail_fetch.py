@@ -9,7 +9,9 @@ with no error and the true high watermark. Asked this way every second through t
 1.6-2.0 ms a request, the broker flat at 0.18-0.19 cores, as with no request at all.
 
 A Kafka broker answers such a Fetch with OFFSET_OUT_OF_RANGE: ``TailFetch.highs`` then says the
-broker does not serve it (``TailUnsupported``), and the caller asks ListOffsets from then on.
+broker does not serve it (``TailUnsupported``), and the caller asks ListOffsets from then on, as
+it does when the first Fetch fails in any other way (a broker that closes the connection on a
+Fetch v4).
 librdkafka cannot send one Fetch on demand, so this speaks the two messages itself (Fetch v4,
 its request and response), over a plaintext connection to the one broker it is given: it is
 meant for a single-node broker such as the embedded one, and used only where the conf names one
@@ -43,7 +45,8 @@ def for_bootstrap(bootstrap: str, settings: dict[str, str]) -> TailFetch | None:
     if len(servers) != 1 or protocol != "plaintext":
         return None
     host, _, port = servers[0].rpartition(":")
-    return TailFetch(host.strip("[]"), int(port)) if host and port.isdigit() else None
+    host = host.strip("[]")
+    return TailFetch(host, int(port)) if host and "/" not in host and port.isdigit() else None
 
 
 def fetch_request(correlation_id: int, keys: list[tuple[str, int]]) -> bytes:
