@@ -64,8 +64,12 @@ def test_watermarks_answered_with_an_error_or_at_zero_are_left_to_the_caller():
     tail.close()
 
 
-def test_a_truncated_answer_is_a_broker_error_and_the_connection_is_dropped():
-    port, thread = scripted_peer(lambda r: answer(correlation(r), [(0, 0, 41)])[:-6])
+@pytest.mark.parametrize("garbage", [
+    lambda cid: answer(cid, [(0, 0, 41)])[:-6],                                    # truncated
+    lambda cid: struct.pack(">iii", cid, 0, 1) + struct.pack(">hi", -4, 1),        # a negative name length
+])
+def test_a_malformed_answer_is_a_broker_error_and_the_connection_is_dropped(garbage):
+    port, thread = scripted_peer(lambda r: garbage(correlation(r)))
     tail = tail_fetch.TailFetch("127.0.0.1", port)
     with pytest.raises(BrokerError, match="malformed Fetch answer"):
         tail.highs([("t", 0)], timeout=5)

@@ -12,6 +12,7 @@ A Kafka broker answers such a Fetch with OFFSET_OUT_OF_RANGE: ``TailFetch.highs`
 broker does not serve it (``TailUnsupported``), and the caller asks ListOffsets from then on, as
 it does when the first Fetch fails in any other way (a broker that closes the connection on a
 Fetch v4).
+
 librdkafka cannot send one Fetch on demand, so this speaks the two messages itself (Fetch v4,
 its request and response), over a plaintext connection to the one broker it is given: it is
 meant for a single-node broker such as the embedded one, and used only where the conf names one
@@ -32,6 +33,7 @@ PAST_END = 1 << 62          # an offset past any partition's end
 MAX_WAIT_MS = 1             # Tansu answers nothing to a Fetch with 0 (it returns before its first pass)
 NO_ERROR, OFFSET_OUT_OF_RANGE = 0, 1
 CLIENT_ID = b"deltanode-watermarks"
+MAX_ANSWER = 1 << 20        # an answer of no records is a few bytes a partition: more is not one
 
 
 class TailUnsupported(Exception):
@@ -74,8 +76,10 @@ def parse_response(data: bytes, correlation_id: int) -> dict[tuple[str, int], tu
         at, out = 12, {}
         for _ in range(topics):
             (size,) = struct.unpack_from(">h", data, at)
-            topic = data[at + 2:at + 2 + size].decode()
-            (partitions,) = struct.unpack_from(">i", data, at + 2 + size)
+            topic = data[at + 2:at + 2 + max(size, 0)].decode()
+            (partitions,) = struct.unpack_from(">i", data, at + 2 + max(size, 0))
+            if size < 0 or partitions < 0:
+                raise struct.error(f"a negative length ({size}, {partitions})")
             at += 6 + size
             for _ in range(partitions):
                 partition, error, high, _stable, aborted = struct.unpack_from(">ihqqi", data, at)
@@ -120,6 +124,8 @@ class TailFetch:
         self._socket.settimeout(timeout)
         self._socket.sendall(request)
         (size,) = struct.unpack(">i", self._read(4))
+        if not 0 <= size <= MAX_ANSWER:
+            raise BrokerError(f"{self.host}:{self.port} announced a Fetch answer of {size} bytes")
         return self._read(size)
 
     def _read(self, n: int) -> bytes:
