@@ -41,7 +41,9 @@ class TailUnsupported(Exception):
 
 
 def for_bootstrap(bootstrap: str, settings: dict[str, str]) -> TailFetch | None:
-    """A TailFetch for a conf that names a single plaintext broker, else None."""
+    """A TailFetch for a conf that names a single plaintext broker, else None. Parsed here rather
+    than with ``config.parse_hostports``: this package runs on executors too, where no driver
+    module is imported (tests/unit/test_executor_imports.py)."""
     servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
     protocol = settings.get("security.protocol", "plaintext").lower()
     if len(servers) != 1 or protocol != "plaintext":
