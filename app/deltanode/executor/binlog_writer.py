@@ -31,6 +31,8 @@ from ..storage import json_codec
 from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
 from ..storage.object_store import StoreOptions
 from ..storage.pk_bloom import INLINE_MAX_KEYS, PkBloom
+from . import plain_parquet
+from .plain_parquet import PlainEncoder
 
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
@@ -61,6 +63,7 @@ class _FileFormat:
     bloom_key: str | None = None     # the column a bloom filter beside each file covers
     measured: tuple[tuple[str, int], ...] = ()   # (stat column, its place in a piece): the non-constant ones
     key_at: int = -1                 # the bloom key's place in a piece
+    plain: PlainEncoder | None = None   # a live binlog's encoder, when the schema is one it writes
 
     @staticmethod
     @functools.lru_cache(maxsize=1 << 15)   # more than a node's collections (see CollectionLayout.from_bytes)
@@ -71,7 +74,8 @@ class _FileFormat:
         if bloom_key is not None and bloom_key not in stat_cols:
             raise ValueError(f"the filter's key {bloom_key!r} must be a stat column: its values are taken there")
         key_at = names.index(bloom_key) if bloom_key is not None else -1
-        return _FileFormat(schema, stat_cols, _compression(schema), constants, bloom_key, measured, key_at)
+        return _FileFormat(schema, stat_cols, _compression(schema), constants, bloom_key, measured, key_at,
+                           plain_parquet.for_schema(schema))
 
 
 def insert_format(insert_schema: pa.Schema, pk: str) -> _FileFormat:
@@ -213,17 +217,25 @@ class _File:
         return pa.Table.from_arrays(columns, schema=self.fmt.schema)
 
     def _write_whole(self) -> int:
-        """The file's one row group (or none), encoded in memory and written at once; its size."""
-        buffer = pa.BufferOutputStream()
-        writer = self._parquet_writer(buffer, whole=True)
+        """The file's one row group (or none), encoded in memory and written at once; its size.
+
+        A live binlog is encoded by ``plain_parquet`` when its schema and data allow, else (and
+        for a lasting file) by pyarrow's writer."""
         group = self._take_group()
-        if group is not None:
-            writer.write_table(group)
-        writer.close()
-        data = buffer.getvalue()
+        plain = self.fmt.plain
+        data: bytes | pa.Buffer | None = None
+        if plain is not None and group is not None and not self.lasting:
+            data = plain.encode(group)
+        if data is None:
+            buffer = pa.BufferOutputStream()
+            writer = self._parquet_writer(buffer, whole=True)
+            if group is not None:
+                writer.write_table(group)
+            writer.close()
+            data = buffer.getvalue()
         with self._open() as out:
             out.write(data)
-        return data.size
+        return len(data)
 
     def close(self) -> FileEntry:
         """Write the footer and close the file (on an object store, close is what uploads it), then

@@ -1,0 +1,361 @@
+"""A live binlog's one row group as Parquet bytes, encoded without pyarrow's writer (executor).
+
+Why: at 1,000 and 10,000 vchannels a cycle writes about one small binlog (one 50-row insert)
+per vchannel with data, and pyarrow's ``ParquetWriter`` spends most of such a file on its own
+set-up: its constructor, ``write_table`` and ``close`` took 38% of the Python workers'
+samples at the 10,000-vchannel point (py-spy), 0.15-0.25 ms for a 50-row x 128-dim file, of
+which the encoding of its 26 KB is a small part. Encoded here, such a file takes 0.08-0.09
+ms, and a task's CPU per insert routed and written fell from 0.39-0.41 to 0.28-0.33 ms
+(``deltanode_bench.task_cpu`` on tmpfs, docs/benchmarks.md). This module writes the file: one
+data page per column, PLAIN values, RLE levels, no compression and no statistics (a live
+binlog's add action carries its min/max, and the compactor writes the files it merges a
+segment's small ones into with every option).
+
+What a file holds is what pyarrow writes for the same schema: the footer's schema elements,
+its ``ARROW:schema`` (so readers see the table's Arrow types, ``element`` names and all) and
+its format version are taken from a file pyarrow wrote with the schema and no rows (once per
+schema and Python worker). Only what is simple to get right is encoded here: columns of
+booleans, integers, floats, strings or binaries, and lists of those (vectors, Array fields),
+with no null anywhere and no empty list. For anything else ``encode`` returns None and the
+caller writes the file with pyarrow: the fast path never decides what a file means.
+
+Thrift compact protocol and Parquet's page layout: docs/parquet-encoding.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MAGIC = b"PAR1"
+CREATED_BY = b"deltanode plain_parquet version 1"
+
+# Parquet's enums (parquet.thrift)
+_PHYSICAL = {"BOOLEAN": 0, "INT32": 1, "INT64": 2, "FLOAT": 4, "DOUBLE": 5, "BYTE_ARRAY": 6}
+_PLAIN, _RLE = 0, 3
+_UNCOMPRESSED, _DATA_PAGE = 0, 0
+
+# Thrift compact protocol's field types
+_I32, _I64, _BINARY, _LIST, _STRUCT = 5, 6, 8, 9, 12
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return _ONE_BYTE[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_ONE_BYTE = tuple(bytes([i]) for i in range(0x80))
+
+
+def _zigzag(n: int) -> bytes:
+    return _varint((n << 1) ^ (n >> 63))
+
+
+class _Struct:
+    """A Thrift compact-protocol struct, fields written in increasing id order."""
+
+    def __init__(self, *, after: int = 0) -> None:
+        """``after``: the id of the field before the first one written here (written elsewhere)."""
+        self.out = bytearray()
+        self._last = after
+
+    def _header(self, fid: int, ftype: int) -> None:
+        delta = fid - self._last
+        if 0 < delta <= 15:
+            self.out.append((delta << 4) | ftype)
+        else:
+            self.out.append(ftype)
+            self.out += _zigzag(fid)
+        self._last = fid
+
+    def i32(self, fid: int, value: int) -> _Struct:
+        self._header(fid, _I32)
+        self.out += _zigzag(value)
+        return self
+
+    def binary(self, fid: int, value: bytes) -> _Struct:
+        self._header(fid, _BINARY)
+        self.out += _varint(len(value)) + value
+        return self
+
+    def list(self, fid: int, elem_type: int, items: list[bytes]) -> _Struct:
+        """``items`` already encoded (structs with their stop byte, zigzagged ints, ...)."""
+        self._header(fid, _LIST)
+        n = len(items)
+        self.out += bytes([(n << 4) | elem_type]) if n < 15 else bytes([0xF0 | elem_type]) + _varint(n)
+        for item in items:
+            self.out += item
+        return self
+
+    def raw(self, fid: int, ftype: int, value: bytes) -> _Struct:
+        """A field whose value is already encoded (taken from another footer)."""
+        self._header(fid, ftype)
+        self.out += value
+        return self
+
+    def done(self) -> bytes:
+        return bytes(self.out) + b"\x00"
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip(buf: bytes, pos: int, ftype: int) -> int:
+    """The position after a compact-protocol value of ``ftype`` starting at ``pos``."""
+    if ftype in (1, 2):          # booleans: in the field header
+        return pos
+    if ftype == 3:               # byte
+        return pos + 1
+    if ftype in (4, 5, 6):       # zigzag varints
+        return _read_varint(buf, pos)[1]
+    if ftype == 7:               # double
+        return pos + 8
+    if ftype == _BINARY:
+        n, pos = _read_varint(buf, pos)
+        return pos + n
+    if ftype in (_LIST, 10):     # list, set
+        head = buf[pos]
+        pos += 1
+        n, elem = head >> 4, head & 0x0F
+        if n == 15:
+            n, pos = _read_varint(buf, pos)
+        for _ in range(n):
+            pos = _skip(buf, pos, elem) if elem not in (1, 2) else pos + 1
+        return pos
+    if ftype == 11:              # map
+        n, pos = _read_varint(buf, pos)
+        if n == 0:
+            return pos
+        types = buf[pos]
+        pos += 1
+        for _ in range(n):
+            pos = _skip(buf, pos, types >> 4)
+            pos = _skip(buf, pos, types & 0x0F)
+        return pos
+    if ftype == _STRUCT:
+        return _struct_fields(buf, pos, {})
+    raise ValueError(f"unknown thrift compact type {ftype}")
+
+
+def _struct_fields(buf: bytes, pos: int, fields: dict[int, tuple[int, bytes]]) -> int:
+    """Reads a struct at ``pos`` into ``fields`` (id -> (type, its value's raw bytes)); the end."""
+    fid = 0
+    while True:
+        head = buf[pos]
+        pos += 1
+        if head == 0:
+            return pos
+        delta, ftype = head >> 4, head & 0x0F
+        if delta:
+            fid += delta
+        else:
+            raw, pos = _read_varint(buf, pos)
+            fid = (raw >> 1) ^ -(raw & 1)
+        start = pos
+        pos = _skip(buf, pos, ftype)
+        fields[fid] = (ftype, buf[start:pos] if ftype not in (1, 2) else b"")
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """One column of the schema as a parquet leaf: a flat column, or a list of a flat type."""
+
+    physical: int
+    is_list: bool
+    value_type: pa.DataType   # the flat values' Arrow type
+    meta_head: bytes          # its ColumnMetaData's type, encodings, path and codec: the same in every file
+
+
+def _field(delta: int, ftype: int, value: bytes) -> bytes:
+    """A field ``delta`` ids after the previous one (1-15), with its value encoded."""
+    return bytes([(delta << 4) | ftype]) + value
+
+
+@dataclass(frozen=True)
+class PlainEncoder:
+    """Writes tables of one schema; made by ``for_schema``.
+
+    The footer's parts that are the same in every file are encoded once (``head``, ``tail``,
+    each leaf's ``meta_head``); a file adds its sizes, offsets and counts (building every
+    field with ``_Struct`` for each file took 0.13-0.16 ms, as long as pyarrow's whole writer).
+    """
+
+    leaves: tuple[_Leaf, ...]
+    head: bytes   # FileMetaData up to num_rows: version and schema
+    tail: bytes   # FileMetaData after row_groups: key-value metadata, created_by, column orders, stop
+
+    def encode(self, table: pa.Table) -> bytes | None:
+        """Runs on an executor: ``table`` as a parquet file of one row group, or None when its data
+        is not of the kinds this module encodes (a null, an empty list): pyarrow writes it then."""
+        n = table.num_rows
+        if n == 0:
+            return None
+        parts = [MAGIC]
+        at = len(MAGIC)
+        chunks = []
+        for leaf, column in zip(self.leaves, table.columns):
+            page = _page(leaf, column, n)
+            if page is None:
+                return None
+            data, values = page
+            parts.append(data)
+            size = _zigzag(len(data))
+            offset = _zigzag(at)
+            meta = b"".join((leaf.meta_head, _field(1, _I64, _zigzag(values)), _field(1, _I64, size),
+                             _field(1, _I64, size), _field(2, _I64, offset), b"\x00"))
+            chunks.append(b"".join((_field(2, _I64, offset), _field(1, _STRUCT, meta), b"\x00")))
+            at += len(data)
+        total = _zigzag(at - len(MAGIC))
+        group = b"".join((_field(1, _LIST, _list_header(len(chunks), _STRUCT)), *chunks, _field(1, _I64, total),
+                          _field(1, _I64, _zigzag(n)), _field(2, _I64, _zigzag(len(MAGIC))),
+                          _field(1, _I64, total), b"\x00"))
+        footer = b"".join((self.head, _field(1, _I64, _zigzag(n)), _field(1, _LIST, _list_header(1, _STRUCT)), group,
+                           self.tail))
+        parts += (footer, struct.pack("<I", len(footer)), MAGIC)
+        return b"".join(parts)
+
+
+def _list_header(n: int, elem_type: int) -> bytes:
+    return bytes([(n << 4) | elem_type]) if n < 15 else bytes([0xF0 | elem_type]) + _varint(n)
+
+
+def _page(leaf: _Leaf, column: pa.Array | pa.ChunkedArray, n: int) -> tuple[bytes, int] | None:
+    """One data page (header and body) of ``column`` and its number of values, or None."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if column.null_count:
+        return None
+    if leaf.is_list:
+        offsets = column.offsets.to_numpy()
+        lengths = np.diff(offsets)
+        if lengths.min() < 1:
+            return None   # an empty list: a level layout of its own
+        values = column.flatten()
+        if values.null_count:
+            return None
+        count = len(values)
+        if lengths.max() == lengths.min():   # vectors: every row alike
+            levels = _vector_levels(int(lengths[0]), n)
+        else:
+            levels = _with_length(b"".join(_row_levels(int(k)) for k in lengths.tolist())) + _levels(count, 3)
+    else:
+        values, count = column, n
+        levels = _levels(n, 1)
+    body = _plain(leaf, values)
+    size = _zigzag(len(levels) + len(body))
+    # PageHeader: type DATA_PAGE, uncompressed and compressed sizes, DataPageHeader (num_values,
+    # PLAIN values, RLE definition and repetition levels)
+    header = b"".join((_field(1, _I32, _zigzag(_DATA_PAGE)), _field(1, _I32, size), _field(1, _I32, size),
+                       _field(2, _STRUCT, _field(1, _I32, _zigzag(count)) + _DATA_PAGE_ENCODINGS), b"\x00"))
+    return header + levels + body, count
+
+
+_DATA_PAGE_ENCODINGS = b"".join((_field(1, _I32, _zigzag(_PLAIN)), _field(1, _I32, _zigzag(_RLE)),
+                                 _field(1, _I32, _zigzag(_RLE)), b"\x00"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_levels(length: int) -> bytes:
+    """A list's repetition levels: 0 for its first value, 1 for the others (two RLE runs)."""
+    first = _varint(1 << 1) + b"\x00"
+    return first if length == 1 else first + _varint((length - 1) << 1) + b"\x01"
+
+
+@functools.lru_cache(maxsize=4096)
+def _vector_levels(length: int, rows: int) -> bytes:
+    """The levels of ``rows`` lists of ``length`` values each."""
+    return _with_length(_row_levels(length) * rows) + _levels(length * rows, 3)
+
+
+@functools.lru_cache(maxsize=4096)
+def _levels(count: int, level: int) -> bytes:
+    """``count`` definition levels all at ``level`` (no nulls): one RLE run."""
+    return _with_length(_varint(count << 1) + bytes([level]))
+
+
+def _with_length(levels: bytes) -> bytes:
+    return struct.pack("<I", len(levels)) + levels
+
+
+def _plain(leaf: _Leaf, values: pa.Array) -> bytes:
+    """PLAIN-encoded values (no nulls)."""
+    t = leaf.value_type
+    if pa.types.is_boolean(t):
+        return np.packbits(values.to_numpy(zero_copy_only=False), bitorder="little").tobytes()
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        _, offsets_buffer, data = values.buffers()
+        offsets = np.frombuffer(offsets_buffer, np.int32)[values.offset:values.offset + len(values) + 1]
+        raw = memoryview(data) if data is not None else memoryview(b"")
+        return b"".join(struct.pack("<I", b - a) + raw[a:b] for a, b in zip(offsets[:-1].tolist(),
+                                                                            offsets[1:].tolist()))
+    array = values.to_numpy(zero_copy_only=True)
+    if leaf.physical == _PHYSICAL["INT32"] and array.dtype.itemsize != 4:
+        array = array.astype("<i4")   # int8, int16: INT32 on disk
+    return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+_FLAT = (pa.types.is_boolean, pa.types.is_int8, pa.types.is_int16, pa.types.is_int32, pa.types.is_int64,
+         pa.types.is_float32, pa.types.is_float64, pa.types.is_string, pa.types.is_binary)
+
+
+def _flat(t: pa.DataType) -> bool:
+    return any(check(t) for check in _FLAT)
+
+
+@functools.lru_cache(maxsize=1 << 15)   # as binlog_writer's formats: one per schema a worker writes
+def for_schema(schema: pa.Schema) -> PlainEncoder | None:
+    """Runs on an executor: the encoder of ``schema``, or None when a column is of a kind this
+    module does not write (maps, structs, nested lists, unsigned or 64-bit-offset types...)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(schema.empty_table(), sink, compression="none", write_statistics=False)
+    template = sink.getvalue().to_pybytes()
+    parquet_schema = pq.ParquetFile(pa.BufferReader(template)).schema
+    if len(parquet_schema) != len(schema):
+        return None   # a column of more than one leaf (a map)
+    leaves = []
+    for i, field in enumerate(schema):
+        t = field.type
+        is_list = pa.types.is_list(t)
+        value_type = t.value_type if is_list else t
+        if not _flat(value_type):
+            return None
+        column = parquet_schema.column(i)
+        physical = _PHYSICAL.get(column.physical_type)
+        if physical is None or (column.max_definition_level, column.max_repetition_level) != ((3, 1) if is_list
+                                                                                              else (1, 0)):
+            return None   # not nullable as every DeltaNode column is (a REQUIRED column's levels differ)
+        path = (field.name.encode(), b"list", b"element") if is_list else (field.name.encode(),)
+        if column.path != ".".join(p.decode() for p in path):
+            return None   # pyarrow named the leaf otherwise (or the name holds a dot)
+        meta_head = (_Struct().i32(1, physical).list(2, _I32, [_zigzag(_PLAIN), _zigzag(_RLE)])
+                     .list(3, _BINARY, [_varint(len(p)) + p for p in path]).i32(4, _UNCOMPRESSED).done()[:-1])
+        leaves.append(_Leaf(physical, is_list, value_type, meta_head))
+    length = struct.unpack("<I", template[-8:-4])[0]
+    fields: dict[int, tuple[int, bytes]] = {}
+    _struct_fields(template, len(template) - 8 - length, fields)
+    if not {1, 2, 5} <= fields.keys():
+        return None
+    head = _Struct().raw(1, *fields[1]).raw(2, *fields[2]).done()[:-1]
+    tail = _Struct(after=4).raw(5, *fields[5]).binary(6, CREATED_BY)   # num_rows and row_groups: encode's
+    if 7 in fields:
+        tail.raw(7, *fields[7])
+    return PlainEncoder(tuple(leaves), head, tail.done())
