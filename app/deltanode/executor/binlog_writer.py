@@ -32,7 +32,6 @@ from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
 from ..storage.object_store import StoreOptions
 from ..storage.pk_bloom import INLINE_MAX_KEYS, PkBloom
 from . import plain_parquet
-from .plain_parquet import PlainEncoder
 
 ROW_GROUP_BYTES = 4 << 20
 # Embeddings do not compress: snappy saved 3% of a 128-dim FloatVector file and took a fifth
@@ -63,7 +62,7 @@ class _FileFormat:
     bloom_key: str | None = None     # the column a bloom filter beside each file covers
     measured: tuple[tuple[str, int], ...] = ()   # (stat column, its place in a piece): the non-constant ones
     key_at: int = -1                 # the bloom key's place in a piece
-    plain: PlainEncoder | None = None   # a live binlog's encoder, when the schema is one it writes
+    plain: plain_parquet.PlainEncoder | None = None   # a live binlog's encoder, when the schema is one it writes
 
     @staticmethod
     @functools.lru_cache(maxsize=1 << 15)   # more than a node's collections (see CollectionLayout.from_bytes)

@@ -92,8 +92,7 @@ class _Struct:
     def list(self, fid: int, elem_type: int, items: list[bytes]) -> _Struct:
         """``items`` already encoded (structs with their stop byte, zigzagged ints, ...)."""
         self._header(fid, _LIST)
-        n = len(items)
-        self.out += bytes([(n << 4) | elem_type]) if n < 15 else bytes([0xF0 | elem_type]) + _varint(n)
+        self.out += _list_header(len(items), elem_type)
         for item in items:
             self.out += item
         return self
