@@ -97,9 +97,7 @@ def _compression(schema: pa.Schema) -> dict[str, str]:
     and worker).
     """
     plain = {f.name for f in schema if f.type in VECTOR_TYPES}
-    sink = pa.BufferOutputStream()
-    pq.write_table(schema.empty_table(), sink)
-    leaves = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    _, leaves = plain_parquet.empty_file(schema)
     codecs = {}
     for i in range(len(leaves)):
         path = leaves.column(i).path

@@ -78,10 +78,12 @@ def parse_response(data: bytes, correlation_id: int) -> dict[tuple[str, int], tu
         at, out = 12, {}
         for _ in range(topics):
             (size,) = struct.unpack_from(">h", data, at)
-            topic = data[at + 2:at + 2 + max(size, 0)].decode()
-            (partitions,) = struct.unpack_from(">i", data, at + 2 + max(size, 0))
-            if size < 0 or partitions < 0:
-                raise struct.error(f"a negative length ({size}, {partitions})")
+            if size < 0:
+                raise struct.error(f"a negative topic name length ({size})")
+            topic = data[at + 2:at + 2 + size].decode()
+            (partitions,) = struct.unpack_from(">i", data, at + 2 + size)
+            if partitions < 0:
+                raise struct.error(f"a negative partition count ({partitions})")
             at += 6 + size
             for _ in range(partitions):
                 partition, error, high, _stable, aborted = struct.unpack_from(">ihqqi", data, at)
