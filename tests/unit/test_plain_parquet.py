@@ -149,3 +149,26 @@ def test_a_live_binlog_is_encoded_here_and_delta_rs_reads_it(tmp_path):
     assert rows.column("pk").to_pylist() == list(range(n))
     assert rows.column("vec").to_pylist()[3] == [12.0, 13.0, 14.0, 15.0]
     assert set(rows.column("_segment_id").to_pylist()) == {9} and set(rows.column("_partition_id").to_pylist()) == {2}
+
+
+def test_files_of_one_shape_share_their_footer_and_keep_their_values():
+    """The footer is kept by row count and page sizes: a second file of the same shape takes it,
+    with its own pages (fixed-width columns: every file of 50 rows has the same sizes)."""
+    first, second = every_kind(50).select(["pk", "vec", "_ts"]), every_kind(50).select(["pk", "vec", "_ts"])
+    second = second.set_column(0, "pk", pa.array(np.arange(50, dtype=np.int64) + 1000))
+    a, b = encoded(first), encoded(second)
+    footer = slice(-8 - int.from_bytes(a[-8:-4], "little"), None)
+    assert a[footer] == b[footer] and a != b
+    assert pq.read_table(io.BytesIO(a)).equals(first) and pq.read_table(io.BytesIO(b)).equals(second)
+
+
+def test_columns_are_encoded_as_the_table_they_make():
+    """A live binlog's writer hands its arrays over without a Table; a column of another type than
+    the schema's is left to pyarrow's writer, which says what is wrong with it."""
+    table = every_kind()
+    encoder = plain_parquet.for_schema(table.schema)
+    assert encoder is not None
+    assert encoder.encode_columns([c.chunk(0) for c in table.columns], N) == encoded(table)
+    wrong = [c.chunk(0) for c in table.columns]
+    wrong[0] = wrong[0].cast(pa.int32())
+    assert encoder.encode_columns(wrong, N) is None

@@ -6,10 +6,12 @@ set-up: its constructor, ``write_table`` and ``close`` took 38% of the Python wo
 samples at the 10,000-vchannel point (py-spy), 0.15-0.25 ms for a 50-row x 128-dim file, of
 which the encoding of its 26 KB is a small part. Encoded here, such a file takes 0.08-0.09
 ms, and a task's CPU per insert routed and written fell from 0.39-0.41 to 0.28-0.33 ms
-(``deltanode_bench.task_cpu`` on tmpfs, docs/benchmarks.md). This module writes the file: one
-data page per column, PLAIN values, RLE levels, no compression and no statistics (a live
-binlog's add action carries its min/max, and the compactor writes the files it merges a
-segment's small ones into with every option).
+(``deltanode_bench.task_cpu`` on tmpfs, docs/benchmarks.md); then to 0.18-0.19 ms by taking
+the writer's arrays without a Table (no copy of a one-chunk column, no flatten of a list array
+that is not a slice, pages joined once) and keeping footers and page headers. This module
+writes the file: one data page per column, PLAIN values, RLE levels, no compression and no
+statistics (a live binlog's add action carries its min/max, and the compactor writes the
+files it merges a segment's small ones into with every option).
 
 What a file holds is what pyarrow writes for the same schema: the footer's schema elements,
 its ``ARROW:schema`` (so readers see the table's Arrow types, ``element`` names and all) and
@@ -26,13 +28,15 @@ from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 MAGIC = b"PAR1"
+FOOTERS_KEPT = 256   # footers an encoder keeps, by row count and page sizes
 CREATED_BY = b"deltanode plain_parquet version 1"
 
 # Parquet's enums (parquet.thrift)
@@ -135,6 +139,7 @@ class _Leaf:
 
     physical: int
     is_list: bool
+    arrow_type: pa.DataType   # the column's Arrow type
     value_type: pa.DataType   # the flat values' Arrow type
     meta_head: bytes          # its ColumnMetaData's type, encodings, path and codec: the same in every file
 
@@ -150,52 +155,83 @@ class PlainEncoder:
 
     The footer's parts that are the same in every file are encoded once (``head``, ``tail``,
     each leaf's ``meta_head``); a file adds its sizes, offsets and counts (building every
-    field for each file took 0.13-0.16 ms, as long as pyarrow's whole writer).
+    field for each file took 0.13-0.16 ms, as long as pyarrow's whole writer), and a footer
+    is kept for the next file of the same row count and page sizes: with fixed-width columns
+    (an Int64 key, vectors) that is every live binlog of one insert.
     """
 
     leaves: tuple[_Leaf, ...]
     head: bytes   # FileMetaData up to num_rows: version and schema
     tail: bytes   # FileMetaData after row_groups: key-value metadata, created_by, column orders, stop
+    _footers: dict[tuple, bytes] = field(default_factory=dict, compare=False, repr=False)   # ``encode_columns``
 
     def encode(self, table: pa.Table) -> bytes | None:
         """Runs on an executor: ``table`` as a parquet file of one row group, or None when its data
         is not of the kinds this module encodes (a null, an empty list): pyarrow writes it then."""
-        n = table.num_rows
+        return self.encode_columns(table.columns, table.num_rows)
+
+    def encode_columns(self, columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> bytes | None:
+        """Runs on an executor: ``encode`` for the schema's columns of ``n`` rows, in its order,
+        without a Table around them (a live binlog's writer has the arrays)."""
         if n == 0:
             return None
         parts = [MAGIC]
-        at = len(MAGIC)
-        chunks = []
-        for leaf, column in zip(self.leaves, table.columns):
+        sizes, counts = [], []
+        for leaf, column in zip(self.leaves, columns):
             page = _page(leaf, column, n)
             if page is None:
                 return None
-            data, values = page
-            parts.append(data)
-            size = _zigzag(len(data))
+            pieces, size, count = page
+            parts += pieces
+            sizes.append(size)
+            counts.append(count)
+        # The footer depends only on the row count and each page's size and values: files of a
+        # schema without strings all have the same one for the same row count.
+        key = (n, tuple(sizes), tuple(counts))
+        footer = self._footers.get(key)
+        if footer is None:
+            if len(self._footers) >= FOOTERS_KEPT:
+                self._footers.clear()
+            footer = self._footers[key] = self._footer(n, sizes, counts)
+        parts.append(footer)
+        return b"".join(parts)
+
+    def _footer(self, n: int, sizes: list[int], counts: list[int]) -> bytes:
+        """FileMetaData of one row group whose column chunks are pages of ``sizes`` bytes holding
+        ``counts`` values, one after the other from the file's start; its length, and the magic."""
+        at = len(MAGIC)
+        chunks = []
+        for leaf, page_size, values in zip(self.leaves, sizes, counts):
+            size = _zigzag(page_size)
             offset = _zigzag(at)
             meta = b"".join((leaf.meta_head, _field(1, _I64, _zigzag(values)), _field(1, _I64, size),
                              _field(1, _I64, size), _field(2, _I64, offset), b"\x00"))
             chunks.append(b"".join((_field(2, _I64, offset), _field(1, _STRUCT, meta), b"\x00")))
-            at += len(data)
+            at += page_size
         total = _zigzag(at - len(MAGIC))
         group = b"".join((_field(1, _LIST, _list_header(len(chunks), _STRUCT)), *chunks, _field(1, _I64, total),
                           _field(1, _I64, _zigzag(n)), _field(2, _I64, _zigzag(len(MAGIC))),
                           _field(1, _I64, total), b"\x00"))
         footer = b"".join((self.head, _field(1, _I64, _zigzag(n)), _field(1, _LIST, _list_header(1, _STRUCT)), group,
                            self.tail))
-        parts += (footer, struct.pack("<I", len(footer)), MAGIC)
-        return b"".join(parts)
+        return footer + struct.pack("<I", len(footer)) + MAGIC
 
 
 def _list_header(n: int, elem_type: int) -> bytes:
     return bytes([(n << 4) | elem_type]) if n < 15 else bytes([0xF0 | elem_type]) + _varint(n)
 
 
-def _page(leaf: _Leaf, column: pa.Array | pa.ChunkedArray, n: int) -> tuple[bytes, int] | None:
-    """One data page (header and body) of ``column`` and its number of values, or None."""
+_Page = tuple[tuple[bytes, bytes, bytes], int, int]   # (header, levels, values), size, number of values
+
+
+def _page(leaf: _Leaf, column: pa.Array | pa.ChunkedArray, n: int) -> _Page | None:
+    """One data page of ``column`` (its header, levels and values, joined once with the file's
+    other parts), its size and its number of values; or None."""
+    if column.type != leaf.arrow_type:
+        return None   # not the schema's column: pyarrow's writer says what is wrong with it
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        # combine_chunks copies even a single chunk: a 50 x 128-dim vector column's 25 KB
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if column.null_count:
         return None
     if leaf.is_list:
@@ -203,7 +239,9 @@ def _page(leaf: _Leaf, column: pa.Array | pa.ChunkedArray, n: int) -> tuple[byte
         lengths = np.diff(offsets)
         if lengths.min() < 1:
             return None   # an empty list: a level layout of its own
-        values = column.flatten()
+        # An array that is not a slice holds exactly its lists' values: no flatten (a compute call)
+        values = column.values if column.offset == 0 and offsets[0] == 0 and offsets[-1] == len(column.values) \
+            else column.flatten()
         if values.null_count:
             return None
         count = len(values)
@@ -215,12 +253,17 @@ def _page(leaf: _Leaf, column: pa.Array | pa.ChunkedArray, n: int) -> tuple[byte
         values, count = column, n
         levels = _levels(n, 1)
     body = _plain(leaf, values)
-    size = _zigzag(len(levels) + len(body))
-    # PageHeader: type DATA_PAGE, uncompressed and compressed sizes, DataPageHeader (num_values,
-    # PLAIN values, RLE definition and repetition levels)
-    header = b"".join((_field(1, _I32, _zigzag(_DATA_PAGE)), _field(1, _I32, size), _field(1, _I32, size),
-                       _field(2, _STRUCT, _field(1, _I32, _zigzag(count)) + _DATA_PAGE_ENCODINGS), b"\x00"))
-    return header + levels + body, count
+    header = _page_header(count, len(levels) + len(body))
+    return (header, levels, body), len(header) + len(levels) + len(body), count
+
+
+@functools.lru_cache(maxsize=4096)
+def _page_header(count: int, size: int) -> bytes:
+    """PageHeader: type DATA_PAGE, uncompressed and compressed sizes, DataPageHeader (num_values,
+    PLAIN values, RLE definition and repetition levels)."""
+    size_field = _field(1, _I32, _zigzag(size))
+    return b"".join((_field(1, _I32, _zigzag(_DATA_PAGE)), size_field, size_field,
+                     _field(2, _STRUCT, _field(1, _I32, _zigzag(count)) + _DATA_PAGE_ENCODINGS), b"\x00"))
 
 
 _DATA_PAGE_ENCODINGS = b"".join((_field(1, _I32, _zigzag(_PLAIN)), _field(1, _I32, _zigzag(_RLE)),
@@ -293,8 +336,8 @@ def for_schema(schema: pa.Schema) -> PlainEncoder | None:
     if len(parquet_schema) != len(schema):
         return None   # a column of more than one leaf (a map)
     leaves = []
-    for i, field in enumerate(schema):
-        t = field.type
+    for i, column_field in enumerate(schema):
+        t = column_field.type
         is_list = pa.types.is_list(t)
         value_type = t.value_type if is_list else t
         if not _flat(value_type):
@@ -304,7 +347,8 @@ def for_schema(schema: pa.Schema) -> PlainEncoder | None:
         if physical is None or (column.max_definition_level, column.max_repetition_level) != ((3, 1) if is_list
                                                                                               else (1, 0)):
             return None   # not nullable as every DeltaNode column is (a REQUIRED column's levels differ)
-        path = (field.name.encode(), b"list", b"element") if is_list else (field.name.encode(),)
+        name = column_field.name.encode()
+        path = (name, b"list", b"element") if is_list else (name,)
         if column.path != ".".join(p.decode() for p in path):
             return None   # pyarrow named the leaf otherwise (or the name holds a dot)
         # ColumnMetaData's type, encodings (PLAIN, RLE), path in schema and codec
@@ -313,7 +357,7 @@ def for_schema(schema: pa.Schema) -> PlainEncoder | None:
                               _field(1, _LIST, _list_header(len(path), _BINARY)
                                      + b"".join(_varint(len(p)) + p for p in path)),
                               _field(1, _I32, _zigzag(_UNCOMPRESSED))))
-        leaves.append(_Leaf(physical, is_list, value_type, meta_head))
+        leaves.append(_Leaf(physical, is_list, t, value_type, meta_head))
     length = struct.unpack("<I", template[-8:-4])[0]
     fields: dict[int, tuple[int, bytes]] = {}
     _struct_fields(template, len(template) - 8 - length, fields)
