@@ -178,11 +178,11 @@ class _File:
         if self._writer is None:
             self._sink = self._open()
             self._writer = self._parquet_writer(self._sink)
-        self._writer.write_table(pa.Table.from_arrays(group, schema=self.fmt.schema))
+        self._writer.write_table(pa.Table.from_arrays(group[0], schema=self.fmt.schema))
 
-    def _take_group(self) -> list[pa.Array | pa.ChunkedArray] | None:
-        """The pending pieces as one row group's columns (the schema's, in its order), its rows
-        counted and its stats and keys kept.
+    def _take_group(self) -> tuple[list[pa.Array | pa.ChunkedArray], int] | None:
+        """The pending pieces as one row group: its columns (the schema's, in its order) and
+        rows, counted, with their stats and keys kept.
 
         The constant columns are shared arrays (``_repeated``; a numpy array made for each took 13 us),
         the stats and keys are taken from the pieces' arrays, and an Int64 key is kept as the
@@ -211,24 +211,23 @@ class _File:
                 self.min[col] = lo if col not in self.min else min(self.min[col], lo)
                 self.max[col] = hi if col not in self.max else max(self.max[col], hi)
         columns += [_repeated(self.constants[name], n) for name in self.fmt.constants]
-        return columns
+        return columns, n
 
     def _write_whole(self) -> int:
         """The file's one row group (or none), encoded in memory and written at once; its size.
 
         A live binlog is encoded by ``plain_parquet`` when its schema and data allow, else (and
         for a lasting file) by pyarrow's writer."""
-        rows = self._pending_rows
         group = self._take_group()
         plain = self.fmt.plain
         data: bytes | pa.Buffer | None = None
         if plain is not None and group is not None and not self.lasting:
-            data = plain.encode_columns(group, rows)
+            data = plain.encode_columns(*group)
         if data is None:
             buffer = pa.BufferOutputStream()
             writer = self._parquet_writer(buffer, whole=True)
             if group is not None:
-                writer.write_table(pa.Table.from_arrays(group, schema=self.fmt.schema))
+                writer.write_table(pa.Table.from_arrays(group[0], schema=self.fmt.schema))
             writer.close()
             data = buffer.getvalue()
         with self._open() as out:
