@@ -172,3 +172,4 @@ def test_columns_are_encoded_as_the_table_they_make():
     wrong = [c.chunk(0) for c in table.columns]
     wrong[0] = wrong[0].cast(pa.int32())
     assert encoder.encode_columns(wrong, N) is None
+    assert encoder.encode_columns([c.chunk(0) for c in table.columns][:-1], N) is None   # a column short

@@ -36,7 +36,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MAGIC = b"PAR1"
-FOOTERS_KEPT = 256   # footers an encoder keeps, by row count and page sizes
+# Footers an encoder keeps, by row count and page sizes: each is about the size of what the
+# encoder keeps itself (the schema and ARROW:schema), and a worker keeps an encoder per schema.
+FOOTERS_KEPT = 4
 CREATED_BY = b"deltanode plain_parquet version 1"
 
 # Parquet's enums (parquet.thrift)
@@ -173,7 +175,7 @@ class PlainEncoder:
     def encode_columns(self, columns: Sequence[pa.Array | pa.ChunkedArray], n: int) -> bytes | None:
         """Runs on an executor: ``encode`` for the schema's columns of ``n`` rows, in its order,
         without a Table around them (a live binlog's writer has the arrays)."""
-        if n == 0:
+        if n == 0 or len(columns) != len(self.leaves):
             return None
         parts = [MAGIC]
         sizes, counts = [], []
