@@ -178,7 +178,11 @@ class _File:
         if self._writer is None:
             self._sink = self._open()
             self._writer = self._parquet_writer(self._sink)
-        self._writer.write_table(pa.Table.from_arrays(group[0], schema=self.fmt.schema))
+        self._writer.write_table(self._table(group[0]))
+
+    def _table(self, columns: list[pa.Array | pa.ChunkedArray]) -> pa.Table:
+        """A row group's columns as the Table pyarrow's writer takes (it checks them against the schema)."""
+        return pa.Table.from_arrays(columns, schema=self.fmt.schema)
 
     def _take_group(self) -> tuple[list[pa.Array | pa.ChunkedArray], int] | None:
         """The pending pieces as one row group: its columns (the schema's, in its order) and
@@ -227,7 +231,7 @@ class _File:
             buffer = pa.BufferOutputStream()
             writer = self._parquet_writer(buffer, whole=True)
             if group is not None:
-                writer.write_table(pa.Table.from_arrays(group[0], schema=self.fmt.schema))
+                writer.write_table(self._table(group[0]))
             writer.close()
             data = buffer.getvalue()
         with self._open() as out:
