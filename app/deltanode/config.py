@@ -327,7 +327,7 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "most MQ payload bytes one cycle reads for vchannels catching up far behind their pchannel's head",
        min=1),
     _k("datanode.trigger.interval", KeyType.DURATION, "1s", "how often the pipeline runs a cycle (at once while "
-       "a backlog remains)", min=0),
+       "a backlog remains; up to twice as often while its cycles with rows take half of it or more)", min=0),
     _k("datanode.sync.max.delay", KeyType.DURATION, "0s",
        "longest rows may wait in binlog files before their collection is committed (0: at the end of "
        "the cycle that read them)", min=0),

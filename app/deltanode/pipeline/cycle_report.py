@@ -20,6 +20,7 @@ class CycleReport:
     sync_s: float = 0.0          # fence, marking deletes and Delta commits
     mark_s: float = 0.0          # the Spark job marking the rows deletes remove (part of sync_s)
     seconds: float = 0.0         # the whole cycle
+    capped: bool = False         # a range hit a cap: a backlog remains, the next cycle starts at once
     ranges: int = 0
     tasks: int = 0
     messages: int = 0

@@ -1,7 +1,7 @@
 """The DataNode's shared pipeline: one loop, one Spark job per cycle, whatever the number of vchannels.
 
-The loop runs a cycle every ``trigger_interval`` (at once while a backlog remains), made of
-stages with one job each:
+The loop runs a cycle every ``trigger_interval`` (at once while a backlog remains, twice an
+interval while busy: ``trigger``), made of stages with one job each:
 
 - ``registry``: the vchannels this node runs (channel watchers add and remove them between cycles);
 - ``cycle``: plan the cycle's offset ranges, read, route and write them in one Spark job, apply
@@ -45,6 +45,7 @@ from .plan import Limits
 from .registry import VchannelRegistry
 from .sync_manager import SyncManager
 from .sync_policy import SyncSettings
+from .trigger import Trigger
 from .turns import CycleObserver, CycleTurns
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Pipeline:
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(self.registry, self._cycle, self._syncs, self._stopping, on_cycle)
+        self._trigger = Trigger(settings.trigger_interval)
         self.cycles = self._turns.reports
         self.compactor = Compactor(spark, storage, self, settings.compaction)
 
@@ -198,8 +200,9 @@ class Pipeline:
         failures = 0
         while not self._stopping.is_set():
             started = time.monotonic()
+            report: CycleReport | None = None
             try:
-                capped = self._turns.turn()
+                report = self._turns.turn()
                 failures = 0
             except SparkStopped as e:
                 log.warning("Spark stopped under cycle %d (%s): the pipeline stops; what it did not commit is "
@@ -215,13 +218,11 @@ class Pipeline:
                 why = Failure(kind=FailureKind.CYCLE_FAILED, message=f"{type(e).__name__}: {e}")
                 for fg in self.registry.members().values():
                     self._fail(fg, why, now)
-                capped = False
                 self._turns.abandon()
                 self._stopping.wait(min(MAX_LOOP_BACKOFF, 2.0 ** failures))
             finally:
                 self.registry.end_cycle()
-            if not capped:
-                self._wake.wait(max(0.0, started + self.settings.trigger_interval - time.monotonic()))
+            self._wake.wait(max(0.0, self._trigger.next_start(started, time.monotonic(), report) - time.monotonic()))
             self._wake.clear()
         self._turns.close()
 

@@ -47,8 +47,8 @@ class CycleTurns:
         self.number = 0
         self._sync_due = False   # the last turn left its sync to run beside the next one's job
 
-    def turn(self) -> bool:
-        """One cycle and a sync; True when a backlog remains (the next turn starts at once)."""
+    def turn(self) -> CycleReport:
+        """One cycle and a sync; what it did (``capped``: a backlog remains, the next turn starts at once)."""
         self.number += 1
         report = CycleReport(self.number, started=time.time())
         now = time.monotonic()
@@ -57,6 +57,7 @@ class CycleTurns:
         if self._sync_due:
             self._sync(members, report)
         plan = self.runner.finish(launched, members, report)
+        report.capped = plan.capped
         self._sync_due = plan.capped and not self.stopping.is_set()
         if not self._sync_due:
             self._sync(members, report)
@@ -68,7 +69,7 @@ class CycleTurns:
                 self.on_cycle(report)
             except Exception:  # an observer (metrics) never stops persistence
                 log.exception("cycle %d: its observer failed", report.number)
-        return plan.capped
+        return report
 
     def abandon(self) -> None:
         """The turn failed and every vchannel restarts from Delta: nothing is left to commit."""
