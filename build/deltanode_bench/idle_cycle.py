@@ -1,14 +1,17 @@
 """The driver's CPU for a cycle of idle vchannels, in one process (no Spark, no broker).
 
-``python -m deltanode_bench.idle_cycle [--vchannels 10000] [--cycles 20] [--profile]``: loads
-that many flowgraphs (collections of 2 shards over 16 pchannels, as the scale benchmark's),
-then runs cycles through the pipeline's own ``CycleRunner``: each pchannel got 5 TimeTicks
-since the last cycle and no vchannel a message of its own. The Spark job is replaced by its
+``python -m deltanode_bench.idle_cycle [--vchannels 10000] [--cycles 20] [--busy N] [--work-dir DIR]
+[--profile]``: loads that many flowgraphs (collections of 2 shards over 16 pchannels, as the
+scale benchmark's), then runs cycles through the pipeline's own ``CycleRunner``: each pchannel
+got 5 TimeTicks since the last cycle and no vchannel a message of its own, but ``--busy`` of
+them (drawn anew each cycle), which each got one insert of 50 rows (a binlog file the commit
+adds; the file itself is not written). The Spark job is replaced by its
 driver side: the task specs pickled as the job pickles them, and outputs (the ranges' read
 statistics) unpickled as the job's results are; the collector set as on the driver. Prints
 the median of planning the ranges (wall), and the CPU per cycle of planning (``start``, the
 specs pickled), of applying the outputs (``finish``) and of the sync (``SyncManager.sync``:
-the idle-checkpoint commits the sync policies pick, to Delta tables in a scratch directory);
+the idle-checkpoint commits the sync policies pick and the busy vchannels', to Delta tables in a
+scratch directory, or under ``--work-dir``, kept: deleting many files slows the next ones);
 ``--profile`` adds cProfile's top
 functions (of the loop's thread). What a cycle costs for every vchannel a node holds, whatever the
 traffic: at 10,000 vchannels, the fixed part of a cycle (docs/benchmarks.md).
@@ -20,6 +23,7 @@ import argparse
 import cProfile
 import pickle
 import pstats
+import random
 import statistics
 import tempfile
 import threading
@@ -36,7 +40,7 @@ from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.sync_manager import SyncManager
 from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.records import ReadStats, TaskOutput, TaskSpec
+from deltanode.records import FileEntry, Portion, PortionStats, ReadStats, SegmentStats, TableKind, TaskOutput, TaskSpec
 from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import VchannelInfo
@@ -60,18 +64,38 @@ class _Highs:
 
 
 class _IdleRunner(CycleRunner):
-    """The cycle runner with the Spark job's driver side only: specs pickled, outputs unpickled."""
+    """The cycle runner with the Spark job's driver side only: specs pickled, outputs unpickled;
+    ``busy`` vchannels a cycle get one insert each."""
+
+    busy = 0
+    drawn = random.Random(24)
 
     def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list]:
         for spec in specs:
             pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+        names = sorted({v for spec in specs for p in spec.pieces for v in p.members})
+        busy = set(self.drawn.sample(names, min(self.busy, len(names))))
         outputs = []
         for spec in specs:
+            starts = dict(zip(spec.contexts.vchannels, spec.contexts.starts))
+            ids = dict(zip(spec.contexts.vchannels, spec.contexts.collection_ids))
+            portions = [_insert(v, ids[v], max(p.first, starts[v]), p.end)
+                        for p in spec.pieces for v in p.members if v in busy]
             reads = tuple(ReadStats(p.pchannel, p.first, p.end, messages=p.end - p.first, bytes=60 * (p.end - p.first),
-                                    tick=1 << 40 | p.end, tick_offset=p.end - 1, partition=p.partition)
+                                    tick=1 << 40 | p.end, tick_offset=p.end - 1, partition=p.partition,
+                                    routed=frozenset(v for v in p.members if v in busy))
                           for p in spec.pieces)
-            outputs.append(pickle.dumps(TaskOutput((), reads), protocol=pickle.HIGHEST_PROTOCOL))
+            outputs.append(pickle.dumps(TaskOutput(tuple(portions), reads), protocol=pickle.HIGHEST_PROTOCOL))
         return [pickle.loads(out) for out in outputs], []
+
+
+def _insert(vchannel: str, collection_id: int, first: int, end: int) -> Portion:
+    """One insert of 50 rows of 128 dims into the vchannel's segment, as a task returns it."""
+    segment, ts = collection_id * 10 + int(vchannel[-1]), 1 << 40 | first
+    entry = FileEntry(TableKind.INSERT, f"{collection_id}/{segment}/part-{vchannel[-12:]}-{first}.parquet", 26_000, 50,
+                      "{}", segment, 1)
+    return Portion(vchannel, first, end, (entry,), {segment: SegmentStats(1, 50, ts, ts, first, ts, 26_000)},
+                   stats=PortionStats(1 << 40 | end, 1, 26_000, 50))
 
 
 def flowgraphs(vchannels: int) -> dict[str, VchannelFlowgraph]:
@@ -94,6 +118,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vchannels", type=int, default=10000)
     ap.add_argument("--cycles", type=int, default=20)
+    ap.add_argument("--busy", type=int, default=0, help="vchannels with one insert each, each cycle")
+    ap.add_argument("--work-dir", help="keep the Delta tables here (default: a scratch directory, deleted)")
     ap.add_argument("--profile", action="store_true", help="cProfile's top functions over the cycles")
     args = ap.parse_args()
     tune_for_driver()   # the driver's collector thresholds
@@ -101,11 +127,12 @@ def main() -> None:
     for fg in flowgraphs(args.vchannels).values():
         registry.add(fg)
     with tempfile.TemporaryDirectory() as scratch:
-        storage = StorageLayout(scratch)
+        storage = StorageLayout(args.work_dir or scratch)
         failures = FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None)
         runner = _IdleRunner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
                              registry, failures, dict, threading.Event())
         highs = runner.watermarks = _Highs()   # type: ignore[assignment]
+        runner.busy = args.busy
         syncs = SyncManager(None, storage, SyncSettings(), None, lambda *a, **k: None, 16, 2)  # type: ignore[arg-type]
         profile = cProfile.Profile() if args.profile else None
         ranges, plans, applies, synced = [], [], [], []
@@ -132,7 +159,8 @@ def main() -> None:
             applies.append(applied - planned)
         runner.close()
     behind = sum(fg.next_offset != highs.high for fg in registry.members().values())
-    print(f"{args.vchannels} idle vchannels on {PCHANNELS} pchannels, {args.cycles} cycles "
+    print(f"{args.vchannels} vchannels ({args.busy} with an insert a cycle, the others idle) on {PCHANNELS} "
+          f"pchannels, {args.cycles} cycles "
           f"({behind} vchannels not at the head after them)")
     print("  ranges planned (wall) ms  plan (start, specs pickled) ms  apply (outputs unpickled, finish) ms"
           "  sync ms  cycle ms")

@@ -24,6 +24,7 @@ from .failure import Failure
 from .recovery import check_topic, initial_state
 from .seal_policy import SealSettings, first_due_ms, seal_by_policies, seal_for_flush
 from .state_update import BatchOutcome, advance_ticks, moves_by_ticks
+from .tick_cursor import TickCursor
 
 MAX_BACKOFF = 60.0
 
@@ -84,7 +85,7 @@ class VchannelFlowgraph:
                  "schema_bytes", "status", "failures", "retry_at", "last_failure", "committed", "watermarks",
                  "_working", "pending", "pending_since", "committed_at", "read_size", "min_range", "claim",
                  "consumed", "loads", "_route_key", "_route_head", "_route_tail", "_seal_kept", "_seal_from",
-                 "_ticks_key", "_ticks_move")
+                 "_ticks_key", "_ticks_move", "_cursor")
 
     def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int,
                  positions: PositionCodec = CODECS["kafka"]) -> None:
@@ -120,18 +121,34 @@ class VchannelFlowgraph:
         self._seal_from = 0.0                     # no seal policy is due before this clock (``seal_due``)
         self._ticks_key: tuple | None = None      # what ``_ticks_move`` was worked out from (``read_ticks``)
         self._ticks_move = False
+        self._cursor: TickCursor | None = None    # parked on it (``park``)
 
     @property
     def working(self) -> ChannelState:
         """The state after every batch read since the last commit. Set by ``load``, which the
-        pipeline calls before the flowgraph joins it (a load that fails keeps the previous one)."""
+        pipeline calls before the flowgraph joins it (a load that fails keeps the previous one).
+        A parked flowgraph catches up with its cursor first."""
         if self._working is None:
             raise RuntimeError(f"{self.vchannel}: the flowgraph was never loaded")
+        if self._cursor is not None and self._cursor.offset > self._working.checkpoint_offset:
+            cursor = self._cursor
+            start = self._working.checkpoint_offset
+            self._move_by_ticks(start, cursor.offset, cursor.tick_from(start), cursor.read_size)
         return self._working
 
     @working.setter
     def working(self, state: ChannelState) -> None:
+        assert self._cursor is None, "a parked flowgraph's state changes once it left its cursor"
         self._working = state
+
+    @property
+    def segments_state(self) -> ChannelState:
+        """``working`` without catching up with a cursor, for other threads than the loop's (the
+        compactor): a parked flowgraph's state is behind its cursor by ticks alone, which change
+        no segment, partition or drop."""
+        if self._working is None:
+            raise RuntimeError(f"{self.vchannel}: the flowgraph was never loaded")
+        return self._working
 
     @property
     def loaded(self) -> bool:
@@ -142,6 +159,7 @@ class VchannelFlowgraph:
         """Start (again) from Delta's state of the vchannel; ``topic_id``: the broker's id of the
         pchannel topic now (recovery.check_topic), recorded with the next commit."""
         check_topic(committed, topic_id)
+        self.unpark()
         self.loads += 1
         self.committed, self.watermarks = committed, watermarks
         self.working = initial_state(committed, self.info, self.node_id, self.positions)
@@ -152,6 +170,7 @@ class VchannelFlowgraph:
 
     def fail(self, failure: Failure, now: float) -> list[FileEntry]:
         """Stop until the backoff is over; returns the uncommitted files to delete."""
+        self.unpark()
         files = self.uncommitted_files()
         self.failures += 1
         self.retry_at = now + min(MAX_BACKOFF, 2.0 ** self.failures)
@@ -196,6 +215,7 @@ class VchannelFlowgraph:
 
     def apply(self, outcome: BatchOutcome, now: float, read_size: float | None = None) -> None:
         """``read_size``: bytes per message of the ranges this batch came from."""
+        self.unpark()
         self.consumed = self.consumed.plus(outcome, outcome.state.dml_bytes - self.working.dml_bytes)
         self.working = outcome.state
         if read_size:
@@ -222,14 +242,26 @@ class VchannelFlowgraph:
         its general path, when ticks can only move its checkpoint (``state_update.advance_ticks``).
         False, and nothing done, when it needs the general path (``advance``, then ``apply``).
         Most of a cycle's batches at 10,000 vchannels."""
+        self.unpark()
+        if not self.moves_by_ticks(start):
+            return False
+        self._move_by_ticks(start, end, tick, read_size)
+        self._ran(now)
+        return True
+
+    def moves_by_ticks(self, start: int) -> bool:
+        """Whether a batch from ``start`` that saw ticks only can only move its checkpoint."""
         state = self.working
         if start != state.checkpoint_offset or state.collection_dropped:
             return False
         key = (state.segments, state.seek_ts, state.flush_ts, state.replay)
         if key != self._ticks_key:   # what ``moves_by_ticks`` reads (the same objects compare at once)
             self._ticks_key, self._ticks_move = key, moves_by_ticks(state)
-        if not self._ticks_move:
-            return False
+        return self._ticks_move
+
+    def _move_by_ticks(self, start: int, end: int, tick: int, read_size: float | None) -> None:
+        state = self._working
+        assert state is not None   # loaded: the callers read ``working`` first
         last = self.pending[-1] if self.pending else None
         if last is not None and last.idle:   # takes the place of the idle batch before it (``apply``)
             self.pending[-1] = advance_ticks(state, end, tick, last.start)
@@ -239,8 +271,41 @@ class VchannelFlowgraph:
         if read_size:
             self.read_size = read_size
         self.min_range = 0
-        self._ran(now)
-        return True
+
+    # -- parking (``tick_cursor``) ---------------------------------------------------------------
+    @property
+    def parked(self) -> bool:
+        return self._cursor is not None
+
+    def may_park(self) -> bool:
+        """Whether it can follow a cursor: running, its ticks can only move its checkpoint, and
+        nothing but ticks waits to be committed (a batch with rows, a claim or an urgent event
+        is committed at the end of its cycle, which unparks it)."""
+        return (self.status == FlowgraphStatus.RUNNING and self._working is not None and self.pending_since is None
+                and not self.claim and bool(self.pending) and self.pending[-1].idle and self.min_range == 0
+                and self.moves_by_ticks(self._working.checkpoint_offset))
+
+    def park(self, cursor: TickCursor) -> None:
+        """Follow ``cursor``, which stands where it does (``may_park``)."""
+        assert self._cursor is None and cursor.offset == self.working.checkpoint_offset
+        cursor.message_size = max(cursor.message_size, self.message_size() or 0.0)
+        cursor.wake_ms = min(cursor.wake_ms, self._seal_from)
+        self._cursor = cursor
+        cursor.members[self.vchannel] = self
+
+    def unpark(self) -> None:
+        """Catch up with its cursor and leave it: what changes or commits the state does this first."""
+        cursor = self._cursor
+        if cursor is not None:
+            self.working   # noqa: B018 - catches up
+            self._cursor = None
+            del cursor.members[self.vchannel]
+
+    def route_row_at(self, offset: int) -> RouteRow:
+        """``route_row`` for a parked flowgraph, which starts at its cursor's ``offset``: nothing
+        else of its row changed since it was last made (a change unparks it)."""
+        assert self._route_tail is not None
+        return self._route_head + (offset,) + self._route_tail
 
     def _ran(self, now: float) -> None:
         if self.failures and now - self.retry_at > MAX_BACKOFF:
@@ -248,6 +313,7 @@ class VchannelFlowgraph:
 
     def request_flush(self, flush_ts: int) -> bool:
         """Seal its segments for a flush at ``flush_ts`` (once per request); whether it did."""
+        self.unpark()
         sealed = seal_for_flush(self._working, flush_ts) if self._working is not None else None
         if sealed is not None:
             self.working = sealed
@@ -257,6 +323,7 @@ class VchannelFlowgraph:
         """Seal the Growing segments a seal policy says are due; their ids. The policies run only
         once the clock reaches where one may be due (``seal_policy.first_due_ms``), which is
         worked out again when the segments change."""
+        self.unpark()
         state = self._working
         if state is None:
             return []
@@ -274,11 +341,13 @@ class VchannelFlowgraph:
     def read_without_tick(self, messages: int) -> None:
         """Its replay filter's pack order found no TimeTick to end at in ``messages``: the next range
         is twice as long (up to the high watermark, where it waits for the next tick)."""
+        self.unpark()
         self.min_range = max(2 * messages, 2)
 
     def skip_gap(self, position: int) -> None:
         """Move past positions the broker has no message at (a Pulsar ledger boundary): the next
         read starts at ``position``, and the next commit's checkpoint covers the gap."""
+        self.unpark()
         state = self.working.copy()
         state.checkpoint_offset = position
         self.working = state
@@ -312,6 +381,7 @@ class VchannelFlowgraph:
 
     def committed_sync(self, sync: VchannelSync, watermarks: Watermarks, now: float) -> None:
         """``sync`` is in Delta; batches read meanwhile stay pending."""
+        self.unpark()
         done = [b for b in self.pending if b.end <= sync.end]
         self.pending = self.pending[len(done):]
         self.committed, self.watermarks = sync.state, watermarks   # states are never changed in place

@@ -40,6 +40,7 @@ from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
 from .failures import FailurePolicy
 from .jobs import JOB_GROUP, SparkStopped, spark_stopped
+from .parking import Parking
 from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
 from .registry import VchannelRegistry
 
@@ -56,6 +57,8 @@ class Launched:
     loads: dict[str, int] = field(default_factory=dict)   # vchannel -> its flowgraph's loads when planned
     starts: dict[str, int] = field(default_factory=dict)  # vchannel -> its next offset when planned
     members: dict[tuple[str, int, int, int], tuple[str, ...]] = field(default_factory=dict)  # range -> vchannels
+    grouped: dict[tuple[str, int, int, int], tuple[str, int]] = field(default_factory=dict)   # range -> its cursor
+    parked: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)   # cursor -> its members
 
 
 class CycleRunner:
@@ -73,38 +76,48 @@ class CycleRunner:
         self.highs_seen: dict[tuple[str, int], int] = {}
         self._averages: dict[str, float] = {}                 # pchannel -> bytes per DML message
         self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-job")
+        self.parking = Parking()
 
     def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
         """Plan for ``members`` (failed ones reloaded first, when due) and start the cycle's Spark
         job on the job thread; ``finish`` waits for it and applies its output."""
         self.number = report.number
         self.failures.reload_due(members, now, report)
-        readable = [fg for fg in members.values() if fg.readable]
-        self._seal(readable)
+        flushes = self.flushes()
+        self.parking.prepare(members, flushes)
+        readable = [fg for fg in members.values() if fg.readable and not fg.parked]
+        self._seal(readable, flushes)
         highs = self._highs(readable, report, now)
         readable = [fg for fg in readable if fg.readable]
+        for key in [key for key in self.parking.keys() if key in highs]:   # a cursor past the broker's end
+            if self.parking.cursor_behind(key, highs[key]):
+                readable += self.parking.unpark_all(key)
         averages = self._message_sizes(readable)
-        positions = [_position(fg) for fg in readable]
+        positions = [_position(fg) for fg in readable] + self.parking.positions()
         plan = plan_cycle(positions, highs, averages, self.limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
-        tasks = split_tasks(plan.ranges, averages, self.limits.splits, self.broker.cut_points)
+        ranges, spans = self.parking.expand(plan.ranges)
+        tasks = split_tasks(ranges, averages, self.limits.splits, self.broker.cut_points)
         report.plan_s = time.monotonic() - now
         if not tasks:
             return Launched(plan=plan)
         report.ranges, report.tasks = len(plan.ranges), len(tasks)
         rows = {fg.vchannel: fg.route_row() for fg in readable}
         schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
+        loads = {fg.vchannel: fg.loads for fg in readable}
+        starts = {p.vchannel: p.next_offset for p in positions}
+        self.parking.rows(rows, schemas, starts, loads)
         specs = []
         for pieces in tasks:
             names = sorted({v for p in pieces for v in p.members})
             specs.append(TaskSpec(self.number, tuple(pieces), RouteContexts.from_rows([rows[v] for v in names]),
                                   {members[v].collection_id: schemas[members[v].collection_id] for v in names},
                                   self.storage, self.broker))
+        own, grouped = self.parking.pieces([p for pieces in tasks for p in pieces], spans)
         return Launched(plan=plan, job=self._jobs.submit(self._run_tasks, specs), started=time.monotonic(),
-                        loads={fg.vchannel: fg.loads for fg in readable},
-                        starts={p.vchannel: p.next_offset for p in positions},
-                        members={p.key: p.members for pieces in tasks for p in pieces})
+                        loads=loads, starts=starts, members=own, grouped=grouped,
+                        parked={key: self.parking.members(key) for key in spans})
 
     def finish(self, launched: Launched, members: dict[str, VchannelFlowgraph], report: CycleReport) -> Plan:
         """Wait for the cycle's job; each vchannel's portions move its state, unless it failed,
@@ -129,7 +142,7 @@ class CycleRunner:
                now: float) -> dict[tuple[str, int], int]:
         highs: dict[tuple[str, int], int] = {}
         errors: dict[tuple[str, int], str] = {}
-        wanted = sorted({(fg.pchannel, fg.working.partition) for fg in readable})
+        wanted = sorted({(fg.pchannel, fg.working.partition) for fg in readable} | self.parking.keys())
         assert self.watermarks is not None   # set by Pipeline.start, before its first cycle
         for key, high in self.watermarks.highs(wanted).items():
             if isinstance(high, BrokerError):
@@ -137,7 +150,7 @@ class CycleRunner:
             else:
                 highs[key] = self.highs_seen[key] = high
         if errors:
-            for fg in readable:
+            for fg in readable + [fg for key in errors for fg in self.parking.unpark_all(key)]:
                 error = errors.get((fg.pchannel, fg.working.partition))
                 if error is not None:
                     self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
@@ -181,28 +194,35 @@ class CycleRunner:
         idle: dict[str, list[ReadStats]] = {}   # vchannel -> the reads it saw no message of its own in
         read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
         starts, loads = launched.starts, launched.loads
+        job_reads = [read for out in outputs for read in out.reads]
         for out in outputs:
             report.task_s += out.seconds
             report.task_cpu_s += out.cpu_seconds
             report.task_read_s += out.read_wait_seconds
-            for read in out.reads:
-                self._learn(read, report)
-                total = read_sizes.setdefault(read.pchannel, [0, 0])
-                total[0] += read.dml_bytes if read.dml_messages else read.bytes
-                total[1] += read.dml_messages or read.messages
-                routed, end = read.routed, read.end
-                for v in launched.members[read.key]:   # the idle ones (records.ReadStats)
-                    if v not in routed and starts[v] < end:
-                        seen = idle.get(v)
-                        if seen is None:
-                            idle[v] = [read]
-                        else:
-                            seen.append(read)
             for p in out.portions:
                 by_vchannel.setdefault(p.vchannel, []).append(p)
-        current = self.registry.members()
+        for read in job_reads:
+            self._learn(read, report)
+            total = read_sizes.setdefault(read.pchannel, [0, 0])
+            total[0] += read.dml_bytes if read.dml_messages else read.bytes
+            total[1] += read.dml_messages or read.messages
         sizes = {pchannel: nbytes / messages if messages else None for pchannel, (nbytes, messages) in
                  read_sizes.items()}   # bytes per message of this job's reads
+        unparked = self.parking.settle(job_reads, launched.grouped, launched.parked, sizes)
+        for read in job_reads:
+            routed, end = read.routed, read.end
+            names = launched.members[read.key]
+            cursor = launched.grouped.get(read.key)
+            if cursor in unparked:
+                names += tuple(unparked[cursor])
+            for v in names:   # the idle ones (records.ReadStats)
+                if v not in routed and starts[v] < end:
+                    seen = idle.get(v)
+                    if seen is None:
+                        idle[v] = [read]
+                    else:
+                        seen.append(read)
+        current = self.registry.members()
         running = FlowgraphStatus.RUNNING
         for vchannel, reads in idle.items():
             # A vchannel idle in its one read of the cycle moves by ticks alone, without a portion
@@ -212,6 +232,7 @@ class CycleRunner:
                     and vchannel not in by_vchannel and current.get(vchannel) is fg:
                 first = max(read.first, starts[vchannel])
                 if fg.read_ticks(first, read.end, read.tick_from(first), now, sizes[read.pchannel]):
+                    self.parking.park(fg)
                     continue
             by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
         for vchannel, portions in by_vchannel.items():
@@ -241,7 +262,7 @@ class CycleRunner:
             report.rows += outcome.inserted_rows
             report.deletes += outcome.deleted_rows
             report.quarantined += outcome.quarantined
-        for read in (r for out in outputs for r in out.reads if r.error is None):
+        for read in (r for r in job_reads if r.error is None):
             position = read.next_position
             if position is None:
                 continue
@@ -249,10 +270,9 @@ class CycleRunner:
                 if fg.pchannel == read.pchannel and fg.status == FlowgraphStatus.RUNNING and fg.next_offset == read.end:
                     fg.skip_gap(position)
 
-    def _seal(self, readable: list[VchannelFlowgraph]) -> None:
+    def _seal(self, readable: list[VchannelFlowgraph], flushes: dict[int, int]) -> None:
         """Flush requests and seal policies, before the cycle reads (its batches seal the segments
         first seen up to a flush ts, and flush what a tick reaches: state_update.advance)."""
-        flushes = self.flushes()
         for fg in readable:
             flush_ts = flushes.get(fg.collection_id)
             if flush_ts and fg.request_flush(flush_ts):
@@ -274,7 +294,8 @@ class CycleRunner:
 
     def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
         """The size each pchannel's messages are counted at when planning (``plan.planning_sizes``)."""
-        return planning_sizes(self._averages, [(fg.pchannel, fg.message_size()) for fg in readable])
+        return planning_sizes(self._averages, [(fg.pchannel, fg.message_size()) for fg in readable]
+                              + self.parking.sizes())
 
 
 def _position(fg: VchannelFlowgraph) -> Position:

@@ -144,7 +144,7 @@ class Pipeline:
         for fg in members:
             if not fg.loaded:
                 continue
-            state = fg.working
+            state = fg.segments_state
             if state.collection_dropped:
                 continue
             target = targets.get(fg.collection_id)
@@ -159,10 +159,11 @@ class Pipeline:
 
     def compactable(self, vchannel: str, segment_id: int) -> int | None:
         fg = self.registry.get(vchannel)
-        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded or fg.working.collection_dropped:
+        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded:
             return None
-        seg = fg.working.segments.get(segment_id)
-        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in fg.working.dropped_partitions:
+        state = fg.segments_state
+        seg = None if state.collection_dropped else state.segments.get(segment_id)
+        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in state.dropped_partitions:
             return None
         return self._loader.committer(fg).own_txn(vchannel)
 

@@ -1,0 +1,182 @@
+"""The cycle's side of parked vchannels (driver): who parks, their ranges, moving their cursors.
+
+A vchannel whose read of a cycle saw ticks only, and that ``may_park``, parks on its partition's
+cursor (``flowgraph.tick_cursor``) when it stands where the cursor does. The next cycle plans
+one position for each cursor (``GROUP``: its members read from the cursor's offset), ships
+their routing rows as they were, and moves the cursor over the reads of its range. A member
+leaves its cursor, and takes the general path for the cycle, when it had a message of its own
+in the reads, when they failed or ended at a gap, when a flush is requested for its
+collection, when a seal policy may be due (a tick reached the cursor's ``wake_ms``), when the
+broker's high watermark is behind the cursor, and when it commits or changes in any way
+(``VchannelFlowgraph.unpark``).
+
+An idle 10,000-vchannel cycle took 176-187 ms of the driver's CPU (plan 98-105, apply 68-73) with
+every vchannel moved on its own, and 60-64 ms (52-56, 1) parked; with 1,000 of them busy,
+461-495 against 383-443 ms (``deltanode_bench.idle_cycle [--busy 1000]``, side by side). In the
+10,000-vchannel benchmark the cycle's plan went from 0.08 to 0.02 s and its apply from 0.12 to
+0.05 s (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..flowgraph.tick_cursor import TickCursor
+from ..flowgraph.vchannel import VchannelFlowgraph
+from ..records import ReadRange, ReadStats, RouteRow
+from ..wire.positions import physical_ms
+from .plan import Position
+
+# The name a cursor's position goes by in the plan (no vchannel name starts with it).
+GROUP = "\0parked "
+
+Key = tuple[str, int]                  # a cursor's: pchannel, partition
+RangeKey = tuple[str, int, int, int]   # ``ReadRange.key``
+
+
+class Parking:
+    """Runs on the driver, in the pipeline's loop thread."""
+
+    def __init__(self) -> None:
+        self._cursors: dict[Key, TickCursor] = {}
+        self._flushes: dict[int, int] = {}
+
+    def cursors(self) -> list[TickCursor]:
+        """The cursors with members."""
+        return [c for c in self._cursors.values() if c.members]
+
+    def park(self, fg: VchannelFlowgraph) -> None:
+        """Park ``fg`` after a read of ticks only, if it may and stands where its cursor does."""
+        if fg.parked or not fg.may_park():
+            return
+        state = fg.working
+        key = (fg.pchannel, state.partition)
+        cursor = self._cursors.get(key)
+        if cursor is None:
+            cursor = self._cursors[key] = TickCursor(fg.pchannel, state.partition, state.checkpoint_offset)
+        elif not cursor.members:
+            cursor.restart(state.checkpoint_offset)
+        elif cursor.offset != state.checkpoint_offset:
+            return
+        fg.park(cursor)
+
+    def prepare(self, members: dict[str, VchannelFlowgraph], flushes: dict[int, int]) -> None:
+        """Before a cycle plans: forget members no longer in ``members`` (released, or watched
+        again as another flowgraph); unpark the members of collections with a new flush request
+        (``flushes``: collection id -> its latest flush ts) and of cursors whose tick reached a
+        member's seal policies."""
+        changed = {cid for cid, ts in flushes.items() if self._flushes.get(cid) != ts}
+        self._flushes = dict(flushes)
+        for cursor in self.cursors():
+            gone = [v for v, fg in cursor.members.items() if members.get(v) is not fg]
+            for v in gone:
+                cursor.members[v].unpark()
+            if cursor.tick and physical_ms(cursor.tick) >= cursor.wake_ms:
+                self.unpark_all(cursor.key)
+            elif changed:
+                for fg in [fg for fg in cursor.members.values() if fg.collection_id in changed]:
+                    fg.unpark()
+
+    def keys(self) -> set[Key]:
+        return {c.key for c in self.cursors()}
+
+    def unpark_all(self, key: Key) -> list[VchannelFlowgraph]:
+        """Every member of the cursor of ``key`` leaves it; returns them."""
+        cursor = self._cursors.get(key)
+        left = list(cursor.members.values()) if cursor is not None else []
+        for fg in left:
+            fg.unpark()
+        return left
+
+    def positions(self) -> list[Position]:
+        """One position for each cursor with members, named ``GROUP`` + its pchannel and partition."""
+        return [Position(_name(c.key), c.pchannel, c.partition, c.offset) for c in self.cursors()]
+
+    def sizes(self) -> list[tuple[str, float | None]]:
+        """(pchannel, size) of each cursor's members, for ``plan.planning_sizes``."""
+        return [(c.pchannel, c.message_size) for c in self.cursors() if c.message_size]
+
+    def expand(self, ranges: tuple[ReadRange, ...]) -> tuple[tuple[ReadRange, ...], dict[Key, tuple[int, int, int]]]:
+        """``ranges`` with each cursor's members in place of its position (after the range's own
+        members), and, by cursor, the range that holds its members: first and end offsets, and
+        the number of its own members."""
+        spans: dict[Key, tuple[int, int, int]] = {}
+        out = []
+        for r in ranges:
+            if not any(v.startswith(GROUP) for v in r.members):
+                out.append(r)
+                continue
+            cursor = self._cursors[(r.pchannel, r.partition)]
+            own = tuple(v for v in r.members if not v.startswith(GROUP))
+            spans[cursor.key] = (r.first, r.end, len(own))
+            out.append(replace(r, members=own + tuple(cursor.members)))
+        return tuple(out), spans
+
+    def pieces(self, pieces: list[ReadRange], spans: dict[Key, tuple[int, int, int]]
+               ) -> tuple[dict[RangeKey, tuple[str, ...]], dict[RangeKey, Key]]:
+        """The tasks' ``pieces`` of the expanded ranges (``spans``: ``expand``'s): by piece, its
+        members not parked, and the cursor whose members it reads for, if any."""
+        own: dict[RangeKey, tuple[str, ...]] = {}
+        grouped: dict[RangeKey, Key] = {}
+        for piece in pieces:
+            span = spans.get((piece.pchannel, piece.partition))
+            if span is not None and span[0] <= piece.first < span[1]:
+                grouped[piece.key] = (piece.pchannel, piece.partition)
+                own[piece.key] = piece.members[:span[2]]
+            else:
+                own[piece.key] = piece.members
+        return own, grouped
+
+    def members(self, key: Key) -> tuple[str, ...]:
+        return tuple(self._cursors[key].members)
+
+    def cursor_behind(self, key: Key, high: int) -> bool:
+        """Whether the cursor of ``key`` stands past the partition's high watermark ``high``."""
+        return self._cursors[key].offset > high
+
+    def rows(self, rows: dict[str, RouteRow], schemas: dict[int, bytes], starts: dict[str, int],
+             loads: dict[str, int]) -> None:
+        """Add each member's routing row, schema, start and loads to the cycle's."""
+        for cursor in self.cursors():
+            offset = cursor.offset
+            for v, fg in cursor.members.items():
+                rows[v] = fg.route_row_at(offset)
+                schemas[fg.collection_id] = fg.schema_bytes
+                loads[v] = fg.loads
+            starts.update(dict.fromkeys(cursor.members, offset))
+
+    def settle(self, reads: list[ReadStats], grouped: dict[RangeKey, Key], planned: dict[Key, tuple[str, ...]],
+               sizes: dict[str, float | None]) -> dict[Key, list[str]]:
+        """After a cycle's job: move each cursor over the reads of its range. Returns, by cursor,
+        the vchannels parked on it when the cycle planned that take the general path for these
+        reads: those that left it meanwhile, those that had a message of their own in them, and
+        all of them when a read failed or ended at a gap (they leave the cursor first, at the
+        offset their reads started from)."""
+        by_key: dict[Key, list[ReadStats]] = {}
+        for read in reads:
+            key = grouped.get(read.key)
+            if key is not None:
+                by_key.setdefault(key, []).append(read)
+        general: dict[Key, list[str]] = {}
+        for key, names in planned.items():
+            cursor = self._cursors[key]
+            mine = sorted(by_key.get(key, ()), key=lambda r: r.first)
+            if any(r.error is not None or r.next_position is not None for r in mine):
+                self.unpark_all(key)
+            else:
+                for routed in (r.routed for r in mine if r.routed):
+                    for v in routed:
+                        fg = cursor.members.get(v)
+                        if fg is not None:
+                            fg.unpark()
+            for r in mine:
+                if cursor.members and r.first <= cursor.offset < r.end:
+                    cursor.move(r.end, r.tick, r.tick_offset, sizes.get(r.pchannel))
+            left = [v for v in names if v not in cursor.members]
+            if left:
+                general[key] = left
+        return general
+
+
+def _name(key: Key) -> str:
+    return f"{GROUP}{key[0]}[{key[1]}]"
