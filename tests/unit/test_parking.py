@@ -190,3 +190,26 @@ def test_the_pieces_of_a_split_range_read_for_its_cursor():
     general = parking.settle(reads, grouped, {(PCHANNEL, 0): parking.members((PCHANNEL, 0))}, {})
     assert general == {(PCHANNEL, 0): [fgs[0].vchannel]} and fgs[0].working.checkpoint_offset == 10
     assert fgs[1].parked and fgs[1].working.checkpoint_offset == 30 and fgs[1].working.checkpoint_ts == 1100
+
+
+def test_members_of_a_cursor_past_the_brokers_end_are_unparked_for_the_plan_to_fail():
+    parking, fgs = parked(2)
+    key = parking.cursors()[0].key
+    assert parking.unpark_past({key: 10}) == [] and all(fg.parked for fg in fgs)
+    assert parking.unpark_past({key: 4}) == fgs and not any(fg.parked for fg in fgs)
+    plan = plan_cycle([Position(fg.vchannel, PCHANNEL, 0, fg.next_offset) for fg in fgs], {key: 4}, {PCHANNEL: 60.0},
+                      Limits())
+    assert sorted(plan.lost) == sorted(fg.vchannel for fg in fgs)
+
+
+def test_a_vchannel_released_and_watched_again_parks_as_the_new_flowgraph_only():
+    parking, (old,) = parked(1)
+    new = flowgraph(100)                            # the same vchannel, watched again
+    parking.prepare({new.vchannel: new}, {})        # the next cycle forgets the old flowgraph
+    assert parking.cursors() == [] and not old.parked
+    new.route_row()
+    new.seal_due(SealSettings())
+    assert new.read_ticks(0, 10, 1000, 0.0)
+    parking.park(new)
+    old.unpark()
+    assert new.parked and parking.members(parking.cursors()[0].key) == (new.vchannel,)

@@ -130,10 +130,8 @@ class VchannelFlowgraph:
         A parked flowgraph catches up with its cursor first."""
         if self._working is None:
             raise RuntimeError(f"{self.vchannel}: the flowgraph was never loaded")
-        if self._cursor is not None and self._cursor.offset > self._working.checkpoint_offset:
-            cursor = self._cursor
-            start = self._working.checkpoint_offset
-            self._move_by_ticks(start, cursor.offset, cursor.tick_from(start), cursor.read_size)
+        if self._cursor is not None:
+            self._catch_up(self._cursor)
         return self._working
 
     @working.setter
@@ -288,6 +286,7 @@ class VchannelFlowgraph:
     def park(self, cursor: TickCursor) -> None:
         """Follow ``cursor``, which stands where it does (``may_park``)."""
         assert self._cursor is None and cursor.offset == self.working.checkpoint_offset
+        assert self.vchannel not in cursor.members, "a released flowgraph of the same name is forgotten first"
         cursor.message_size = max(cursor.message_size, self.message_size() or 0.0)
         cursor.wake_ms = min(cursor.wake_ms, self._seal_from)
         self._cursor = cursor
@@ -297,9 +296,17 @@ class VchannelFlowgraph:
         """Catch up with its cursor and leave it: what changes or commits the state does this first."""
         cursor = self._cursor
         if cursor is not None:
-            self.working   # noqa: B018 - catches up
+            self._catch_up(cursor)
             self._cursor = None
-            del cursor.members[self.vchannel]
+            if cursor.members.get(self.vchannel) is self:   # not a flowgraph of the same name watched since
+                del cursor.members[self.vchannel]
+
+    def _catch_up(self, cursor: TickCursor) -> None:
+        """Move by what its cursor read since it last caught up, as one batch of ticks."""
+        assert self._working is not None   # parked, so loaded
+        start = self._working.checkpoint_offset
+        if cursor.offset > start:
+            self._move_by_ticks(start, cursor.offset, cursor.tick_from(start), cursor.read_size)
 
     def route_row_at(self, offset: int) -> RouteRow:
         """``route_row`` for a parked flowgraph, which starts at its cursor's ``offset``: nothing

@@ -88,10 +88,7 @@ class CycleRunner:
         readable = [fg for fg in members.values() if fg.readable and not fg.parked]
         self._seal(readable, flushes)
         highs = self._highs(readable, report, now)
-        readable = [fg for fg in readable if fg.readable]
-        for key in [key for key in self.parking.keys() if key in highs]:   # a cursor past the broker's end
-            if self.parking.cursor_behind(key, highs[key]):
-                readable += self.parking.unpark_all(key)
+        readable = [fg for fg in readable if fg.readable] + self.parking.unpark_past(highs)
         averages = self._message_sizes(readable)
         positions = [_position(fg) for fg in readable] + self.parking.positions()
         plan = plan_cycle(positions, highs, averages, self.limits)

@@ -130,9 +130,11 @@ class Parking:
     def members(self, key: Key) -> tuple[str, ...]:
         return tuple(self._cursors[key].members)
 
-    def cursor_behind(self, key: Key, high: int) -> bool:
-        """Whether the cursor of ``key`` stands past the partition's high watermark ``high``."""
-        return self._cursors[key].offset > high
+    def unpark_past(self, highs: dict[Key, int]) -> list[VchannelFlowgraph]:
+        """The members of cursors past their partition's high watermark (``highs``), unparked:
+        the plan fails them as it fails a vchannel whose broker lost data."""
+        past = [c.key for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
+        return [fg for key in past for fg in self.unpark_all(key)]
 
     def rows(self, rows: dict[str, RouteRow], schemas: dict[int, bytes], starts: dict[str, int],
              loads: dict[str, int]) -> None:

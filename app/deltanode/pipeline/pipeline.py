@@ -159,11 +159,10 @@ class Pipeline:
 
     def compactable(self, vchannel: str, segment_id: int) -> int | None:
         fg = self.registry.get(vchannel)
-        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded:
+        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded or fg.segments_state.collection_dropped:
             return None
-        state = fg.segments_state
-        seg = None if state.collection_dropped else state.segments.get(segment_id)
-        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in state.dropped_partitions:
+        seg = fg.segments_state.segments.get(segment_id)
+        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in fg.segments_state.dropped_partitions:
             return None
         return self._loader.committer(fg).own_txn(vchannel)
 
