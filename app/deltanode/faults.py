@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 
+from .logs import flush_logs
+
 CRASH_AT = "DELTANODE_CRASH_AT"
 CRASH_DIR = "DELTANODE_CRASH_DIR"
 CRASH_PGID = "DELTANODE_CRASH_PGID"   # the DataNode driver's process group, set at start
@@ -38,6 +40,7 @@ def crash_point(name: str) -> None:
         hits = f.tell()
     if hits != int(nth or 1):
         return
+    flush_logs()   # the driver's lines up to here (a worker has no writer: nothing to do)
     pgid = os.environ.get(CRASH_PGID)
     if pgid:
         os.killpg(int(pgid), signal.SIGKILL)

@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from .logs import flush_logs
+
 log = logging.getLogger("deltanode")
 LAUNCHER_PID = "DELTANODE_LAUNCHER_PID"
 POLL_INTERVAL = 1.0
@@ -74,6 +76,7 @@ def exit_with_launcher(sig: int = signal.SIGTERM) -> bool:
         os.kill(os.getpid(), sig)
         time.sleep(STOP_GRACE)
         log.error("still running %.0f s after the launcher died: exiting now", STOP_GRACE)
+        flush_logs()
         os._exit(1)
 
     threading.Thread(target=watch, name="launcher-lifeline", daemon=True).start()

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from deltanode.datanode.channel_watch import ChannelWatcher
+from deltanode.datanode.watch_answers import WatchAnswers
 from deltanode.etcd import keys
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
 
@@ -195,3 +196,35 @@ def test_keys_present_at_start_are_handled_and_end_states_ignored(client, etcd_r
         assert w.owned() == {"pending"}
     finally:
         w.stop()
+
+
+def test_answers_waiting_together_go_in_one_transaction_and_a_moved_key_fails_alone(client, etcd_root):
+    """40 answers at once: fewer transactions than answers (one etcd revision each), every key but
+    the one the coordinator moved meanwhile swapped, that one refused."""
+    answers = WatchAnswers(client, "test answers")
+    names = [f"ch{i}" for i in range(40)]
+    for name in names:
+        write(client, etcd_root, name, S.ToWatch)
+    write(client, etcd_root, "ch7", S.ToWatch, op_id=43)   # moved: now at version 2
+    results: dict[str, bool] = {}
+    start = threading.Barrier(len(names))
+
+    def answer(name: str) -> None:
+        start.wait()
+        results[name] = answers.swap(key(etcd_root, name), 1, f"answer {name}".encode())
+
+    threads = [threading.Thread(target=answer, args=(name,)) for name in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    answers.close()
+    assert results == {name: name != "ch7" for name in names}
+    revisions = set()
+    for name in names:
+        value, _, mod_revision = client.get(key(etcd_root, name))
+        assert value == (ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName=name), state=S.ToWatch,
+                                          opID=43).SerializeToString() if name == "ch7" else f"answer {name}".encode())
+        revisions.add(mod_revision)
+    assert len(revisions) < len(names) - 1
+    assert not answers.swap(key(etcd_root, "ch7"), 1, b"late")   # after close: written alone, still compared

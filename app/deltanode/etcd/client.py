@@ -103,6 +103,13 @@ class EtcdClient:
         t = self.loop.aio.transactions
         return self._txn([t.version(_b(key)) == expected_version], [t.put(_b(key), _b(value))])
 
+    def compare_versions_and_swap(self, items: dict[str, tuple[int, bytes | str]]) -> bool:
+        """``compare_version_and_swap`` of every ``key: (expected_version, value)`` in one
+        transaction; False (and no write) when one key moved. Keep ``items`` to 64 keys."""
+        t = self.loop.aio.transactions
+        return self._txn([t.version(_b(k)) == version for k, (version, _) in items.items()],
+                         [t.put(_b(k), _b(v)) for k, (_, v) in items.items()])
+
     def compare_value_and_swap(self, key: str, expected_value: bytes | str, value: bytes | str) -> bool:
         """Overwrite ``key`` only if it still holds ``expected_value``."""
         t = self.loop.aio.transactions
