@@ -24,7 +24,7 @@ BATCH = 1_000   # records written at most per write
 class _QueueHandler(logging.Handler):
     """Formats a record in the logging thread (its message and traceback are that moment's) and queues the line."""
 
-    def __init__(self, lines: queue.SimpleQueue[str | threading.Event]) -> None:
+    def __init__(self, lines: queue.SimpleQueue[str | threading.Event | None]) -> None:
         super().__init__()
         self._lines = lines
 
@@ -46,7 +46,7 @@ class _Writer:
     """The thread that writes queued lines to ``stream``, as many as have queued per write."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.lines: queue.SimpleQueue[str | threading.Event] = queue.SimpleQueue()
+        self.lines: queue.SimpleQueue[str | threading.Event | None] = queue.SimpleQueue()
         self._stream = stream
         threading.Thread(target=self._run, name="log-writer", daemon=True).start()
 
@@ -68,12 +68,18 @@ class _Writer:
             for line in batch:
                 if isinstance(line, threading.Event):
                     line.set()
+            if None in batch:
+                return
 
     def flush(self, timeout: float) -> None:
         """Return once every line queued before this call is written (or after ``timeout`` s)."""
         written = threading.Event()
         self.lines.put(written)
         written.wait(timeout)
+
+    def close(self) -> None:
+        """End the thread once what has queued is written (a handler still holding ``lines`` then writes nothing)."""
+        self.lines.put(None)
 
 
 _writer: _Writer | None = None
@@ -82,7 +88,8 @@ _writer: _Writer | None = None
 def setup_logging(level: str = "INFO") -> None:
     """Log to stderr with timestamps at ``level`` (log.level), through the writer thread."""
     global _writer
-    flush_logs()
+    if _writer is not None:
+        _writer.close()
     _writer = _Writer(sys.stderr)
     handler = _QueueHandler(_writer.lines)
     handler.setFormatter(logging.Formatter(FORMAT))

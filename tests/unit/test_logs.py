@@ -6,6 +6,7 @@ import io
 import logging
 import sys
 import threading
+import time
 
 import pytest
 
@@ -53,3 +54,25 @@ def test_every_line_of_every_thread_is_written_in_its_order_by_the_time_flush_re
     assert written[-1] == "ValueError: bad input"   # the traceback follows its line
     assert not any("below the level" in line for line in written)
     assert len(written) == 2000 + 1 + 4
+
+
+def test_setting_up_again_ends_the_previous_writer(root_logger, monkeypatch):
+    def writers() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "log-writer")
+
+    first, second = io.StringIO(), io.StringIO()
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", first)
+        setup_logging("INFO")
+    logging.getLogger("deltanode.test").info("to the first")
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", second)
+        setup_logging("INFO")
+    logging.getLogger("deltanode.test").info("to the second")
+    flush_logs()
+    deadline = time.monotonic() + 5
+    while writers() > 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert writers() == 1   # each setup ended the writer before it
+    assert first.getvalue().endswith("deltanode.test: to the first\n")
+    assert second.getvalue().endswith("deltanode.test: to the second\n") and "first" not in second.getvalue()
