@@ -198,33 +198,67 @@ def test_keys_present_at_start_are_handled_and_end_states_ignored(client, etcd_r
         w.stop()
 
 
-def test_answers_waiting_together_go_in_one_transaction_and_a_moved_key_fails_alone(client, etcd_root):
-    """40 answers at once: fewer transactions than answers (one etcd revision each), every key but
-    the one the coordinator moved meanwhile swapped, that one refused."""
-    answers = WatchAnswers(client, "test answers")
-    names = [f"ch{i}" for i in range(40)]
-    for name in names:
-        write(client, etcd_root, name, S.ToWatch)
-    write(client, etcd_root, "ch7", S.ToWatch, op_id=43)   # moved: now at version 2
+class HeldFirstAnswer:
+    """The etcd client, except that the first answer written alone waits for ``release``."""
+
+    def __init__(self, client) -> None:
+        self.client, self.release = client, threading.Event()
+
+    def compare_version_and_swap(self, key: str, version: int, value: bytes) -> bool:
+        assert self.release.wait(10)
+        return self.client.compare_version_and_swap(key, version, value)
+
+    def compare_versions_and_swap(self, items) -> bool:
+        return self.client.compare_versions_and_swap(items)
+
+
+def answer_all(answers: WatchAnswers, root: str, names: list[str], release: threading.Event) -> dict[str, bool]:
+    """Every name's answer from a thread of its own; the first goes alone and is held until the others wait."""
     results: dict[str, bool] = {}
-    start = threading.Barrier(len(names))
 
     def answer(name: str) -> None:
-        start.wait()
-        results[name] = answers.swap(key(etcd_root, name), 1, f"answer {name}".encode())
+        results[name] = answers.swap(key(root, name), 1, f"answer {name}".encode())
 
     threads = [threading.Thread(target=answer, args=(name,)) for name in names]
-    for t in threads:
+    threads[0].start()
+    time.sleep(0.2)   # the first name's answer is the one held
+    for t in threads[1:]:
         t.start()
+    time.sleep(0.5)   # the others queue behind it
+    release.set()
     for t in threads:
         t.join(10)
     answers.close()
-    assert results == {name: name != "ch7" for name in names}
+    return results
+
+
+def test_answers_waiting_together_go_in_one_transaction(client, etcd_root):
+    """41 answers: the first alone, the 40 that waited meanwhile in one transaction (one etcd revision)."""
+    names = [f"ch{i}" for i in range(41)]
+    for name in names:
+        write(client, etcd_root, name, S.ToWatch)
+    held = HeldFirstAnswer(client)
+    results = answer_all(WatchAnswers(held, "test answers"), etcd_root, names, held.release)
+    assert results == {name: True for name in names}
     revisions = set()
     for name in names:
-        value, _, mod_revision = client.get(key(etcd_root, name))
-        assert value == (ChannelWatchInfo(vchan=VchannelInfo(collectionID=1, channelName=name), state=S.ToWatch,
-                                          opID=43).SerializeToString() if name == "ch7" else f"answer {name}".encode())
+        value, version, mod_revision = client.get(key(etcd_root, name))
+        assert (value, version) == (f"answer {name}".encode(), 2)
         revisions.add(mod_revision)
-    assert len(revisions) < len(names) - 1
+    assert len(revisions) == 2
+
+
+def test_a_key_moved_meanwhile_fails_alone(client, etcd_root):
+    """The coordinator moved one key of a batch: its transaction fails, each answer goes alone, and
+    only that one is refused (the key keeps the coordinator's value)."""
+    names = [f"ch{i}" for i in range(20)]
+    for name in names:
+        write(client, etcd_root, name, S.ToWatch)
+    write(client, etcd_root, "ch7", S.ToWatch, op_id=43)   # moved: now at version 2
+    held = HeldFirstAnswer(client)
+    answers = WatchAnswers(held, "test answers")
+    results = answer_all(answers, etcd_root, names, held.release)
+    assert results == {name: name != "ch7" for name in names}
+    assert read(client, etcd_root, "ch7")[0].opID == 43
+    assert all(client.get(key(etcd_root, name))[0] == f"answer {name}".encode() for name in names if name != "ch7")
     assert not answers.swap(key(etcd_root, "ch7"), 1, b"late")   # after close: written alone, still compared
