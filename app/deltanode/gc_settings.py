@@ -17,11 +17,34 @@ full collection, later than before.
 from __future__ import annotations
 
 import gc
+import logging
+import time
 
+log = logging.getLogger(__name__)
 DRIVER_THRESHOLDS = (50_000, 20, 100)
+LONG_PAUSE = 0.1   # seconds: a full collection at least this long is logged
 
 
 def tune_for_driver() -> None:
     """Set the driver's thresholds (a Python worker keeps CPython's: ``executor.worker_gc`` sets
-    its collector around each task instead)."""
+    its collector around each task instead), and log every full collection that held the
+    driver ``LONG_PAUSE`` or longer: every thread waits for it."""
     gc.set_threshold(*DRIVER_THRESHOLDS)
+    if _time_full_collections not in gc.callbacks:
+        gc.callbacks.append(_time_full_collections)
+
+
+_started = 0.0
+
+
+def _time_full_collections(phase: str, info: dict) -> None:
+    global _started
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _started = time.monotonic()
+        return
+    paused = time.monotonic() - _started
+    if paused >= LONG_PAUSE:
+        log.info("a full garbage collection held the driver %.2f s (%d objects collected)", paused,
+                 info.get("collected", 0))
