@@ -4,14 +4,16 @@
 starts an etcd of its own (a scratch directory), writes a node's session and one watch key per
 vchannel (a ChannelWatchInfo in state WatchSuccess with its VchannelInfo and a two-field schema,
 about the size the channel manager writes), then runs ``OwnershipFence.check`` for a quarter of
-them, as a cycle's sync does: the first check reads every watch key, the next ones only those
-modified since and the key count. Prints the CPU and wall milliseconds of the first check and
-the median of the next ones.
+them, as a cycle's sync does: the first check reads every watch key; the next ones, with a
+write elsewhere in etcd before each, only the keys modified since and the key count; then, with
+nothing written between them, the session key alone. Prints the driver's CPU, the wall clock and
+etcd's CPU (milliseconds) of the first check and the medians of the next ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -25,6 +27,7 @@ from deltanode.standalone.services import EmbeddedEtcd
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState, VchannelInfo
 
 ROOT, NODE, LATER_CHECKS = "by-dev/meta", 1, 7
+Timing = tuple[float, float, float]   # driver CPU, wall, etcd CPU (ms)
 
 
 def watch_value(vchannel: str, collection_id: int) -> bytes:
@@ -36,17 +39,30 @@ def watch_value(vchannel: str, collection_id: int) -> bytes:
                             state=ChannelWatchState.WatchSuccess, opID=1, startTs=int(time.time())).SerializeToString()
 
 
-def timed(fence: OwnershipFence, vchannels: list[str]) -> tuple[float, float]:
-    """(CPU ms, wall ms) of one check; every vchannel must pass."""
-    cpu, wall = time.process_time(), time.perf_counter()
+def process_cpu_ms(pid: int) -> float:
+    """A process's user + system CPU so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fence: OwnershipFence, vchannels: list[str], etcd_pid: int) -> Timing:
+    """One check; every vchannel must pass."""
+    etcd, cpu, wall = process_cpu_ms(etcd_pid), time.process_time(), time.perf_counter()
     lost = fence.check(vchannels)
     cpu, wall = (time.process_time() - cpu) * 1e3, (time.perf_counter() - wall) * 1e3
     if lost:
         raise SystemExit(f"the fence refused {len(lost)} vchannel(s), e.g. {next(iter(lost.items()))}")
-    return cpu, wall
+    return cpu, wall, process_cpu_ms(etcd_pid) - etcd
 
 
-def measure(client: EtcdClient, endpoint: str, count: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def medians(timings: list[Timing]) -> Timing:
+    return statistics.median(t[0] for t in timings), statistics.median(t[1] for t in timings), \
+        statistics.median(t[2] for t in timings)
+
+
+def measure(client: EtcdClient, endpoint: str, etcd_pid: int, count: int) -> tuple[Timing, Timing, Timing]:
+    """The first check, the next ones with a write between them, then the next ones without."""
     node = NODE + count   # a node of its own per point: its prefix holds exactly ``count`` keys
     client.put(keys.session_key(ROOT, "datanode", node), b"{}")
     vchannels = [f"by-dev-rootcoord-dml_{i % 16}_{470718251077200000 + i // 2}v{i % 2}" for i in range(count)]
@@ -56,9 +72,13 @@ def measure(client: EtcdClient, endpoint: str, count: int) -> tuple[tuple[float,
         client.put_all_if_absent(dict(items[i:i + 64]))
     fence = OwnershipFence(endpoint, ROOT, node, timeout=5.0)
     syncing = vchannels[::4]
-    first = timed(fence, syncing)
-    later = [timed(fence, syncing) for _ in range(LATER_CHECKS)]
-    return first, (statistics.median(c for c, _ in later), statistics.median(w for _, w in later))
+    first = timed(fence, syncing, etcd_pid)
+    written = []
+    for i in range(LATER_CHECKS):
+        client.put(f"{ROOT}/elsewhere", str(i).encode())   # the store's revision moves, no watch key
+        written.append(timed(fence, syncing, etcd_pid))
+    quiet = [timed(fence, syncing, etcd_pid) for _ in range(LATER_CHECKS)]
+    return first, medians(written), medians(quiet[1:])   # the first quiet one still reads what changed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,17 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     counts = [int(n) for n in args.vchannels.split(",")]
     with tempfile.TemporaryDirectory(prefix="deltanode-fence-") as scratch, EmbeddedEtcd(scratch) as etcd:
+        assert etcd.proc is not None   # started by the context manager
         client = EtcdClient(etcd.endpoint)
         try:
-            rows = [(n, *measure(client, etcd.endpoint, n)) for n in counts]
+            rows = [(n, *measure(client, etcd.endpoint, etcd.proc.pid, n)) for n in counts]
         finally:
             client.close()
-    print("Fence check of a quarter of a node's vchannels (ms; later = median of the next "
-          f"{LATER_CHECKS}, nothing changed between them)")
-    print(f"  {'vchannels':>9}  {'first CPU':>9}  {'first wall':>10}  {'later CPU':>9}  {'later wall':>10}")
-    print(f"  {'-' * 9}  {'-' * 9}  {'-' * 10}  {'-' * 9}  {'-' * 10}")
-    for n, (c1, w1), (c2, w2) in rows:
-        print(f"  {n:>9,}  {c1:>9.1f}  {w1:>10.1f}  {c2:>9.1f}  {w2:>10.1f}")
+    print(f"Fence check of a quarter of a node's vchannels (ms; medians of {LATER_CHECKS} checks after the "
+          "first, with a write elsewhere in etcd before each, then with nothing written)")
+    columns = [f"{when} {what}" for when in ("first", "written", "quiet") for what in ("CPU", "wall", "etcd")]
+    print(f"  {'vchannels':>9}  " + "  ".join(f"{c:>12}" for c in columns))
+    print(f"  {'-' * 9}  " + "  ".join("-" * 12 for _ in columns))
+    for n, *timings in rows:
+        print(f"  {n:>9,}  " + "  ".join(f"{v:>12.1f}" for t in timings for v in t))
     return 0
 
 
