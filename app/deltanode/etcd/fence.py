@@ -129,11 +129,11 @@ class OwnershipFence:
         a whole read took 45-70 ms of the driver's CPU and 150-190 ms of wall time (etcd's
         serialization mostly; docs/benchmarks.md), every cycle.
 
-        etcd filters ``min_mod_revision`` after reading every key of the range, so that read
-        still costs etcd 35 ms of CPU at 10,000 keys, 150 ms of the cycle's wall time on a busy
-        machine. While etcd is quiet (the last read found its revision where the one before left
-        it: no write anywhere since), a check first reads the session key alone, whose answer
-        carries the store's revision: unchanged, the view holds as it is (``_unchanged``).
+        That read still costs etcd as much as the prefix has keys, whatever it returns: 30-35 ms
+        of its CPU at 10,000 keys, about 150 ms of a loaded cycle's wall time (docs/platform.md).
+        While etcd is quiet (the last read found its revision where the one before left it: no
+        write anywhere since), a check first reads the session key alone, whose answer carries
+        the store's revision: unchanged, the view holds as it is (``_unchanged``).
         """
         prefix = keys.channel_watch_prefix(self.root, self.node_id)
         whole = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}
