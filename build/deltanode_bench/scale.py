@@ -254,6 +254,8 @@ class PhaseFigures:
     tasks_read: float     # their wait for the broker's messages, summed
     messages: float
     vchannels_committed: float
+    task_ms_per_message: float   # the cycle's tasks over its messages (ms): what a run's cycles grow with
+    cpu_ms_per_message: float    # their CPU over its messages (ms)
 
 
 def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
@@ -273,8 +275,11 @@ def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
         return None
     column = list(zip(*rows))
     med = [lat.percentile(list(c), 50) for c in column]
+    per_message = [(1e3 * r[8] / r[0], 1e3 * r[9] / r[0]) for r in rows if r[0]]
     return PhaseFigures(len(rows), med[3], lat.percentile(list(column[3]), 90), med[4], med[5], med[6], med[7],
-                        med[8], med[9], med[10], med[0], med[2])
+                        med[8], med[9], med[10], med[0], med[2],
+                        lat.percentile([t for t, _ in per_message], 50) if per_message else math.nan,
+                        lat.percentile([c for _, c in per_message], 50) if per_message else math.nan)
 
 
 def file_create_ms(work: str, files: int = 500) -> float:
@@ -394,17 +399,19 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
                       "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s", "file ms"], rows))
     out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
                 "cycle's Spark tasks summed (two run at once), their CPU = their Python workers', broker wait = "
-                "their wait for messages"]
+                "their wait for messages; per message = each cycle's over its messages (ms), the cost a run's "
+                "cycles grow with (docs/benchmarks.md)"]
     rows = []
     for r in results:
         f = r.phases
-        rows.append([r.vchannels] + (["-"] * 13 if f is None else [
+        rows.append([r.vchannels] + (["-"] * 15 if f is None else [
             f.cycles, secs(f.cycle), secs(f.cycle_p90), secs(f.plan), secs(f.job), secs(f.apply), secs(f.sync),
             secs(f.tasks_wall), secs(f.tasks_cpu), secs(f.tasks_read), f"{f.messages:.0f}",
-            f"{f.vchannels_committed:.0f}", f"{(f.job - f.tasks_wall / 2) * 1000:.0f}"]))
+            f"{f.vchannels_committed:.0f}", f"{(f.job - f.tasks_wall / 2) * 1000:.0f}",
+            f"{f.task_ms_per_message:.2f}", f"{f.cpu_ms_per_message:.2f}"]))
     out.append(table(["vchannels", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
-                      "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms"],
-                     rows))
+                      "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms",
+                      "tasks ms / message", "their CPU ms / message"], rows))
     out += ["", "Targets (issue 24)"]
     for r in results:
         every = r.rows_committed == r.rows_produced and r.uncommitted == 0
