@@ -287,7 +287,13 @@ class ReadStats:
 
     def tick_from(self, first: int) -> int:
         """The ts of the range's last TimeTick at or after offset ``first`` (0: none)."""
-        return self.tick if self.tick_offset >= first else 0
+        return tick_from(self.tick, self.tick_offset, first)
+
+
+def tick_from(tick: int, tick_offset: int, first: int) -> int:
+    """``tick``, the ts of the last TimeTick a read saw, at ``tick_offset``, if that is at or after
+    offset ``first``; else 0 (none)."""
+    return tick if tick_offset >= first else 0
 
 
 @dataclass(frozen=True)

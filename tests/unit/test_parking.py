@@ -149,8 +149,11 @@ def test_a_cursor_plans_as_one_position_and_its_members_get_their_rows():
     rows: dict = {}
     starts: dict = {}
     loads: dict = {}
-    parking.rows(rows, {}, starts, loads)
+    parking.rows({}, rows, {}, starts, loads)      # a cursor the cycle does not read: nothing to ship
+    assert rows == starts == loads == {}
+    parking.rows(spans, rows, {}, starts, loads)
     assert all(rows[fg.vchannel] == fg.route_row() for fg in fgs) and set(starts.values()) == {10}
+    assert set(loads) == {fg.vchannel for fg in fgs}
     assert all(fg.parked for fg in fgs)
     assert isinstance(parking.cursors()[0], TickCursor)
 

@@ -37,10 +37,6 @@ class TickCursor:
     def key(self) -> tuple[str, int]:
         return self.pchannel, self.partition
 
-    def tick_from(self, first: int) -> int:
-        """The ts of the last TimeTick read at or after offset ``first`` (0: none)."""
-        return self.tick if self.tick_offset >= first else 0
-
     def move(self, end: int, tick: int, tick_offset: int, read_size: float | None) -> None:
         """A read up to ``end``, from ``offset`` or before it, that none of the members had a
         message in; its last TimeTick ``tick`` at ``tick_offset`` (0 and -1: none)."""

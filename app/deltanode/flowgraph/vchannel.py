@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from ..records import FileEntry, RouteRow, RouteTail
+from ..records import FileEntry, RouteRow, RouteTail, tick_from
 from ..storage.channel_state import ChannelState
 from ..storage.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
@@ -306,7 +306,8 @@ class VchannelFlowgraph:
         assert self._working is not None   # parked, so loaded
         start = self._working.checkpoint_offset
         if cursor.offset > start:
-            self._move_by_ticks(start, cursor.offset, cursor.tick_from(start), cursor.read_size)
+            tick = tick_from(cursor.tick, cursor.tick_offset, start)
+            self._move_by_ticks(start, cursor.offset, tick, cursor.read_size)
 
     def route_row_at(self, offset: int) -> RouteRow:
         """``route_row`` for a parked flowgraph, which starts at its cursor's ``offset``: nothing

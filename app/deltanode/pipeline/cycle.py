@@ -90,8 +90,8 @@ class CycleRunner:
         highs = self._highs(readable, report, now)
         readable = [fg for fg in readable if fg.readable] + self.parking.unpark_past(highs)
         averages = self._message_sizes(readable)
-        positions = [_position(fg) for fg in readable] + self.parking.positions()
-        plan = plan_cycle(positions, highs, averages, self.limits)
+        positions = [_position(fg) for fg in readable]
+        plan = plan_cycle(positions + self.parking.positions(), highs, averages, self.limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
         ranges, spans = self.parking.expand(plan.ranges)
@@ -104,7 +104,7 @@ class CycleRunner:
         schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
         loads = {fg.vchannel: fg.loads for fg in readable}
         starts = {p.vchannel: p.next_offset for p in positions}
-        self.parking.rows(rows, schemas, starts, loads)
+        self.parking.rows(spans, rows, schemas, starts, loads)
         specs = []
         for pieces in tasks:
             names = sorted({v for p in pieces for v in p.members})

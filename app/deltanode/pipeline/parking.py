@@ -19,6 +19,7 @@ every vchannel moved on its own, and 60-64 ms (52-56, 1) parked; with 1,000 of t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from ..flowgraph.tick_cursor import TickCursor
@@ -136,10 +137,12 @@ class Parking:
         past = [c.key for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
         return [fg for key in past for fg in self.unpark_all(key)]
 
-    def rows(self, rows: dict[str, RouteRow], schemas: dict[int, bytes], starts: dict[str, int],
-             loads: dict[str, int]) -> None:
-        """Add each member's routing row, schema, start and loads to the cycle's."""
-        for cursor in self.cursors():
+    def rows(self, read: Iterable[Key], rows: dict[str, RouteRow], schemas: dict[int, bytes],
+             starts: dict[str, int], loads: dict[str, int]) -> None:
+        """Add the routing row, schema, start and loads of each member of the cursors the cycle
+        reads (``read``: ``expand``'s spans) to the cycle's."""
+        for key in read:
+            cursor = self._cursors[key]
             offset = cursor.offset
             for v, fg in cursor.members.items():
                 rows[v] = fg.route_row_at(offset)
