@@ -368,6 +368,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.warmup", KeyType.BOOL, "true",
        "run one throw-away Spark job at start, before registering, so the first cycle does not wait for "
        "Spark's Python workers to start"),
+    _k("datanode.watch.workers", KeyType.INT, "32",
+       "channel watches the DataNode carries out at once (they mostly wait on storage and etcd; the more "
+       "wait together, the more answers share one etcd transaction)", min=1),
     _k("datanode.address", KeyType.STR, "127.0.0.1", "address the DataNode registers in its session"),
     _k("session.ttl", KeyType.DURATION, "30s", "etcd lease TTL of a node session", min=1),
     _k("datacoord.watch.timeout", KeyType.DURATION, "300s",

@@ -79,6 +79,7 @@ class NodeSettings:
     metrics_address: str
     progress_interval: float
     warmup: bool
+    watch_workers: int                 # channel watches carried out at once (channel_watch.ChannelWatcher)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +116,7 @@ class Settings:
             node=NodeSettings(address=conf.get("datanode.address"), metrics_port=conf.get("metrics.port"),
                               metrics_address=conf.get("metrics.address"),
                               progress_interval=conf.get("standalone.progress.interval"),
-                              warmup=conf.get("datanode.warmup")),
+                              warmup=conf.get("datanode.warmup"), watch_workers=conf.get("datanode.watch.workers")),
             pipeline=_pipeline(conf, mirror),
             datacoord=DataCoordSettings(watch_timeout=conf.get("datacoord.watch.timeout"),
                                         balance=conf.get("datacoord.channel.balance")),

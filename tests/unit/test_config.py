@@ -20,6 +20,7 @@ from deltanode.config import (
 )
 from deltanode.mq.broker import Broker
 from deltanode.mq.pulsar import client_options as pulsar_client_options
+from deltanode.settings import Settings
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.object_store import StoreOptions
 
@@ -128,6 +129,7 @@ def test_a_removed_key_says_why_it_is_gone(tmp_path):
 @pytest.mark.parametrize("line,expect", [
     ("datanode.read.splits = x", "bad value for 'datanode.read.splits': 'x' is not an integer"),
     ("datanode.read.splits = 0", "bad value for 'datanode.read.splits': '0' is below the minimum 1"),
+    ("datanode.watch.workers = 0", "bad value for 'datanode.watch.workers': '0' is below the minimum 1"),
     ("embedded.etcd = maybe", "bad value for 'embedded.etcd': 'maybe' is not a boolean"),
     ("mq.type = rabbit", "bad value for 'mq.type': 'rabbit' is not one of kafka | pulsar"),
     ("datanode.batch.max.bytes = lots", "bad value for 'datanode.batch.max.bytes'"),
@@ -140,6 +142,11 @@ def test_a_removed_key_says_why_it_is_gone(tmp_path):
 def test_bad_values_name_key_file_and_line(tmp_path, line, expect):
     msg = error(tmp_path, f"storage.root = x\n{line}\n")
     assert msg.startswith(f"FILE:2: {expect}"), msg
+
+
+def test_the_channel_watch_runs_as_many_watches_at_once_as_configured(tmp_path):
+    assert Settings.of(load(tmp_path, "storage.root = x\n")).node.watch_workers == 32
+    assert Settings.of(load(tmp_path, "storage.root = x\ndatanode.watch.workers = 4\n")).node.watch_workers == 4
 
 
 def test_malformed_duplicate_and_missing(tmp_path):

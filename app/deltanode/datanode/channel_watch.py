@@ -24,10 +24,6 @@ from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 from .watch_answers import WatchAnswers
 
 log = logging.getLogger(__name__)
-# How many watches run at once. A watch mostly waits (on its files, and on etcd for its answer),
-# and the more wait together, the more answers share a transaction (``watch_answers``): one
-# transaction per answer, 10,000 new vchannels were watched in 36.4 / 36.7 s with 8, 27.0 s with 32.
-WATCH_WORKERS = 32
 
 _END_STATES = frozenset({ChannelWatchState.WatchSuccess, ChannelWatchState.WatchFailure,
                          ChannelWatchState.ReleaseSuccess, ChannelWatchState.ReleaseFailure})
@@ -58,12 +54,16 @@ class ChannelWatcher:
     """
 
     def __init__(self, client: EtcdClient, root: str, node_id: int, handler: ChannelHandler,
-                 tickle_interval: float = 15.0) -> None:
+                 tickle_interval: float = 15.0, workers: int = 32) -> None:
+        """``workers``: how many watches run at once (``datanode.watch.workers``). A watch mostly
+        waits (on its files, and on etcd for its answer), and the more wait together, the more
+        answers share a transaction (``watch_answers``): one transaction per answer, 10,000 new
+        vchannels were watched in 36.4 / 36.7 s with 8 workers, 27.0 s with 32."""
         self.node_id = node_id
         self._client = client
         self._handler = handler
         self._prefix = keys.channel_watch_prefix(root, node_id)
-        self._queues = SerialQueues(f"channel-watch-{node_id}", workers=WATCH_WORKERS)
+        self._queues = SerialQueues(f"channel-watch-{node_id}", workers=workers)
         self._answers = WatchAnswers(client, f"channel-watch-{node_id} answers")
         self._tickles = _TickleClock(client, tickle_interval)
         self._owned: set[str] = set()

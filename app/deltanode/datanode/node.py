@@ -101,7 +101,8 @@ class DataNode:
                           reachability=self.reachability)
         self.session = session
         self.fence.node_id = self.pipeline.node_id = session.server_id
-        self.watcher = ChannelWatcher(self.client, root, session.server_id, self.flowgraphs).start()
+        self.watcher = ChannelWatcher(self.client, root, session.server_id, self.flowgraphs,
+                                      workers=self.settings.node.watch_workers).start()
         self.registered = True
         log.info("DataNode %d up: watching %s/channelwatch/%d/", session.server_id, root, session.server_id)
 

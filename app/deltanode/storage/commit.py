@@ -316,10 +316,18 @@ class QuarantineLog:
         return self._log
 
     def txn(self, vchannel: str) -> int | None:
-        with self.lock:
-            if self._log is None:
-                self._log = DeltaLog.open(self.uri, self.options)
+        """``vchannel``'s txn in the quarantine table now (None: it has none, or there is no table)."""
+        table = self._log
+        if table is None:
+            # Looked for outside the lock: until the first quarantine, every load asks (a stat),
+            # and the channel watch runs loads on many threads at once.
+            found = DeltaLog.open(self.uri, self.options)
+            if found is None:
+                return None
+            with self.lock:
                 if self._log is None:
-                    return None
-            self._log.refresh()
-            return self._log.txn(vchannel)
+                    self._log = found
+                table = self._log
+        with self.lock:
+            table.refresh()
+            return table.txn(vchannel)
