@@ -144,6 +144,29 @@ def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(brok
     assert offsets(0, 40) == list(range(40))
 
 
+def test_a_kept_reader_reads_topics_new_to_it_without_waiting_for_its_client_to_look_them_up(broker):
+    """librdkafka looks up a topic its consumer has not read on a 1-second timer: three reads of
+    new topics one after another took 1.0 s each on a kept consumer, 42 ms once the reader asks
+    for the cluster's topics first (mq/kafka.py ``_Reader``)."""
+    topics = [f"newtopic{time.time_ns() % 10**9}-{t}" for t in "abcd"]
+    create_topics(broker.bootstrap_servers, topics)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+    for t in topics:
+        for i in range(3):
+            producer.produce(t, f"{t}-{i}".encode())
+    producer.flush()
+
+    def read(topic: str) -> list[bytes]:
+        return [value for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 3)])
+                for _, value in chunk]
+
+    assert read(topics[0]) == [f"{topics[0]}-{i}".encode() for i in range(3)]   # the process's reader, kept
+    started = time.monotonic()
+    for t in topics[1:]:
+        assert read(t) == [f"{t}-{i}".encode() for i in range(3)]
+    assert time.monotonic() - started < 1.0
+
+
 def test_ranges_past_one_fetch_answer_are_read_exactly_in_bounded_chunks(broker):
     """A Fetch answer of the embedded broker holds 5 MiB at most (docs/platform.md), so these three
     ranges (about 7 MB each) take several answers each: every offset comes once, in order, in

@@ -29,7 +29,43 @@ log = logging.getLogger(__name__)
 
 Settings = dict[str, str]   # librdkafka properties from the conf (mq.kafka.*): SASL, TLS, ...
 SOCKET_TIMEOUT_MS = 10000   # the driver's metadata clients and the range readers
-_idle_readers: dict[tuple, Consumer] = {}   # read_ranges' consumers between reads, per process
+# How long a client's answer to a whole-cluster metadata request is taken to hold a topic: within
+# librdkafka's own metadata.max.age.ms (15 min by default), after which it drops what it cached.
+LISTED_FOR = 300.0
+
+
+class _Reader:
+    """A ``read_ranges`` consumer, and the topics its client knows the partitions of.
+
+    librdkafka looks up a topic it has not read before on its own 1-second timer, so a read of a
+    topic new to the consumer waited up to a second for its first message: at the 256-vchannel
+    point the tasks' pchannels change hands between the two workers as the load starts, and its
+    first cycles waited 0.4-1.7 s for the broker (librdkafka's log: "metadata information
+    unknown", then the answer on the next whole second). Asked for the cluster's topics first,
+    a kept consumer's first message of a new topic came after 1 ms instead of 0.04-1.0 s, the
+    answer taking 35-43 ms of the embedded broker's time (docs/platform.md)."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.read: set[str] = set()     # topics it was assigned: the client keeps them up to date
+        self.listed: set[str] = set()   # topics the last whole-cluster metadata answer named
+        self.listed_at = -LISTED_FOR
+
+    def know(self, topics: set[str], timeout: float) -> None:
+        """Have the client hold ``topics``' partitions before they are assigned: one metadata
+        request for the whole cluster when a topic it never read is not in the last answer (or
+        that answer is old); a topic still missing is left to the read to report."""
+        new = topics - self.read
+        if new and (not new <= self.listed or time.monotonic() - self.listed_at > LISTED_FOR):
+            try:
+                self.listed = set(self.consumer.list_topics(timeout=timeout).topics)
+            except KafkaException:
+                self.listed = set()   # the read asks for them itself, as before
+            self.listed_at = time.monotonic()
+        self.read |= topics
+
+
+_idle_readers: dict[tuple, _Reader] = {}   # read_ranges' consumers between reads, per process
 
 
 def _client(kind: type, bootstrap: str, settings: Settings | None, own: dict | None = None):
@@ -267,7 +303,7 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
         return
     key = (bootstrap, fetch_bytes, tuple(sorted((settings or {}).items())))
     try:
-        consumer = _idle_readers.pop(key, None) or _client(Consumer, bootstrap, settings, {
+        reader = _idle_readers.pop(key, None) or _Reader(_client(Consumer, bootstrap, settings, {
             "socket.timeout.ms": SOCKET_TIMEOUT_MS,
             "group.id": "deltanode-reader",
             "enable.auto.commit": False,
@@ -294,13 +330,15 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
             # postpones the partition's next fetch by this much (default 1 s): half of all reads of a
             # 93 MB range took 1.3 s instead of 0.3 s, waiting on consume() with the CPU idle.
             "fetch.queue.backoff.ms": 10,
-        })
+        }))
     except BrokerError as e:
         for i, _ in todo:
             yield i, e
         return
+    consumer = reader.consumer
     done = False
     try:
+        reader.know({r.topic for _, r in todo}, timeout=5.0)
         while todo:
             # One round: at most one range per partition (a consumer holds one position each).
             round_: list[tuple[int, OffsetRange]] = []
@@ -315,7 +353,7 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     finally:
         # Kept (nothing assigned) for the next read of this process, unless another thread's read
         # kept one first; a read given up halfway closes its own: its assignment and queues are unknown.
-        if not (done and _idle_readers.setdefault(key, consumer) is consumer):
+        if not (done and _idle_readers.setdefault(key, reader) is reader):
             consumer.close()
 
 
