@@ -4,8 +4,8 @@
 the messages a task of the 1,000-vchannel scale point reads (collections of 2 shards spread
 over 8 pchannels, InsertRequests of 50 rows x 128-dim, a few TimeTicks), then routes and writes
 them as ``pipeline.task`` does (dispatcher, routers, binlog files in a scratch directory), and
-prints the CPU of the first (cold) pass and of warm runs; ``--profile`` adds cProfile's top functions. The same messages and
-files every run, so two versions of the code compare side by side.
+prints the CPU of the first (cold) pass and of warm runs; ``--profile`` adds cProfile's top
+functions. The same messages and files every run, so two versions of the code compare side by side.
 """
 
 from __future__ import annotations
