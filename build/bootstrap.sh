@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up this checkout: .venv at the repo root with everything setup.cfg lists (plus the
-# [test] extras), the etcd binary (Debian package etcd-server) and a Java 17 check.
+# [test] extras), the etcd binary (Debian package etcd-server), a Java 17 check, and the JVM
+# components from Maven Central (build/jvm_components.py: Apache Kafka, Delta Lake for Spark).
 # Idempotent and silent when everything is in place: pip runs only when setup.cfg (or the
 # Python version) changed since the last successful install.
 # Env: PYTHON=/path/to/python3.11+ to choose the interpreter for a new .venv.
@@ -45,6 +46,15 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null \
         || die "apt-get install etcd-server failed"
     command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || die "etcd still missing after install"
+fi
+
+# --- Maven (fetches the JVM components: Apache Kafka, Delta Lake for Spark) -----------------
+if ! command -v mvn >/dev/null 2>&1; then
+    say "mvn not found: installing the Debian package maven"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        || die "apt-get update failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven >/dev/null \
+        || die "apt-get install maven failed"
 fi
 
 # --- .venv ---------------------------------------------------------------------------
@@ -93,6 +103,10 @@ SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 if [ "$(cat "$SITE/deltanode.pth" 2>/dev/null || true)" != "$ROOT/app" ]; then
     echo "$ROOT/app" >"$SITE/deltanode.pth"
 fi
+
+# The JVM components (build/jvm/*/pom.xml) from Maven Central, once per pom (and pyspark) change;
+# Maven keeps its downloads in ~/.m2, so a fresh checkout copies them offline.
+"$VENV/bin/python" "$ROOT/build/jvm_components.py" --quiet || die "fetching the JVM components failed"
 
 # Spark starts its Python processes with pyspark.zip first on PYTHONPATH; with bytecode in the
 # zip each one starts ~0.4 s sooner (build/zip_pyc.py). Again after pip replaced the zip.

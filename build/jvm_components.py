@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Fetch the JVM components DeltaNode runs (Apache Kafka, Delta Lake for Spark) from Maven Central.
+
+``build/jvm_components.py``: for each ``build/jvm/NAME/pom.xml``, the jars it names with their
+runtime dependencies land in ``.venv/share/deltanode/jars/NAME/`` (``deltanode.jars`` finds them
+there). Maven keeps what it downloaded in ``~/.m2/repository``, so a fresh checkout on the same
+machine copies them without the network. A component is fetched again only when its pom, or the
+pyspark it sits beside, changed (a stamp file in its directory); nothing is fetched at run time.
+
+A pom with the property ``deltanode.beside.spark`` holds jars for Spark's class path: every jar
+whose artifact pyspark already ships (Hadoop, Jackson, Parquet, Scala, log4j...) is left out, so
+Spark's own versions are the only ones loaded.
+
+``build/bootstrap.sh`` runs this; it needs ``mvn`` (Debian's ``maven``, which bootstrap installs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POMS = ROOT / "build" / "jvm"
+STAMP = ".stamp"
+# "kafka-clients-3.9.1.jar" -> "kafka-clients"; "delta-spark_4.2_2.13-4.4.0.jar" -> "delta-spark_4.2_2.13"
+_ARTIFACT = re.compile(r"^(?P<name>.+?)-\d[^-]*(?:-[^-]+)?\.jar$")
+
+
+def artifact(jar: str) -> str:
+    match = _ARTIFACT.match(jar)
+    return match.group("name") if match else jar
+
+
+def spark_jars() -> set[str]:
+    """The artifacts pyspark ships in its ``jars/`` directory."""
+    import pyspark
+    return {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def target_dir(name: str) -> Path:
+    return Path(sys.prefix) / "share" / "deltanode" / "jars" / name
+
+
+def wanted_stamp(pom: Path, beside_spark: bool) -> str:
+    digest = hashlib.sha256(pom.read_bytes())
+    if beside_spark:
+        digest.update(importlib.metadata.version("pyspark").encode())
+    return digest.hexdigest()
+
+
+def fetch(pom: Path, quiet: bool) -> None:
+    name = pom.parent.name
+    beside_spark = "<deltanode.beside.spark>true</deltanode.beside.spark>" in pom.read_text()
+    target = target_dir(name)
+    want = wanted_stamp(pom, beside_spark)
+    stamp = target / STAMP
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        return
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise SystemExit("build/jvm_components.py: mvn not found (Debian: apt-get install -y maven); "
+                         f"it fetches {name}'s jars from Maven Central")
+    if not quiet:
+        print(f"jvm_components: fetching {name} ({pom.relative_to(ROOT)}) from Maven Central", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        run = subprocess.run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                              "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"build/jvm_components.py: Maven could not fetch {name} ({pom}):\n"
+                             f"{(run.stdout + run.stderr)[-3000:]}")
+        if beside_spark:
+            shipped = spark_jars()
+            for jar in staging.glob("*.jar"):
+                if artifact(jar.name) in shipped:
+                    jar.unlink()
+        jars = sorted(p.name for p in staging.glob("*.jar"))
+        if not jars:
+            raise SystemExit(f"build/jvm_components.py: Maven copied no jar for {name} ({pom})")
+        (staging / STAMP).write_text(want + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not quiet:
+        print(f"jvm_components: {name}: {len(jars)} jars in {target}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="build/jvm_components.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help="components to fetch (default: every build/jvm/*/pom.xml)")
+    p.add_argument("-q", "--quiet", action="store_true", help="say nothing when everything is in place")
+    args = p.parse_args(argv)
+    poms = sorted(POMS.glob("*/pom.xml"))
+    if args.names:
+        poms = [pom for pom in poms if pom.parent.name in args.names]
+        missing = set(args.names) - {pom.parent.name for pom in poms}
+        if missing:
+            p.error(f"no such component: {', '.join(sorted(missing))} (build/jvm/*/pom.xml)")
+    for pom in poms:
+        fetch(pom, args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
