@@ -1,4 +1,4 @@
-"""Shared fixtures: real etcd, a real Kafka-protocol broker (Tansu), a local Spark session."""
+"""Shared fixtures: real etcd, a real Apache Kafka broker, a local Spark session."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ sys.path.insert(0, str(ROOT / "app"))
 sys.path.insert(0, str(ROOT / "build"))   # the benchmark's helpers (not shipped in the app zip)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from deltanode.standalone.services import EmbeddedBroker, EmbeddedEtcd  # noqa: E402
+from deltanode.standalone.kafka_server import EmbeddedKafka  # noqa: E402
+from deltanode.standalone.services import EmbeddedEtcd  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +25,7 @@ def etcd_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
-    with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("broker")) as b:
+    with EmbeddedKafka(tmp_path_factory.mktemp("kafka")) as b:
         yield b
 
 

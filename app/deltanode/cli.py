@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         "standalone", formatter_class=_Formatter, epilog=_ENV_HELP,
         help="everything on this machine: embedded etcd and broker (as configured), "
              "channel assigner, one DataNode on local Spark",
-        description="Start, on loopback, etcd (embedded.etcd = true), the Tansu Kafka-compatible "
-                    "broker (embedded.broker = true), a channel assigner and one DataNode with "
+        description="Start, on loopback, etcd (embedded.etcd = true), the broker of mq.type "
+                    "(embedded.broker = true: Apache Kafka), a channel assigner and one DataNode with "
                     "local Spark. Reports progress while running; Ctrl-C or SIGTERM stops "
                     "everything cleanly.")
     _common(p, default_conf=DEFAULT_STANDALONE_CONF)

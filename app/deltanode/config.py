@@ -315,8 +315,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("embedded.etcd", KeyType.BOOL, "false",
        "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
     _k("embedded.broker", KeyType.BOOL, "false",
-       "standalone only: start the broker of mq.type on its configured port (kafka: Tansu, memory only; "
-       "pulsar: pulsar-lite, file-backed under embedded.data.dir)"),
+       "standalone only: start the broker of mq.type on its configured port, its data under "
+       "embedded.data.dir (kafka: Apache Kafka, single node; pulsar: pulsar-lite)"),
+    _k("embedded.broker.heap", KeyType.SIZE, "512m",
+       "standalone only: the embedded Apache Kafka's JVM heap (-Xmx)", min=64 << 20),
     _k("embedded.data.dir", KeyType.LOCALPATH, "var", "data and logs of the embedded services"),
     _k("datanode.batch.max.messages", KeyType.INT, "1000",
        "most MQ messages one cycle reads from a pchannel (per lane)", min=1),

@@ -27,7 +27,7 @@ from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
-# Run a test on every broker: Kafka (Tansu), Pulsar (pulsar-lite), and Apache Pulsar in a
+# Run a test on every broker: Apache Kafka, Pulsar (pulsar-lite), and Apache Pulsar in a
 # container where a Docker engine answers (skipped with the reason otherwise).
 ALL_BROKERS = pytest.mark.parametrize("mq", ["kafka", "pulsar", "apache-pulsar"], indirect=True)
 
@@ -91,14 +91,9 @@ def high_watermark(broker: Broker, topic: str) -> int:
 
 
 def settled_watermark(coll: Collection, pchannel: str) -> int:
-    """The pchannel's high watermark once it covers everything produced so far.
-
-    Tansu reports the base offset of the last record batch + 1 (docs/platform.md), so the
-    last batch is only counted once another follows it: two flushed ticks make sure of that.
-    """
-    for _ in range(2):
-        coll.producer.tick(pchannel)
-        coll.producer.flush_producer()
+    """The pchannel's high watermark once everything produced so far has landed, a TimeTick last."""
+    coll.producer.tick(pchannel)
+    coll.producer.flush_producer()
     return high_watermark(coll.producer.broker, pchannel)
 
 

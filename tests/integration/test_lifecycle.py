@@ -1,4 +1,4 @@
-"""ServiceGroup with real processes: embedded etcd and Tansu, signals, reverse-order stop."""
+"""ServiceGroup with real processes: embedded etcd and Apache Kafka, signals, reverse-order stop."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_start_signal_and_stop_in_reverse_order(tmp_path):
     with group:
         assert _listening(etcd_port) and _listening(broker_port)
         assert (tmp_path / "var" / "etcd" / "etcd.log").exists()
-        assert (tmp_path / "var" / "broker" / "tansu.log").exists()
+        assert (tmp_path / "var" / "kafka" / "kafka.log").exists()
         group.check()
         etcd_proc, broker_proc = group.etcd.proc, group.broker.proc
         group.add("first", lambda: order.append(("first", etcd_proc.poll(), broker_proc.poll())))

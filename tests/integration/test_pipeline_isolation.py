@@ -152,7 +152,7 @@ def test_a_vchannel_with_no_message_after_its_start_stays_healthy(pipelines, mak
 
 
 def test_a_vchannel_whose_topic_was_created_again_is_not_read_from_its_old_offset(pipelines, make_collection, mq):
-    """Kafka (Tansu gives topic ids): the topic deleted and created again, then grown past the
+    """Kafka (topic ids, KIP-516): the topic deleted and created again, then grown past the
     checkpoint, is refused at the next load instead of read from the old offset (which would skip
     the new topic's first messages)."""
     from confluent_kafka.admin import AdminClient, NewTopic

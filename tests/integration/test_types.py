@@ -1,5 +1,5 @@
 """Every type Milvus 2.3/2.4 persists, and 2.5's nulls, through the real pipeline: the proxy
-stand-in's inserts on Tansu -> the shared Spark pipeline -> the insert_log Delta table, read back
+stand-in's inserts on Apache Kafka -> the shared Spark pipeline -> the insert_log Delta table, read back
 value for value; then one compaction of the segment's files, after which the rows are unchanged."""
 
 from __future__ import annotations

