@@ -80,7 +80,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
     say "installing the packages listed in setup.cfg (the first time builds pyspark: 1-2 min)"
     REQS="$(mktemp)"
     trap 'rm -f "$REQS"' EXIT
-    # install_requires + [test] extras, read from setup.cfg (like pip install -e .[test],
+    # install_requires + [test] and [bench] extras, read from setup.cfg (like pip install -e .[test,bench],
     # without writing egg-info into app/)
     "$VENV/bin/python" - setup.cfg >"$REQS" <<'EOF'
 import configparser, sys
@@ -88,6 +88,7 @@ cp = configparser.ConfigParser()
 cp.read(sys.argv[1])
 lines = cp.get("options", "install_requires", fallback="").splitlines()
 lines += cp.get("options.extras_require", "test", fallback="").splitlines()
+lines += cp.get("options.extras_require", "bench", fallback="").splitlines()
 for line in lines:
     line = line.split("#", 1)[0].strip()
     if line:

@@ -4,9 +4,8 @@
 # Milvus 2.3.5 standalone server, lzma-packed) and its client pymilvus 2.3.8, which needs
 # protobuf < 5 and so cannot share .venv (protobuf 7).
 # Then, once: the server unpacked into .venv-milvus/share/milvus/ (bin/milvus, lib/*.so*, the
-# config template, glog.conf), and librdkafka 2.x from the confluent-kafka wheel in .venv copied to
-# share/milvus/rdkafka/librdkafka.so.1: Milvus's own librdkafka 1.9.1 cannot talk to Tansu
-# (ApiVersions v3 parsed off by one), so that directory goes first on the server's LD_LIBRARY_PATH.
+# config template, glog.conf); the server runs with the wheel's own libraries, its librdkafka 1.9.1
+# among them, which talks to the embedded Apache Kafka 3.9 as it is (docs/platform.md).
 # Idempotent and silent when everything is in place: pip runs only when the package list below (or
 # the Python version) changed since the last successful install. Needs .venv (build/bootstrap.sh).
 # Env: PYTHON=/path/to/python3.11+ to choose the interpreter for a new .venv-milvus.
@@ -100,17 +99,4 @@ EOF
     rm -rf "$SHARE"
     mv "$SHARE.tmp" "$SHARE"
     echo "$UNPACK_WANT" >"$SHARE/.unpacked"
-fi
-
-# --- librdkafka 2.x from .venv's confluent-kafka ---------------------------------------------
-RDK_SRC="$(ls "$MAIN_VENV"/lib/python3*/site-packages/confluent_kafka.libs/librdkafka-*.so.1 \
-    2>/dev/null | head -1 || true)"
-[ -n "$RDK_SRC" ] || die "no confluent_kafka.libs/librdkafka-*.so.1 in $MAIN_VENV (confluent-kafka \
-missing? run build/bootstrap.sh): Milvus 2.3.5's own librdkafka 1.9.1 cannot talk to Tansu"
-RDK="$SHARE/rdkafka/librdkafka.so.1"
-if ! cmp -s "$RDK_SRC" "$RDK"; then
-    say "copying librdkafka $(basename "$RDK_SRC") from .venv's confluent-kafka to ${RDK#"$ROOT"/}"
-    mkdir -p "$SHARE/rdkafka"
-    cp "$RDK_SRC" "$RDK.tmp"
-    mv "$RDK.tmp" "$RDK"
 fi

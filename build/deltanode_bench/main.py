@@ -1,7 +1,8 @@
 """DeltaNode benchmark: ``build/bench.sh [options]``.
 
 For each vector dim (``--dims``), on a fresh collection with ``--vchannels`` vchannels (one
-pchannel topic each) on an embedded broker (Tansu, or pulsar-lite with ``--mq pulsar``):
+pchannel topic each) on an embedded broker (Apache Kafka; ``--mq tansu`` for Tansu, ``--mq pulsar``
+for pulsar-lite):
 
 1. backlog: ``--messages`` InsertRequests of 1,000 rows per vchannel are produced first;
 2. reference: one plain Python process consumes, decodes and writes the same messages to
@@ -50,7 +51,8 @@ from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
 
 SLOTS = 2   # Spark local[2]: the machine's 2 cores
 
-BROKERS = {"kafka": "Tansu (embedded, memory storage)", "pulsar": "pulsar-lite (embedded, file storage)"}
+BROKERS = {"kafka": "Apache Kafka 3.9 (embedded, KRaft, file storage)", "tansu": "Tansu (memory storage)",
+           "pulsar": "pulsar-lite (embedded, file storage)"}
 
 QUICK = {"messages": 6, "dims": "768", "backlog_factors": "3", "steady_seconds": 6.0}
 
@@ -64,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated FloatVector dims, one collection each (default 128,768); steady "
                         "load, restart and 10x backlog run on the largest")
     p.add_argument("--mq", choices=sorted(BROKERS), default="kafka",
-                   help="the embedded broker to run on: kafka (Tansu) or pulsar (pulsar-lite) (default kafka); "
+                   help="the broker to run on: kafka (Apache Kafka), tansu (Tansu, for a side-by-side) or pulsar "
+                        "(pulsar-lite) (default kafka); "
                         "the reference consumes from the same broker")
     p.add_argument("--vchannels", type=int, default=1, help="vchannels (shards) per collection (default 1)")
     p.add_argument("--steady-mb-s", type=float, default=10.0,
@@ -86,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-reference", action="store_true", help="skip the plain-Python reference")
     p.add_argument("--scale", help="then run the scale benchmark too: comma-separated numbers of vchannels, e.g. "
                                    "1,16,64,256,1000 (each a fresh standalone; see deltanode_bench.scale)")
+    p.add_argument("--scale-mq", help="scale: comma-separated brokers each point runs on in turn, e.g. kafka,tansu "
+                                      "for a side-by-side (default: --mq)")
     p.add_argument("--scale-seconds", type=float, default=60.0, help="scale: load duration per point (default 60)")
     p.add_argument("--scale-inserts", type=float, default=1000.0,
                    help="scale: inserts a second in all: one a second per vchannel, up to this many (default 1000: "
@@ -120,6 +125,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.scale_points = [int(x) for x in str(args.scale).split(",") if x.strip()] if args.scale else []
     except ValueError:
         p.error(f"--scale: expected comma-separated integers, got {args.scale!r}")
+    args.scale_mqs = [x.strip() for x in (args.scale_mq or args.mq).split(",") if x.strip()]
+    if not args.scale_mqs or set(args.scale_mqs) - set(BROKERS):
+        p.error(f"--scale-mq: comma-separated brokers among {', '.join(sorted(BROKERS))}, got {args.scale_mq!r}")
     if args.scale is not None and (not args.scale_points or min(args.scale_points) < 1):
         p.error("--scale: at least one number of vchannels, each >= 1")
     try:
@@ -628,18 +636,24 @@ def _version(pkg: str) -> str:
 
 def start_broker(args: argparse.Namespace, work: str, load0: str) -> tuple[object, Bench]:
     """An embedded broker (``--mq``) keeping its files under ``work``, and a ``Bench`` on it."""
-    from deltanode.standalone.services import EmbeddedBroker, EmbeddedPulsar
+    from deltanode.standalone.kafka_server import EmbeddedKafka
+    from deltanode.standalone.services import EmbeddedPulsar
+
+    from .tansu import TansuBroker
 
     os.makedirs(work, exist_ok=True)
+    service: EmbeddedPulsar | EmbeddedKafka | TansuBroker
     if args.mq == "pulsar":
         service = EmbeddedPulsar(os.path.join(work, "pulsar"))
         service.start()
         address = service.service_url
     else:
-        service = EmbeddedBroker(log_dir=os.path.join(work, "broker"))
+        service = TansuBroker(os.path.join(work, "tansu")) if args.mq == "tansu" else EmbeddedKafka(
+            os.path.join(work, "kafka"))
         service.start()
         address = service.bootstrap_servers
-    bench = Bench(args, work, Broker(args.mq, address), service.proc.pid if service.proc else None)
+    kind = "pulsar" if args.mq == "pulsar" else "kafka"
+    bench = Bench(args, work, Broker(kind, address), service.proc.pid if service.proc else None)
     bench.load0 = load0
     say(f"broker {address}, work dir {work}")
     return service, bench
@@ -669,8 +683,8 @@ def main(argv: list[str] | None = None) -> int:
             print(report, flush=True)
             if args.scale_points:
                 t1 = time.monotonic()
-                print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv, args.mq,
-                                        args.scale_inserts)
+                print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv,
+                                        args.scale_mqs, args.scale_inserts)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

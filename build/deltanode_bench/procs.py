@@ -100,14 +100,27 @@ def _runs_main(pid: int) -> bool:
         return False
 
 
+# The main classes of the embedded services that run in a JVM: a "java" process like Spark's own.
+SERVICE_MAINS = (b"kafka.Kafka",)
+
+
+def _runs_service(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return any(main in f.read().split(b"\0") for main in SERVICE_MAINS)
+    except OSError:
+        return False
+
+
 def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[str, ...] = (),
-             is_driver=_runs_main) -> dict[int, str]:
+             is_driver=_runs_main, is_service=_runs_service) -> dict[int, str]:
     """Map each descendant of ``root`` (and root) to "driver", "jvm", "worker" or "excluded".
 
     ``procs`` maps pid -> (comm, ppid). Anything under the JVM is a worker, except the Python
     driver that spark-submit starts under it (``app/main.py``: ``is_driver``); other
     descendants of the root that are not Java are counted as workers too; a process whose
-    name starts with one of ``exclude_comms``, and its subtree, are "excluded".
+    name starts with one of ``exclude_comms``, a Java process running an embedded service
+    (``is_service``: the embedded Apache Kafka), and their subtrees, are "excluded".
     """
     children: dict[int, list[int]] = {}
     for pid, (_, ppid) in procs.items():
@@ -118,7 +131,7 @@ def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[
     while stack:
         pid, under_jvm, excluded = stack.pop()
         comm = procs[pid][0]
-        excluded = excluded or comm.startswith(exclude_comms)
+        excluded = excluded or comm.startswith(exclude_comms) or (comm == "java" and is_service(pid))
         kind = ("excluded" if excluded else "jvm" if comm == "java" and not under_jvm
                 else "driver" if procs[pid][1] in jvms and is_driver(pid) else "worker")
         if kind == "jvm":
@@ -204,6 +217,8 @@ class TreeSampler:
             cpu[kind] += secs
         if self.broker_pid in stats:
             self._broker_cpu = stats[self.broker_pid][2]
+        if self.broker_pid is not None and self.broker_pid not in kinds:
+            cpu["excluded"] += self._broker_cpu   # a broker started beside the tree is a service too
         self.samples.append(Sample(time.time(), rss["driver"], rss["jvm"], rss["worker"], worker_max, n_workers,
                                    cpu["driver"] + cpu["jvm"] + cpu["worker"], cpu["driver"], cpu["jvm"],
                                    cpu["worker"], self._broker_cpu, _machine_busy(), cpu["excluded"]))

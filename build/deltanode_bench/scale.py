@@ -44,18 +44,20 @@ from . import compaction
 from . import latency as lat
 from .procs import TreeSampler, window
 from .report import mib, secs, table, verdict
+from .tansu import TansuBroker
 from .workload import BenchProducer, Sent, bench_schema
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PCHANNELS = 16
 ROWS, DIM = 50, 128
 # process names of the embedded services, left out of the DataNode's figures
-SERVICES = ("etcd", "tansu", "pulsar-lite")
+SERVICES = ("etcd", "pulsar-lite")   # and the embedded Apache Kafka (procs.SERVICE_MAINS)
 ENDS_S = 10.0   # seconds at each end of the load over which the services' CPU is shown as well
 
 
 @dataclass
 class ScaleResult:
+    broker: str
     vchannels: int
     collections: int
     seconds: float
@@ -87,17 +89,20 @@ class Standalone:
     def __init__(self, work: str, mq: str = "kafka") -> None:
         self.work = work
         self.etcd = f"127.0.0.1:{free_port()}"
+        # Tansu is no embedded broker of standalone's: the benchmark runs it beside standalone.
+        self.tansu = TansuBroker(os.path.join(work, "tansu")) if mq == "tansu" else None
         if mq == "pulsar":
             self.broker = Broker("pulsar", f"pulsar://127.0.0.1:{free_port()}")
             broker_conf = f"mq.type = pulsar\nmq.pulsar.service.url = {self.broker.address}\n"
         else:
-            self.broker = Broker("kafka", f"127.0.0.1:{free_port()}")
+            self.broker = Broker("kafka", self.tansu.bootstrap_servers if self.tansu else f"127.0.0.1:{free_port()}")
             broker_conf = f"mq.kafka.bootstrap.servers = {self.broker.address}\n"
         self.storage = os.path.join(work, "delta")
         self.conf = os.path.join(work, "standalone.conf")
         self.log = os.path.join(work, "standalone.log")
         with open(self.conf, "w") as f:
-            f.write(f"embedded.etcd = true\nembedded.broker = true\nembedded.data.dir = {work}/var\n"
+            f.write(f"embedded.etcd = true\nembedded.broker = {str(self.tansu is None).lower()}\n"
+                    f"embedded.data.dir = {work}/var\n"
                     f"etcd.endpoints = {self.etcd}\n{broker_conf}"
                     f"mq.pchannel.count = {PCHANNELS}\nstorage.root = {self.storage}\n"
                     f"standalone.progress.interval = 10s\nlog.level = INFO\nspark.master = local[2]\n"
@@ -107,6 +112,8 @@ class Standalone:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180.0) -> None:
+        if self.tansu is not None:
+            self.tansu.start()
         self.proc = subprocess.Popen([os.path.join(ROOT, "spark-submit.sh"), "standalone", "--conf", self.conf],
                                      cwd=ROOT, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -130,6 +137,8 @@ class Standalone:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if self.tansu is not None:
+            self.tansu.stop()
 
 
 def _collections(n: int) -> list[int]:
@@ -336,7 +345,8 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         say(f"{n} vchannel(s): created in {create_s:.1f} s, all watched {watch_s:.1f} s later")
         producers = {r.collection_id: BenchProducer(proxy, CollectionLayout.from_proto(
             schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS) for r in records}
-        sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES).start()
+        sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES,
+                              broker_pid=node.tansu.proc.pid if node.tansu and node.tansu.proc else None).start()
         say(f"{n} vchannel(s): {rate:.0f} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
         t0 = time.time()
         _pace([(producers[r.collection_id], r) for r in records], seconds, rate)
@@ -365,7 +375,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         node.stop()
     lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
     inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
-    return ScaleResult(n, len(records), t1 - t0, inserts, stats.cores,
+    return ScaleResult(mq, n, len(records), t1 - t0, inserts, stats.cores,
                        (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
                        ends, stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
@@ -383,18 +393,19 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
            "created in one catalog batch, watch = from then until every vchannel is watched by the DataNode; file ms = "
            "CPU to create a 30 KB file in a directory of its own just before the point (it varies with the disk's "
            f"recent writes and deletes); services cores in brackets: over the load's first and last {ENDS_S:.0f} s "
-           "(the embedded broker's memory storage costs more the more it holds, docs/platform.md)"]
+           "(Tansu's memory storage costs more the more it holds, docs/platform.md); broker: the one the point ran "
+           "on (kafka: the embedded Apache Kafka; tansu: Tansu beside standalone, its CPU among the services)"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
                  if r.latencies else ["-", "-", "-"])
-        rows.append([r.vchannels, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
+        rows.append([r.vchannels, r.broker, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
                      " / ".join(secs(c) for c in r.cores_split),
                      f"{secs(r.cores_services)} ({secs(r.services_ends[0])} -> {secs(r.services_ends[1])})",
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
                      r.rows_produced, r.rows_committed, r.uncommitted, secs(r.create_s, 1), secs(r.watch_s, 1),
                      f"{r.file_create_ms:.3f}"])
-    out.append(table(["vchannels", "collections", "inserts/s", "DataNode cores", "driver / JVM / workers",
+    out.append(table(["vchannels", "broker", "collections", "inserts/s", "DataNode cores", "driver / JVM / workers",
                       "services cores", "machine cores", "peak RSS MiB", "p50 s", "p99 s", "max s", "commits/s",
                       "rows produced", "rows in Delta", "inserts uncommitted", "create s", "watch s", "file ms"], rows))
     out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
@@ -404,12 +415,12 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     rows = []
     for r in results:
         f = r.phases
-        rows.append([r.vchannels] + (["-"] * 15 if f is None else [
+        rows.append([r.vchannels, r.broker] + (["-"] * 15 if f is None else [
             f.cycles, secs(f.cycle), secs(f.cycle_p90), secs(f.plan), secs(f.job), secs(f.apply), secs(f.sync),
             secs(f.tasks_wall), secs(f.tasks_cpu), secs(f.tasks_read), f"{f.messages:.0f}",
             f"{f.vchannels_committed:.0f}", f"{(f.job - f.tasks_wall / 2) * 1000:.0f}",
             f"{f.task_ms_per_message:.2f}", f"{f.cpu_ms_per_message:.2f}"]))
-    out.append(table(["vchannels", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
+    out.append(table(["vchannels", "broker", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
                       "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms",
                       "tasks ms / message", "their CPU ms / message"], rows))
     out += ["", "Targets (issue 24)"]
@@ -418,26 +429,30 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
         p99 = lat.percentile(r.latencies, 99) if r.latencies else math.inf
         if r.vchannels == 1000:
             ok = p99 <= 2.0 and r.cores <= 1.0 and every
-            out.append(f"  1,000 vchannels: p99 {p99:.2f} s <= 2, DataNode {r.cores:.2f} <= 1.0 core, every row "
-                       f"committed ({r.rows_committed} of {r.rows_produced}) -> {verdict(ok)}")
+            out.append(f"  1,000 vchannels on {r.broker}: p99 {p99:.2f} s <= 2, DataNode {r.cores:.2f} <= 1.0 core, "
+                       f"every row committed ({r.rows_committed} of {r.rows_produced}) -> {verdict(ok)}")
         if r.vchannels == 10000:
             ok = p99 <= 5.0 and r.cores <= 1.5 and r.rss_peak <= 4 << 30 and every
-            out.append(f"  10,000 vchannels: p99 {p99:.2f} s <= 5, DataNode {r.cores:.2f} <= 1.5 cores, peak RSS "
-                       f"{r.rss_peak / (1 << 30):.2f} <= 4 GiB, every row committed ({r.rows_committed} of "
+            out.append(f"  10,000 vchannels on {r.broker}: p99 {p99:.2f} s <= 5, DataNode {r.cores:.2f} <= 1.5 cores, "
+                       f"peak RSS {r.rss_peak / (1 << 30):.2f} <= 4 GiB, every row committed ({r.rows_committed} of "
                        f"{r.rows_produced}) -> {verdict(ok)}")
     if not any(r.vchannels in (1000, 10000) for r in results):
         out.append("  (they name 1,000 and 10,000 vchannels: neither point ran)")
     return "\n".join(out)
 
 
-def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mq: str = "kafka",
+def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mqs: list[str],
          rate_cap: float = 1000.0) -> str:
+    """Each point on each broker of ``mqs`` in turn (side by side in one run: the machine's state
+    drifts less between neighbours than between runs)."""
     results = []
     for i, n in enumerate(points):
-        results.append(run_point(n, os.path.join(work, f"scale-{i}-{n}"), seconds, drain, mq, rate_cap))
-        say(f"{n} vchannel(s): p99 {lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
+        for mq in mqs:
+            results.append(run_point(n, os.path.join(work, f"scale-{i}-{n}-{mq}"), seconds, drain, mq, rate_cap))
+            say(f"{n} vchannel(s) on {mq}: p99 "
+                f"{lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
     largest = max(range(len(points)), key=lambda i: points[i])
     say(f"{points[largest]} vchannel(s): compacting the tables the load left")
-    figures = compaction.measure(os.path.join(work, f"scale-{largest}-{points[largest]}", "delta"))
-    return (render(results, argv, rate_cap) + f"\n\nAfter the {points[largest]}-vchannel point. "
+    figures = compaction.measure(os.path.join(work, f"scale-{largest}-{points[largest]}-{mqs[-1]}", "delta"))
+    return (render(results, argv, rate_cap) + f"\n\nAfter the {points[largest]}-vchannel point on {mqs[-1]}. "
             + compaction.render(figures))

@@ -2,7 +2,7 @@
 standalone in mirror mode beside it (``conf/milvus-mirror.conf``), killed and started again
 mid-stream, and its current state compared with Milvus's own ``query`` row for row, every field.
 
-Milvus runs from .venv-milvus (build/milvus_env.sh) on the suite's etcd and Tansu; pymilvus 2.3
+Milvus runs from .venv-milvus (build/milvus_env.sh) on the suite's etcd and Apache Kafka; pymilvus 2.3
 runs there too, behind ``MilvusClient``. The 2.4/2.5 types (BFloat16 and sparse vectors, nulls)
 reach DeltaNode through the proxy stand-in in test_types.py: Milvus 2.3.5 does not have them.
 """

@@ -80,16 +80,24 @@ def test_wire_bytes_warm_rate_and_upto():
 def test_classify_separates_driver_jvm_and_workers():
     procs = {10: ("python", 1), 11: ("java", 10), 12: ("python", 11), 13: ("python", 12),
              14: ("python", 11), 20: ("python", 1), 15: ("rdk:broker", 10)}
-    kinds = classify(10, procs)
+    kinds = classify(10, procs, is_service=lambda pid: False)
     assert kinds == {10: "driver", 11: "jvm", 12: "worker", 13: "worker", 14: "worker", 15: "worker"}
 
 
 def test_classify_finds_the_driver_spark_submit_starts_under_the_jvm():
     # ./spark-submit.sh (bash) -> java -> python app/main.py (the driver), python -m pyspark.daemon
     procs = {10: ("bash", 1), 11: ("java", 10), 12: ("python", 11), 13: ("python", 11), 14: ("python", 13),
-             15: ("tansu", 12)}
-    kinds = classify(10, procs, ("tansu",), is_driver=lambda pid: pid == 12)
+             15: ("etcd", 12)}
+    kinds = classify(10, procs, ("etcd",), is_driver=lambda pid: pid == 12, is_service=lambda pid: False)
     assert kinds == {10: "driver", 11: "jvm", 12: "driver", 13: "worker", 14: "worker", 15: "excluded"}
+
+
+def test_classify_leaves_out_the_embedded_kafka_a_java_process_under_the_driver():
+    # ... -> python app/main.py (the driver) -> java kafka.Kafka (the embedded broker), etcd
+    procs = {10: ("bash", 1), 11: ("java", 10), 12: ("python", 11), 13: ("python", 11), 16: ("java", 12),
+             17: ("etcd", 12)}
+    kinds = classify(10, procs, ("etcd",), is_driver=lambda pid: pid == 12, is_service=lambda pid: pid == 16)
+    assert kinds == {10: "driver", 11: "jvm", 12: "driver", 13: "worker", 16: "excluded", 17: "excluded"}
 
 
 def test_window_gives_peaks_and_busy_cores():
@@ -313,7 +321,7 @@ def test_deletes_options_and_deletes_only_implies_deletes():
 
 def test_scale_table_shows_the_services_cores_at_both_ends_of_the_load():
     from deltanode_bench.scale import ScaleResult, render
-    result = ScaleResult(1000, 500, 60.0, 60_000, 0.8, (0.16, 0.05, 0.59), 0.57, (0.41, 0.74), 1.5, 1 << 30,
+    result = ScaleResult("kafka", 1000, 500, 60.0, 60_000, 0.8, (0.16, 0.05, 0.59), 0.57, (0.41, 0.74), 1.5, 1 << 30,
                          [1.0, 2.0], 0, 470.0, 3_000_000, 3_000_000, None, 0.2, 3.0, 0.09)
     text = render([result], ["--scale", "1000"], 1000.0)
     assert "0.57 (0.41 -> 0.74)" in text and "first and last 10 s" in text
