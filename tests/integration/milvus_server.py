@@ -3,8 +3,8 @@
 The server is the one in the PyPI wheel ``milvus==2.3.5``, unpacked by ``build/milvus_env.sh``
 into ``.venv-milvus/share/milvus/``. It runs against an etcd and an Apache Kafka broker the
 caller gives, with its own librdkafka 1.9.1: Milvus's DDL and DML then reach
-``{root_path}-rootcoord-dml_{0..15}`` on that broker, its metadata ``{root_path}/meta`` in that etcd. Every port it listens on is a free
-loopback port; its data, logs and run files live under ``data_dir``.
+``{root_path}-rootcoord-dml_{0..15}`` on that broker, its metadata ``{root_path}/meta`` in that etcd.
+Every port it listens on is a free loopback port; its data, logs and run files live under ``data_dir``.
 
     with MilvusServer(etcd.endpoint, broker.bootstrap_servers, tmp_path / "milvus") as milvus:
         with MilvusClient(milvus.uri) as client:   # tests/integration/milvus_client.py
