@@ -6,6 +6,8 @@
 #   datacoord   the channel assigner
 #   admin       create-collection | show-channels | show-segments | health | produce
 #               (runs without Spark: plain Python on the same zip, JSON on stdout)
+#   sql         Spark SQL over the lake, "QUERY" after the options: one JSON object per row on stdout
+#               (the venv's Python starts its own Spark session, so stdout holds only the rows)
 #
 # Runs pyspark's spark-submit from .venv with --py-files build/dist/deltanode-<version>.zip
 # (rebuilt when app/deltanode is newer), app/main.py as the primary file, and every spark.* key
@@ -70,6 +72,11 @@ fi
 # they run on the venv's Python with the same zip, without a JVM. (spark-submit would also
 # merge the driver's stderr into stdout, and their stdout is JSON.)
 if [ "$1" = "admin" ]; then
+    PYTHONPATH="$ZIP" exec "$PY" "$MAIN" "$@"
+fi
+# sql prints rows on stdout and errors on stderr: its Python starts the Spark session itself
+# (pyspark runs spark-submit for the JVM with the same options), in client mode.
+if [ "$1" = "sql" ]; then
     PYTHONPATH="$ZIP" exec "$PY" "$MAIN" "$@"
 fi
 

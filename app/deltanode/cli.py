@@ -7,6 +7,7 @@ subcommand is imported only when it runs:
   datanode    -> deltanode.datanode.run.run(conf) -> int
   datacoord   -> deltanode.datacoord.run.run(conf) -> int
   admin NAME  -> deltanode.admin.commands.<NAME with - as _>(conf, args) -> int
+  sql         -> deltanode.lake.sql_command.run(conf, args) -> int
 
 Exit codes: 0 success, 1 a service failed (message on stderr), 2 usage or configuration
 error, 130 interrupted.
@@ -35,6 +36,7 @@ RUNNERS = {
     "datacoord": "deltanode.datacoord.run",
 }
 ADMIN_MODULE = "deltanode.admin.commands"
+SQL_MODULE = "deltanode.lake.sql_command"
 
 _ENV_HELP = f"""\
 Conf files hold `key = value` lines (# starts a comment); spark.* keys are passed to Spark.
@@ -102,6 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the channel assigner (the DataCoord part that hands channels to "
                     "DataNodes) against the configured etcd (no embedded services).")
     _common(p, default_conf=None)
+
+    p = sub.add_parser(
+        "sql", formatter_class=_Formatter, epilog=_ENV_HELP,
+        help="Spark SQL over the lake: each collection is a table; one JSON object per result row",
+        description="Run QUERY with Spark SQL (delta-spark) over the collections' current rows, deletes "
+                    "and upserts applied. Each collection of the catalog is a table named after it (with "
+                    "milvus.meta.root set: Milvus's names, db.collection for a database other than the "
+                    "default one). Prints one JSON object per result row on stdout, vectors as arrays "
+                    "and JSON fields as JSON; Spark's logs and errors go to stderr. Exit 2 when the "
+                    "query does not parse or names an unknown table. Needs etcd (the catalog) and "
+                    "storage.root; the conf's spark.* keys shape the session (docs/spark-sql.md).")
+    _common(p, default_conf=None)
+    p.add_argument("query", metavar="QUERY", nargs="?",
+                   help='the query, e.g. "SELECT count(*) FROM demo"')
 
     p = sub.add_parser(
         "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
@@ -185,6 +201,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "admin" and args.conf is None:
         parser.error(f"admin {args.admin_command}: --conf FILE is required (before or after {args.admin_command})")
+    if args.command == "sql" and args.query is None and not args.print_conf:
+        parser.error("sql: QUERY is required")
     return args
 
 
@@ -192,6 +210,8 @@ def _resolve(args: argparse.Namespace):
     """(module name, function name) for the parsed subcommand."""
     if args.command == "admin":
         return ADMIN_MODULE, args.admin_command.replace("-", "_")
+    if args.command == "sql":
+        return SQL_MODULE, "run"
     return RUNNERS[args.command], "run"
 
 
@@ -248,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.debug("%s: conf %s, running %s.%s", what, args.conf, module_name, func_name)
     from deltanode.standalone.services import ServiceError  # standard library only
     try:
-        rc = func(conf, args) if args.command == "admin" else func(conf)
+        rc = func(conf, args) if args.command in ("admin", "sql") else func(conf)
     except ConfError as e:
         print(str(e), file=sys.stderr)
         return 2
@@ -269,13 +289,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ----------------------------------------------------------------------------- spark-submit glue
 
 def spark_submit_args(argv: Sequence[str]) -> list[str]:
-    """The spark-submit options for a command line: ``--conf k=v`` for every spark.* key
-    (after environment overrides), then ``jvm.spark_defaults()`` the conf leaves unset and
-    spark.app.name = deltanode-SUBCOMMAND. Raises SystemExit on a usage error and ConfError."""
+    """The spark-submit options for a command line: ``--conf k=v`` for each of ``spark_options``.
+    Raises SystemExit on a usage error and ConfError."""
     args = parse_args(argv)
     conf = _load(args)
     if args.command == "standalone" and not args.print_conf:
         _check_embedded_ports(conf)
+    out: list[str] = []
+    for key, value in spark_options(args, conf).items():
+        out += ["--conf", f"{key}={value}"]
+    return out
+
+
+def spark_options(args: argparse.Namespace, conf) -> dict[str, str]:
+    """The Spark conf of a subcommand: every spark.* key of the conf (after environment
+    overrides), then ``jvm.spark_defaults()`` the conf leaves unset, spark.app.name =
+    deltanode-SUBCOMMAND, and the Delta jars bootstrap fetched after any ``spark.jars`` of the
+    conf (``lake.spark``: every Spark that DeltaNode starts can read its tables with delta-spark)."""
+    from deltanode.lake.spark import with_delta_jars
     spark = conf.spark_conf()
     for key, value in spark_defaults().items():
         spark.setdefault(key, value)
@@ -284,10 +315,7 @@ def spark_submit_args(argv: Sequence[str]) -> list[str]:
         # The executors' Python (``./env/bin/python`` from spark.archives, README "On a cluster")
         # is no path here: the driver, in this process's place, runs on this interpreter.
         spark.setdefault("spark.pyspark.driver.python", sys.executable)
-    out: list[str] = []
-    for key, value in spark.items():
-        out += ["--conf", f"{key}={value}"]
-    return out
+    return with_delta_jars(spark)
 
 
 def _check_embedded_ports(conf) -> None:
@@ -307,12 +335,13 @@ def _check_embedded_ports(conf) -> None:
 def _spark_args_main(argv: Sequence[str]) -> int:
     """Used by spark-submit.sh: checks the command line and conf before any JVM starts and
     prints the spark-submit options NUL-separated."""
+    from deltanode.jars import MissingJars
     from deltanode.standalone.services import ServiceError
     try:
         opts = spark_submit_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
-    except ConfError as e:
+    except (ConfError, MissingJars) as e:
         print(str(e), file=sys.stderr)
         return 2
     except ServiceError as e:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from deltanode import cli, jvm
+from deltanode.jars import component_jars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,7 @@ def _no_logging_setup(monkeypatch):
 HELP_ARGV = [
     [], ["standalone"], ["datanode"], ["datacoord"], ["admin"],
     ["admin", "create-collection"], ["admin", "show-channels"], ["admin", "show-segments"],
-    ["admin", "health"],
+    ["admin", "health"], ["sql"],
 ]
 
 
@@ -107,6 +108,16 @@ def test_dispatch_to_admin_commands(monkeypatch, conf_file):
     assert cli.main(["admin", "show-channels", "--conf", str(conf_file)]) == 2  # no function
 
 
+def test_dispatch_to_sql_with_its_query(monkeypatch, conf_file, capsys):
+    seen = []
+    _fake_module(monkeypatch, "deltanode.lake.sql_command", run=lambda conf, args: seen.append(args.query) or 0)
+    assert cli.main(["sql", "--conf", str(conf_file), "SELECT count(*) FROM demo"]) == 0
+    assert seen == ["SELECT count(*) FROM demo"]
+    assert cli.main(["sql", "--conf", str(conf_file)]) == 2
+    assert "QUERY is required" in capsys.readouterr().err
+    assert cli.main(["sql", "--conf", str(conf_file), "--print-conf"]) == 0   # no query needed
+
+
 def test_admin_takes_conf_before_or_after_its_command(monkeypatch, conf_file, capsys):
     _fake_module(monkeypatch, "deltanode.admin.commands", health=lambda conf, args: 3)
     assert cli.main(["admin", "--conf", str(conf_file), "health"]) == 3
@@ -151,7 +162,8 @@ def test_spark_submit_args(conf_file, monkeypatch, tmp_path):
         "--conf", "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf", "spark.ui.showConsoleProgress=false", "--conf", "spark.scheduler.mode=FAIR",
-        "--conf", "spark.python.unix.domain.socket.enabled=true", "--conf", "spark.app.name=deltanode-datanode"]
+        "--conf", "spark.python.unix.domain.socket.enabled=true", "--conf", "spark.app.name=deltanode-datanode",
+        "--conf", "spark.jars=" + ",".join(str(p) for p in component_jars("delta"))]
     monkeypatch.setenv("DELTANODE_SPARK_MASTER", "local[1]")
     monkeypatch.setenv("DELTANODE_SPARK_DRIVER_DEFAULTJAVAOPTIONS", "-Xss4m")
     opts = cli.spark_submit_args(["admin", "health", "--conf", str(conf_file)])

@@ -1,0 +1,44 @@
+"""What each column of a lake table holds, in Milvus's terms, in the column's comment (driver).
+
+The Delta tables keep binary, Float16 and BFloat16 vectors as bytes and JSON as text
+(``wire.schema``); a query's result says only "binary" or "string". The views put the Milvus type
+in each user field's comment (``Milvus Float16Vector, dim 4``). Spark keeps a column's comment
+through the plain references and aliases of a query (an expression over it has none), so the
+JSON writer knows which bytes are which vector and which text is JSON, and ``DESCRIBE`` shows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..wire.schema import DataType, FieldSpec
+
+PREFIX = "Milvus "
+SYSTEM_COMMENTS = {
+    "_ts": "DeltaNode: the insert's hybrid timestamp (TSO)",
+    "_row_id": "DeltaNode: the row ID Milvus's proxy gave the row",
+    "_segment_id": "DeltaNode: the segment the row was written to",
+    "_partition_id": "DeltaNode: the partition the row was written to",
+}
+
+
+def comment(field: FieldSpec) -> str:
+    """``Milvus <type>`` with what else Milvus says of the field: dim, element type, keys, dynamic."""
+    parts = [PREFIX + field.type_name]
+    if field.data_type == DataType.Array:
+        parts[0] += f" of {field.element_type_name}"
+    if field.dim:
+        parts.append(f"dim {field.dim}")
+    for flag, words in (("is_primary_key", "primary key"), ("is_partition_key", "partition key"),
+                        ("is_dynamic", "dynamic field"), ("nullable", "nullable")):
+        if getattr(field, flag):
+            parts.append(words)
+    return ", ".join(parts)
+
+
+def milvus_type(metadata: Mapping[str, object]) -> str | None:
+    """The Milvus type a column's metadata names (``Float16Vector``), None for any other column."""
+    text = metadata.get("comment")
+    if not isinstance(text, str) or not text.startswith(PREFIX):
+        return None
+    return text[len(PREFIX):].split(",")[0].split(" ")[0]
