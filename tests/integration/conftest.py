@@ -32,14 +32,19 @@ def client(etcd_server):
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
+    """One local session for the suite, bounded (1 GiB driver heap), with delta-spark as a user
+    gets it from ``lake.spark.configure``: the tests read DeltaNode's tables with it too."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
     from deltanode.jvm import spark_defaults
-    session = SparkSession.builder.appName("deltanode-tests").config(map={
-        **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}).getOrCreate()
+    from deltanode.lake.spark import configure
+    session = configure(SparkSession.builder.appName("deltanode-tests").config(map={
+        **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "1g",
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("spark-warehouse"))})).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -1,6 +1,6 @@
-"""Every Delta reader sees a collection as Milvus returns it: DuckDB's Delta extension, Polars and
-deltalake's SQL read the insert_log after inserts, deletes (in one partition, in all of them, in
-a partition that does not hold the key), upserts and a dropped partition, with the DataNode
+"""Every Delta reader sees a collection as Milvus returns it: Spark with delta-spark, DuckDB's Delta
+extension, Polars and deltalake's SQL read the insert_log after inserts, deletes (in one partition,
+in all of them, in a partition that does not hold the key), upserts and a dropped partition, with the DataNode
 SIGKILLed between its delta_log and insert_log commits in between, and each gets exactly the
 current state: the rows the test's own model keeps, with the upserted versions, and the same as
 ``storage.current_state`` computes from the tables."""
@@ -11,7 +11,7 @@ import pytest
 
 from deltanode.storage.current_state import current_rows
 
-from ..delta_readers import READERS
+from ..delta_readers import READERS, by_spark
 from .support import settled_watermark
 from .test_crash_recovery import run_node
 
@@ -59,7 +59,7 @@ class Model:
         return {v: settled_watermark(self.coll, p) for p, v in zip(self.coll.pchannels, self.coll.vchannels)}
 
 
-def test_every_reader_sees_the_current_state_through_a_sigkill(make_collection, tmp_path):
+def test_every_reader_sees_the_current_state_through_a_sigkill(spark, make_collection, tmp_path):
     coll = make_collection(shards=2)
     model = Model(coll)
     keys = {(s, p): model.insert(s, p, 100) for s in (0, 1) for p in PARTITIONS}
@@ -86,6 +86,6 @@ def test_every_reader_sees_the_current_state_through_a_sigkill(make_collection, 
     for r in coll.insert_rows():
         versions.setdefault(r["pk"], []).append(r["_ts"])
     assert len(upserted) == 5 and all(len(versions[pk]) == 2 and ts == max(versions[pk]) for pk, ts in upserted.items())
-    for name, read in READERS.items():
+    for name, read in {**READERS, "spark": lambda uri, columns: by_spark(spark, uri, columns)}.items():
         table = read(uri, ["pk", "_ts"])
         assert sorted(zip(table.column("pk").to_pylist(), table.column("_ts").to_pylist())) == expected, name

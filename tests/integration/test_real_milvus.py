@@ -21,7 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from deltanode.config import load_conf
 from deltanode.etcd.client import EtcdClient
+from deltanode.lake.rows_json import RowRenderer
+from deltanode.lake.spark import register_tables
 from deltanode.standalone.services import free_port
 from deltanode.storage import meta
 from deltanode.storage.current_state import current_rows
@@ -125,6 +128,32 @@ def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict], rea
             storage, uri, include_deleted=True).column_names else []))
     rows = table.to_pylist() if table is not None else []
     return {r[pk]: as_milvus(r, fields) for r in rows}
+
+
+def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> dict:
+    """The collection's rows by primary key as ``./spark-submit.sh sql`` prints them (delta-spark over
+    the table ``register_tables`` names after the Milvus collection, each row through the sql
+    subcommand's JSON), in the shape ``as_milvus`` gives: dynamic keys at the top, binary and
+    Float16 vectors (arrays in the JSON) in base64."""
+    conf = load_conf(ROOT / "conf" / "milvus-mirror.conf", env=mirror.env)
+    register_tables(spark, conf, [name])
+    frame = spark.sql(f"SELECT * FROM {name}")
+    renderer = RowRenderer(frame.schema)
+    pk = next(f["name"] for f in fields if f.get("is_primary_key"))
+    out = {}
+    for printed in (json.loads(renderer.render(row)) for row in frame.toLocalIterator()):
+        row = {}
+        for f in fields:
+            value = printed[f["name"]]
+            if f["data_type"] == "BinaryVector":
+                value = base64.b64encode(bytes(value)).decode()
+            elif f["data_type"] == "Float16Vector":
+                value = base64.b64encode(np.array(value, np.float16).tobytes()).decode()
+            row[f["name"]] = value
+        for k, v in (printed.get("$meta") or {}).items():
+            row.setdefault(k, v)
+        out[printed[pk]] = row
+    return out
 
 
 def table_rows(storage: StorageLayout, uri: str, column: str = "_ts") -> int:
