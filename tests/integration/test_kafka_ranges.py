@@ -108,7 +108,7 @@ def test_a_broker_gone_fails_every_watermark_within_the_timeout(tmp_path):
         gone.stop()
         started = time.monotonic()
         got = wm.highs([("t", 0), ("u", 0)], timeout=3)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 3 + 1
         assert all(isinstance(e, BrokerError) and "watermark" in str(e) for e in got.values())
         assert set(got) == {("t", 0), ("u", 0)}
     finally:

@@ -189,6 +189,7 @@ class Watermarks:
         return self._list_offsets(keys, timeout) if keys else {}
 
     def _list_offsets(self, keys: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int | BrokerError]:
+        deadline = time.monotonic() + timeout   # one timeout for the request and every answer
         try:
             futures = self._admin_client().list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}, request_timeout=timeout)
@@ -199,10 +200,11 @@ class Watermarks:
         for tp, future in futures.items():
             key = (tp.topic, tp.partition)
             try:
-                out[key] = future.result(timeout).offset
+                out[key] = future.result(max(0.0, deadline - time.monotonic())).offset
             except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
+                why = f"no answer within {timeout:.0f} s" if isinstance(e, TimeoutError) else str(e)
                 out[key] = BrokerError(f"cannot read the watermark of {tp.topic}[{tp.partition}] from "
-                                       f"{self.bootstrap}: {e}")
+                                       f"{self.bootstrap}: {why}")
         return out
 
     def _admin_client(self) -> AdminClient:
