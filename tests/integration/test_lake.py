@@ -25,6 +25,8 @@ from deltanode.config import Conf
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
 from deltanode.etcd.client import EtcdClient
 from deltanode.lake.spark import register_tables
+from deltanode.lake.sql_command import QueryError, _query
+from deltanode.lake.statements import writing_statement
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
@@ -105,12 +107,22 @@ def readme_block(fence: str, first_line: str) -> str:
     return section[start + len(fence) + 4:section.index("```", start + 3)]
 
 
-def sql(lake: Lake, command_line: str) -> subprocess.CompletedProcess:
-    """A README ``./spark-submit.sh sql`` line run on the lake's conf, as a user runs it."""
-    assert command_line.startswith("./spark-submit.sh sql --conf conf/standalone.conf "), command_line
+def sql(lake: Lake, *command_lines: str) -> list[subprocess.CompletedProcess]:
+    """README ``./spark-submit.sh sql`` lines run on the lake's conf as a user runs them, side by
+    side: each starts a JVM of its own, which is mostly waiting on one core."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DELTANODE_")}
-    return subprocess.run(["bash", "-c", command_line.replace("conf/standalone.conf", str(lake.conf))], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    # spark-submit.sh packages app/ when it changed: once, before launchers race to write the zip.
+    subprocess.run(["bash", str(ROOT / "build" / "package.sh"), "-q"], check=True, timeout=120)
+    procs = []
+    for line in command_lines:
+        assert line.startswith("./spark-submit.sh sql --conf conf/standalone.conf "), line
+        procs.append(subprocess.Popen(["bash", "-c", line.replace("conf/standalone.conf", str(lake.conf))], cwd=ROOT,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
 
 
 def json_lines(out: str) -> list[dict]:
@@ -126,22 +138,20 @@ def test_the_sql_subcommand_prints_the_current_rows_as_json_and_refuses_what_it_
     assert count == len(lake.current_pks()) == 70 - 3
 
     t = time.monotonic()
-    counted = sql(lake, lines[0])
-    took = time.monotonic() - t
+    counted, listed, unknown, bad = sql(lake, *lines, './spark-submit.sh sql --conf conf/standalone.conf '
+                                        '"SELECT * FROM nosuch"', './spark-submit.sh sql --conf conf/standalone.conf '
+                                        '"SELEC pk FROM demo"')
+    print(f"\nfour sql subcommands side by side: {time.monotonic() - t:.1f} s")
     assert counted.returncode == 0, counted.stderr[-3000:]
     assert json_lines(counted.stdout) == [{"n": count}]
-    print(f"\nsql count(*): {took:.1f} s")
 
-    listed = sql(lake, lines[1])
     assert listed.returncode == 0, listed.stderr[-3000:]
     assert json_lines(listed.stdout) == [{"pk": pk, "title": title, "vec": vec} for pk, title, vec in first_rows]
     assert len(first_rows[0][2]) == 8 and first_rows[0][0] == min(lake.current_pks())
 
-    unknown = sql(lake, './spark-submit.sh sql --conf conf/standalone.conf "SELECT * FROM nosuch"')
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert "spark-submit.sh sql: no table `nosuch`: the tables are the collections, by name (demo)" in unknown.stderr
 
-    bad = sql(lake, './spark-submit.sh sql --conf conf/standalone.conf "SELEC pk FROM demo"')
     assert (bad.returncode, bad.stdout) == (2, "")
     assert "spark-submit.sh sql: the query does not parse: [PARSE_SYNTAX_ERROR]" in bad.stderr
 
@@ -195,3 +205,22 @@ def test_a_mirrored_milvuss_collections_are_tables_a_databases_as_db_collection(
     assert described["vec"] == "Milvus FloatVector, dim 4" and described["$meta"] == "Milvus JSON, dynamic field"
     with pytest.raises(KeyError, match=r"no collection named nope \(the tables: docs, shop.items\)"):
         register_tables(spark, conf, ["shop.items", "nope"])
+
+
+def test_sql_runs_no_statement_that_writes(spark, lake, capsys):
+    """Reads (queries, SHOW, DESCRIBE, EXPLAIN, a Delta table's history) run; writes and changes are
+    refused before Spark runs them, with exit 2's message (in process: no JVM of its own)."""
+    reads = ["SELECT * FROM demo", "WITH a AS (SELECT 1 AS x) SELECT * FROM a", "SHOW TABLES", "DESCRIBE demo",
+             f"DESCRIBE HISTORY delta.`{lake.uri}`", f"EXPLAIN DELETE FROM delta.`{lake.uri}`", "VALUES (1)"]
+    assert [writing_statement(spark, q) for q in reads] == [None] * len(reads)
+    writes = {f"DELETE FROM delta.`{lake.uri}` WHERE pk > 0": "DeleteFromTable",
+              "WITH a AS (SELECT 1 AS pk) INSERT INTO demo SELECT * FROM a": "InsertIntoStatement",
+              f"VACUUM delta.`{lake.uri}`": "VacuumTableCommand",
+              f"OPTIMIZE delta.`{lake.uri}`": "OptimizeTableCommand",
+              f"RESTORE TABLE delta.`{lake.uri}` TO VERSION AS OF 1": "RestoreTableStatement",
+              "CREATE TABLE x AS SELECT 1": "CreateTableAsSelect", "SET spark.sql.ansi.enabled = false": "SetCommand"}
+    assert {q: writing_statement(spark, q) for q in writes} == writes
+    version = len(list((Path(lake.uri) / "_delta_log").glob("*.json")))
+    with pytest.raises(QueryError, match=r"would write or change something \(DeleteFromTable\): sql only reads"):
+        _query(spark, Conf.from_dict({"storage.root": lake.storage.root}), [], next(iter(writes)), None)
+    assert len(list((Path(lake.uri) / "_delta_log").glob("*.json"))) == version

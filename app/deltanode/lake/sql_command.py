@@ -8,8 +8,12 @@ driver's stderr into its stdout. The session takes the conf's spark.* keys as th
 subcommands do (``spark.master`` included: the executors may be a cluster's), in client deploy
 mode: the rows come back to this process.
 
-Exit codes: 0 the rows were printed; 2 the query does not parse or names an unknown table or
-column (the message names the tables there are); 1 anything else failed (etcd, storage, Spark).
+Statements that write or change anything are refused (``statements``): DeltaNode stays the only
+writer of its tables.
+
+Exit codes: 0 the rows were printed; 2 the query does not parse, would write, or names an unknown
+table or column (the message names the tables there are); 1 anything else failed (etcd, storage,
+Spark).
 """
 
 from __future__ import annotations
@@ -105,7 +109,15 @@ def _query(spark, conf: Conf, tables: list[LakeTable], query: str, results: Resu
     from pyspark.errors import AnalysisException, ParseException
 
     from ..storage.layout import StorageLayout
+    from .statements import writing_statement
     from .views import register
+    try:
+        writes = writing_statement(spark, query)
+    except ParseException as e:
+        raise QueryError(f"the query does not parse: {str(e).strip()}") from None
+    if writes is not None:
+        raise QueryError(f"the query would write or change something ({writes}): sql only reads, and "
+                         "DeltaNode is the only writer of its tables")
     register(spark, StorageLayout.from_conf(conf), mentioned(tables, query))
     try:
         frame = spark.sql(query)
