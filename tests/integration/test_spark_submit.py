@@ -30,7 +30,7 @@ def run(*argv, timeout=60, **env):
 
 def test_help_answers_without_a_jvm():
     for argv in (["--help"], ["admin", "--help"], ["standalone", "--help"],
-                 ["admin", "show-segments", "--help"]):
+                 ["admin", "show-segments", "--help"], ["sql", "--help"]):
         t = time.monotonic()
         r = run(*argv)
         assert r.returncode == 0, r.stderr
