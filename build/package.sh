@@ -23,7 +23,10 @@ fi
 ZIP="$ROOT/build/dist/deltanode-$VERSION.zip"
 mkdir -p "$ROOT/build/dist"
 
-"$PY" - "$ROOT/app" "$ZIP" <<'EOF'
+# Written aside, given its bytecode (build/zip_pyc.py: executors import from it without compiling),
+# then renamed into place once: Python's zipimport keeps an archive's table of contents and reads
+# the modules later by path, so a process that started on one archive must not meet another.
+TMP="$("$PY" - "$ROOT/app" "$ZIP" <<'EOF'
 import os, sys, tempfile, zipfile
 src, out = sys.argv[1], sys.argv[2]
 fd, tmp = tempfile.mkstemp(prefix=".deltanode-", suffix=".zip", dir=os.path.dirname(out))
@@ -38,11 +41,12 @@ try:
                 path = os.path.join(dirpath, name)
                 z.write(path, os.path.relpath(path, src))
     os.chmod(tmp, 0o644)
-    os.replace(tmp, out)  # atomic: a concurrent spark-submit never sees half an archive
+    print(tmp)
 except BaseException:
     os.unlink(tmp)
     raise
 EOF
-# Bytecode in the archive: executors import from it without compiling (build/zip_pyc.py).
-"$PY" "$ROOT/build/zip_pyc.py" "$ZIP" 2>/dev/null
+)"
+"$PY" "$ROOT/build/zip_pyc.py" "$TMP" 2>/dev/null || true   # without bytecode it works, just slower
+mv -f "$TMP" "$ZIP"
 [ "$QUIET" = 1 ] || echo "$ZIP"

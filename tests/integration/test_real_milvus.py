@@ -236,7 +236,7 @@ def mirror(etcd_server, broker, milvus, tmp_path):
     m.stop()
 
 
-def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, milvus):
+def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirror, milvus):
     made = {
         "every_type": mc.create_collection("every_type", EVERY_TYPE, enable_dynamic_field=True),
         "by_key": mc.create_collection("by_key", BY_KEY, num_partitions=4),
@@ -306,6 +306,7 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, mil
         for reader_name, reader in READERS.items():   # deletion vectors applied by every Delta reader
             assert_same_rows(expected, mirrored(mirror.storage, made[name]["collection_id"], fields, reader), pk,
                              f"{name}, read by {reader_name}")
+        assert_same_rows(expected, spark_mirrored(spark, mirror, name, fields), pk, f"{name}, read by Spark")
         assert len(expected) == mc.count(name) > 0
         cid = made[name]["collection_id"]
         insert_rows = table_rows(mirror.storage, mirror.storage.insert_log(cid))
@@ -314,6 +315,7 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(mc, mirror, mil
     assert table_rows(mirror.storage, mirror.storage.quarantine(), "offset") == 0
     assert mirrored(mirror.storage, made["halves"]["collection_id"], HALVES) == \
         {i: halves_row(i) for i in range(50)}
+    assert spark_mirrored(spark, mirror, "halves", HALVES) == {i: halves_row(i) for i in range(50)}
 
     listed = {c["name"]: c for c in mirror.admin("show-collections")}
     # The server's start-up probe made and dropped a collection: Milvus keeps it, dropping, a while.
