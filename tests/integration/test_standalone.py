@@ -42,6 +42,16 @@ def admin(env, *args) -> tuple[int, object]:
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else out.stderr)
 
 
+def create_collection(env, tmp_path: Path, name: str, dim: int) -> dict:
+    """``admin create-collection`` of a two-shard collection (an Int64 key, a FloatVector of ``dim``)."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
+                                             {"name": "vec", "data_type": "FloatVector", "dim": dim}]}))
+    rc, created = admin(env, "create-collection", "--name", name, "--schema", str(schema), "--shards", "2")
+    assert rc == 0, created
+    return created
+
+
 def scrape(port: int, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
@@ -67,11 +77,7 @@ def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
     env = _env(tmp_path, mq, metrics_port)
     proc = start(env, tmp_path / "standalone.log")
     try:
-        schema = tmp_path / "schema.json"
-        schema.write_text(json.dumps({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
-                                                 {"name": "vec", "data_type": "FloatVector", "dim": 16}]}))
-        rc, created = admin(env, "create-collection", "--name", "books", "--schema", str(schema), "--shards", "2")
-        assert rc == 0, created
+        created = create_collection(env, tmp_path, "books", dim=16)
         assert len(created["vchannels"]) == 2 and created["vchannels"][0].endswith(f"_{created['collection_id']}v0")
         rc, produced = admin(env, "produce", "--collection", "books", "--messages", "20", "--rows", "100")
         assert rc == 0 and produced["rows"] == 2000, produced
@@ -164,11 +170,7 @@ def test_standalone_on_kafka_sigkilled_with_its_whole_tree_mid_traffic_resumes_e
     env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_DATANODE_BATCH_MAX_MESSAGES="4")
     proc = start(env, tmp_path / "standalone.log")
     try:
-        schema = tmp_path / "schema.json"
-        schema.write_text(json.dumps({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
-                                                 {"name": "vec", "data_type": "FloatVector", "dim": 64}]}))
-        rc, created = admin(env, "create-collection", "--name", "crash", "--schema", str(schema), "--shards", "2")
-        assert rc == 0, created
+        created = create_collection(env, tmp_path, "crash", dim=64)
         rc, produced = admin(env, "produce", "--collection", "crash", "--messages", "300", "--rows", "400",
                              "--deletes", "0")
         assert rc == 0 and produced["rows"] == 120_000, produced
