@@ -75,8 +75,13 @@ def server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str
 
 
 def cluster_id() -> str:
-    """A new KRaft cluster id: a UUID in URL-safe base64 without padding, as ``StorageTool random-uuid``."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A new KRaft cluster id: a UUID in URL-safe base64 without padding, as ``StorageTool random-uuid``
+    prints, never starting with "-" (as Kafka's own ``Uuid.randomUuid``: a command line would read
+    such an id as an option)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not found.startswith("-"):
+            return found
 
 
 class EmbeddedKafka(_Process):
@@ -125,7 +130,7 @@ class EmbeddedKafka(_Process):
     def _format(self, java: list[str], props: Path) -> None:
         """Give the data directory its cluster id and the controller's first metadata (once)."""
         done = subprocess.run([*java[:1], "-Xmx256m", C1_ONLY, *java[1:], "kafka.tools.StorageTool", "format",
-                               "-t", cluster_id(), "-c", str(props)],
+                               f"--cluster-id={cluster_id()}", f"--config={props}"],
                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             raise ServiceError(f"formatting Kafka's data directory {self.data_dir} failed "
