@@ -166,8 +166,10 @@ def test_standalone_on_kafka_sigkilled_with_its_whole_tree_mid_traffic_resumes_e
     """Every process of a standalone run on Kafka (launcher, spark-submit, driver, Python workers,
     etcd, the Kafka broker) SIGKILLed at once while its DataNode is still working through the
     collection's messages; the same command started again brings every row in exactly once."""
-    # At most 4 messages a pchannel a cycle: the 300 messages take the DataNode some 40 cycles.
-    env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_DATANODE_BATCH_MAX_MESSAGES="4")
+    # At most 256 KB read a cycle (two or three of the 105 KB inserts): the DataNode takes some 120
+    # cycles over the 300, longer than admin produce takes to write them.
+    env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_DATANODE_BATCH_MAX_BYTES="256k",
+               DELTANODE_DATANODE_CATCHUP_MAX_BYTES="256k")
     proc = start(env, tmp_path / "standalone.log")
     try:
         created = create_collection(env, tmp_path, "crash", dim=64)
