@@ -104,7 +104,7 @@ def apache_pulsar():
 
 @pytest.fixture
 def mq(request) -> Broker:
-    """The broker the collections of a test live on: Kafka (Tansu) unless the test asks for another
+    """The broker the collections of a test live on: Apache Kafka unless the test asks for another
     with ``@ALL_BROKERS`` (support.py): ``pulsar`` is pulsar-lite, ``apache-pulsar`` a container."""
     kind = getattr(request, "param", "kafka")
     if kind == "pulsar":

@@ -49,8 +49,8 @@ def test_a_batch_creates_every_collection_at_its_broadcast_position(conf, mq, et
         assert r.shards == 2 and len(set(r.pchannels)) == 2 and len(r.vchannels) == 2
         assert sorted(r.start_offsets) == sorted(r.pchannels)
     # Each start position holds that collection's CreateCollection: its vchannels start right after it,
-    # and the broker's high watermark already says so (Tansu's leaves out a batch's later records
-    # until another batch comes: the broadcast must not be batched, or its vchannels read as lost).
+    # and the broker's high watermark already says so (one short of the last batch would make its
+    # vchannels start past the watermark, which reads as lost data).
     for pchannel in usage:
         offsets = {r.start_offsets[pchannel]: r.collection_id for r in records.values() if pchannel in r.pchannels}
         assert high_watermark(mq, pchannel) == max(offsets) + 1
