@@ -169,12 +169,14 @@ def test_the_delta_jars_join_the_confs_and_the_sql_settings_keep_the_users():
 
 
 def test_configure_sets_a_builder_without_starting_a_jvm():
+    # The whole suite runs the integration tests' session first: configure must leave whatever is there.
+    before = SparkSession.getActiveSession()
     builder = spark.configure(SparkSession.builder.config("spark.jars", "/mine.jar").appName("x"))
     assert builder._options["spark.jars"] == f"/mine.jar,{DELTA_JARS}"
     assert builder._options["spark.sql.extensions"] == spark.EXTENSION
     assert builder._options["spark.sql.catalog.spark_catalog"] == spark.CATALOG
     assert builder._options["spark.app.name"] == "x"
-    assert SparkSession.getActiveSession() is None
+    assert SparkSession.getActiveSession() is before
 
 
 def test_the_readmes_options_for_any_spark_are_configures():
