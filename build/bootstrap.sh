@@ -48,13 +48,20 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
     command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || die "etcd still missing after install"
 fi
 
-# --- Maven (fetches the JVM components: Apache Kafka, Delta Lake for Spark) -----------------
+# --- Maven and a JDK (fetch the JVM components, build their small launchers) ---------------
 if ! command -v mvn >/dev/null 2>&1; then
     say "mvn not found: installing the Debian package maven"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
         || die "apt-get update failed"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven >/dev/null \
         || die "apt-get install maven failed"
+fi
+if ! command -v javac >/dev/null 2>&1; then
+    say "javac not found: installing the Debian package openjdk-17-jdk-headless"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        || die "apt-get update failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless >/dev/null \
+        || die "apt-get install openjdk-17-jdk-headless failed"
 fi
 
 # --- .venv ---------------------------------------------------------------------------

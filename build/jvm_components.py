@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fetch the JVM components DeltaNode runs (Apache Kafka, Delta Lake for Spark) from Maven Central.
+"""Fetch the JVM components DeltaNode runs (Apache Kafka and Pulsar, Delta Lake for Spark, YARN) from Maven Central.
 
 ``build/jvm_components.py``: for each ``build/jvm/NAME/pom.xml``, the jars it names with their
 runtime dependencies land in ``.venv/share/deltanode/jars/NAME/`` (``deltanode.jars`` finds them
@@ -10,6 +10,10 @@ pyspark it sits beside, changed (a stamp file in its directory); nothing is fetc
 A pom with the property ``deltanode.beside.spark`` holds jars for Spark's class path: every jar
 whose artifact pyspark already ships (Hadoop, Jackson, Parquet, Scala, log4j...) is left out, so
 Spark's own versions are the only ones loaded.
+
+A component with Java sources in ``build/jvm/NAME/src/`` (a small launcher: a main class the
+component's own jars lack) gets them compiled against its jars into ``deltanode-NAME-launcher.jar``
+in the same directory, so one class path runs it.
 
 ``build/bootstrap.sh`` runs this; it needs ``mvn`` (Debian's ``maven``, which bootstrap installs).
 """
@@ -48,8 +52,14 @@ def target_dir(name: str) -> Path:
     return Path(sys.prefix) / "share" / "deltanode" / "jars" / name
 
 
+def sources(pom: Path) -> list[Path]:
+    return sorted((pom.parent / "src").glob("*.java"))
+
+
 def wanted_stamp(pom: Path, beside_spark: bool) -> str:
     digest = hashlib.sha256(pom.read_bytes())
+    for source in sources(pom):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
     if beside_spark:
         digest.update(importlib.metadata.version("pyspark").encode())
     return digest.hexdigest()
@@ -83,9 +93,11 @@ def fetch(pom: Path, quiet: bool) -> None:
             for jar in staging.glob("*.jar"):
                 if artifact(jar.name) in shipped:
                     jar.unlink()
-        jars = sorted(p.name for p in staging.glob("*.jar"))
-        if not jars:
+        if not any(staging.glob("*.jar")):
             raise SystemExit(f"build/jvm_components.py: Maven copied no jar for {name} ({pom})")
+        if sources(pom):
+            compile_launcher(name, sources(pom), staging)
+        jars = sorted(p.name for p in staging.glob("*.jar"))
         (staging / STAMP).write_text(want + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -94,6 +106,22 @@ def fetch(pom: Path, quiet: bool) -> None:
         shutil.rmtree(staging, ignore_errors=True)
     if not quiet:
         print(f"jvm_components: {name}: {len(jars)} jars in {target}", file=sys.stderr)
+
+
+def compile_launcher(name: str, java_sources: list[Path], jars: Path) -> None:
+    """Compile ``java_sources`` against the jars in ``jars`` into ``deltanode-NAME-launcher.jar`` there."""
+    for tool in ("javac", "jar"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"build/jvm_components.py: {tool} not found (a JDK 17: Debian's openjdk-17-jdk-headless); "
+                             f"it builds {name}'s launcher")
+    with tempfile.TemporaryDirectory(prefix=f"{name}-classes-") as classes:
+        for command in (["javac", "-nowarn", "--release", "17", "-cp", f"{jars}/*", "-d", classes,
+                         *map(str, java_sources)],
+                        ["jar", "cf", str(jars / f"deltanode-{name}-launcher.jar"), "-C", classes, "."]):
+            run = subprocess.run(command, capture_output=True, text=True)
+            if run.returncode != 0:
+                raise SystemExit(f"build/jvm_components.py: building {name}'s launcher failed ({command[0]}):\n"
+                                 f"{(run.stdout + run.stderr)[-3000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:
