@@ -294,6 +294,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("mq.pulsar.tls.allow.insecure", KeyType.BOOL, "false", "accept any certificate from the Pulsar broker"),
     _k("mq.pulsar.tls.validate.hostname", KeyType.BOOL, "false",
        "check that the Pulsar broker's certificate names its host"),
+    _k("mq.pulsar.receiver.queue.size", KeyType.INT, "1000",
+       "messages a reader of a pchannel range prefetches (never more than its range holds); 1 for a "
+       "Pulsar-protocol broker that mis-delivers a fuller queue", min=1),
     _k("mq.pchannel.prefix", KeyType.STR, "by-dev-rootcoord-dml",
        "name prefix of the physical DML channels (topics)"),
     _k("mq.pchannel.count", KeyType.INT, "16", "number of physical DML channels", min=1),
@@ -316,9 +319,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "standalone only: start etcd (Debian binary) on the etcd.endpoints port"),
     _k("embedded.broker", KeyType.BOOL, "false",
        "standalone only: start the broker of mq.type on its configured port, its data under "
-       "embedded.data.dir (kafka: Apache Kafka, single node; pulsar: pulsar-lite)"),
+       "embedded.data.dir (kafka: Apache Kafka, single node; pulsar: Apache Pulsar standalone)"),
     _k("embedded.broker.heap", KeyType.SIZE, "512m",
-       "standalone only: the embedded Apache Kafka's JVM heap (-Xmx)", min=64 << 20),
+       "standalone only: the embedded broker's JVM heap (-Xmx)", min=64 << 20),
     _k("embedded.data.dir", KeyType.LOCALPATH, "var", "data and logs of the embedded services"),
     _k("datanode.batch.max.messages", KeyType.INT, "1000",
        "most MQ messages one cycle reads from a pchannel (per lane)", min=1),

@@ -105,7 +105,8 @@ def child(args: dict) -> int:
     if args.get("trace_marks"):
         _trace_marks(status)
     on_cycle = (lambda report: _emit_cycle(status, report)) if args.get("stream_cycles") else None
-    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]), settings, on_cycle=on_cycle).start()
+    broker = Broker(args["mq"], args["address"], client=tuple(map(tuple, args.get("client", ()))))
+    pipe = Pipeline(spark, storage, broker, settings, on_cycle=on_cycle).start()
     for coll in args["collections"]:
         schema = schema_pb2.CollectionSchema.FromString(base64.b64decode(coll["schema_b64"]))
         for v in coll["vchannels"]:

@@ -1,8 +1,8 @@
 """DeltaNode benchmark: ``build/bench.sh [options]``.
 
 For each vector dim (``--dims``), on a fresh collection with ``--vchannels`` vchannels (one
-pchannel topic each) on an embedded broker (Apache Kafka; ``--mq tansu`` for Tansu, ``--mq pulsar``
-for pulsar-lite):
+pchannel topic each) on an embedded broker (Apache Kafka; ``--mq pulsar`` for Apache Pulsar,
+``--mq tansu`` and ``--mq pulsar-lite`` for the side-by-sides):
 
 1. backlog: ``--messages`` InsertRequests of 1,000 rows per vchannel are produced first;
 2. reference: one plain Python process consumes, decodes and writes the same messages to
@@ -40,11 +40,13 @@ import time
 from dataclasses import dataclass, field
 
 from deltanode.mq.broker import Broker
+from deltanode.mq.pulsar import RECEIVER_QUEUE as PULSAR_QUEUE
 
 from . import latency as lat
 from . import reference, scale
 from .datanode_run import DataNode
 from .procs import WindowStats, window
+from .pulsar_lite import RECEIVER_QUEUE as PULSAR_LITE_QUEUE
 from .report import machine_info, mb, mib, rate, secs, short_channel, table, verdict
 from .tasks import busy_while_full, running, task_spans
 from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
@@ -52,7 +54,8 @@ from .workload import ROWS_PER_MESSAGE, BenchCollection, make_collection
 SLOTS = 2   # Spark local[2]: the machine's 2 cores
 
 BROKERS = {"kafka": "Apache Kafka 3.9 (embedded, KRaft, file storage)", "tansu": "Tansu (memory storage)",
-           "pulsar": "pulsar-lite (embedded, file storage)"}
+           "pulsar": "Apache Pulsar 4.0 (embedded standalone, one bookie)",
+           "pulsar-lite": "pulsar-lite (file storage, receiver queue 1)"}
 
 QUICK = {"messages": 6, "dims": "768", "backlog_factors": "3", "steady_seconds": 6.0}
 
@@ -66,8 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated FloatVector dims, one collection each (default 128,768); steady "
                         "load, restart and 10x backlog run on the largest")
     p.add_argument("--mq", choices=sorted(BROKERS), default="kafka",
-                   help="the broker to run on: kafka (Apache Kafka), tansu (Tansu, for a side-by-side) or pulsar "
-                        "(pulsar-lite) (default kafka); "
+                   help="the broker to run on: kafka (Apache Kafka), pulsar (Apache Pulsar), tansu or pulsar-lite "
+                        "(for side-by-sides) (default kafka); "
                         "the reference consumes from the same broker")
     p.add_argument("--vchannels", type=int, default=1, help="vchannels (shards) per collection (default 1)")
     p.add_argument("--steady-mb-s", type=float, default=10.0,
@@ -271,7 +274,8 @@ class Bench:
         self._nodes += 1
         n = self._nodes
         a = self.args
-        spec = {"mq": self.broker.kind, "address": self.broker.address, "storage_root": self.storage_root,
+        spec = {"mq": self.broker.kind, "address": self.broker.address, "client": list(self.broker.client),
+                "storage_root": self.storage_root,
                 "status_file": "",
                 "collections": [{"collection_id": coll.collection_id, "vchannels": coll.vchannels,
                                  "schema_b64": coll.schema_b64}],
@@ -369,7 +373,8 @@ class Bench:
         chans = [{"topic": p, "vchannel": v, "start": starts[v], "end": targets[v], "schema_b64": coll.schema_b64}
                  for p, v in zip(coll.pchannels, coll.vchannels)]
         out_dir = os.path.join(self.work, f"reference-{coll.dim}-{label}")
-        ref = reference.run(self.broker.kind, self.broker.address, chans, out_dir)
+        ref = reference.run(self.broker.kind, self.broker.address, chans, out_dir,
+                            queue=int(self.broker.settings.get("receiver.queue.size", PULSAR_QUEUE)))
         shutil.rmtree(out_dir, ignore_errors=True)
         ref["mb_s"] = min(c["bytes"] / c["seconds"] for c in ref["channels"]) / 1e6
         return ref
@@ -637,14 +642,16 @@ def _version(pkg: str) -> str:
 def start_broker(args: argparse.Namespace, work: str, load0: str) -> tuple[object, Bench]:
     """An embedded broker (``--mq``) keeping its files under ``work``, and a ``Bench`` on it."""
     from deltanode.standalone.kafka_server import EmbeddedKafka
-    from deltanode.standalone.services import EmbeddedPulsar
+    from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
 
+    from .pulsar_lite import PulsarLite
     from .tansu import TansuBroker
 
     os.makedirs(work, exist_ok=True)
-    service: EmbeddedPulsar | EmbeddedKafka | TansuBroker
-    if args.mq == "pulsar":
-        service = EmbeddedPulsar(os.path.join(work, "pulsar"))
+    service: EmbeddedApachePulsar | PulsarLite | EmbeddedKafka | TansuBroker
+    if args.mq in ("pulsar", "pulsar-lite"):
+        service = PulsarLite(os.path.join(work, "pulsar-lite")) if args.mq == "pulsar-lite" else \
+            EmbeddedApachePulsar(os.path.join(work, "pulsar"))
         service.start()
         address = service.service_url
     else:
@@ -652,8 +659,9 @@ def start_broker(args: argparse.Namespace, work: str, load0: str) -> tuple[objec
             os.path.join(work, "kafka"))
         service.start()
         address = service.bootstrap_servers
-    kind = "pulsar" if args.mq == "pulsar" else "kafka"
-    bench = Bench(args, work, Broker(kind, address), service.proc.pid if service.proc else None)
+    kind = "pulsar" if args.mq in ("pulsar", "pulsar-lite") else "kafka"
+    client = (("receiver.queue.size", str(PULSAR_LITE_QUEUE)),) if args.mq == "pulsar-lite" else ()
+    bench = Bench(args, work, Broker(kind, address, client=client), service.proc.pid if service.proc else None)
     bench.load0 = load0
     say(f"broker {address}, work dir {work}")
     return service, bench

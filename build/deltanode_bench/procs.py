@@ -101,7 +101,7 @@ def _runs_main(pid: int) -> bool:
 
 
 # The main classes of the embedded services that run in a JVM: a "java" process like Spark's own.
-SERVICE_MAINS = (b"kafka.Kafka",)
+SERVICE_MAINS = (b"kafka.Kafka", b"DeltaNodePulsarStandalone")
 
 
 def _runs_service(pid: int) -> bool:

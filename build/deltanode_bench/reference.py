@@ -2,8 +2,8 @@
 
 ``python -m deltanode_bench.reference SPEC_JSON`` consumes each channel's position range with
 the broker's own client (Kafka: confluent-kafka with the DataNode's consumer settings; Pulsar:
-a pulsar-client reader with a receiver queue of 1, which pulsar-lite needs to deliver exactly,
-docs/pulsar.md), decodes with the DataNode's own decoder (``flowgraph.decode.parse`` /
+a pulsar-client reader with the DataNode's receiver queue, or 1 on pulsar-lite, which needs it to
+deliver exactly: docs/pulsar.md), decodes with the DataNode's own decoder (``flowgraph.decode.parse`` /
 ``insert_columns``) and writes the insert_log columns to one parquet file per vchannel with the
 binlog writer's settings (snappy, statistics and dictionary on the system columns only). It
 prints one JSON line: bytes, rows, messages and seconds per stage, per channel.
@@ -59,16 +59,17 @@ def kafka_chunks(bootstrap: str, topic: str, start: int, end: int) -> Iterator[l
         consumer.close()
 
 
-def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterator[list[bytes]]:
+def pulsar_chunks(service_url: str, topic: str, start: int, end: int, queue: int) -> Iterator[list[bytes]]:
     """The values of positions [start, end) of ``topic``, one message at a time (a repeat the
-    broker delivers is dropped, as the DataNode drops it)."""
+    broker delivers is dropped, as the DataNode drops it); ``queue``: the reader's receiver queue."""
     import pulsar
 
     from deltanode.mq.pulsar import message_id, position, topic_name
     client = pulsar.Client(service_url, operation_timeout_seconds=10,
                            logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     first = message_id(start) if start > 0 else pulsar.MessageId.earliest
-    reader = client.create_reader(topic_name(topic), first, receiver_queue_size=1, start_message_id_inclusive=True)
+    reader = client.create_reader(topic_name(topic), first, receiver_queue_size=queue,
+                                  start_message_id_inclusive=True)
     last = start - 1
     try:
         while last < end - 1:
@@ -87,7 +88,7 @@ def pulsar_chunks(service_url: str, topic: str, start: int, end: int) -> Iterato
         client.close()
 
 
-def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
+def run_channel(mq: str, address: str, ch: dict, out_dir: str, queue: int) -> dict:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -104,7 +105,8 @@ def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
     t0 = time.perf_counter()
     writer = pq.ParquetWriter(path, schema, compression="snappy", write_statistics=SYSTEM_STATS,
                               use_dictionary=SYSTEM_STATS)
-    chunks = (pulsar_chunks if mq == "pulsar" else kafka_chunks)(address, ch["topic"], ch["start"], ch["end"])
+    chunks = pulsar_chunks(address, ch["topic"], ch["start"], ch["end"], queue) if mq == "pulsar" else \
+        kafka_chunks(address, ch["topic"], ch["start"], ch["end"])
     while True:
         a = time.perf_counter()
         chunk = next(chunks, None)
@@ -140,15 +142,15 @@ def run_channel(mq: str, address: str, ch: dict, out_dir: str) -> dict:
 def child(args: dict) -> dict:
     os.makedirs(args["out_dir"], exist_ok=True)
     t0 = time.perf_counter()
-    channels = [run_channel(args["mq"], args["address"], ch, args["out_dir"]) for ch in args["channels"]]
+    channels = [run_channel(args["mq"], args["address"], ch, args["out_dir"], args["queue"]) for ch in args["channels"]]
     return {"channels": channels, "seconds": time.perf_counter() - t0,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-def run(mq: str, address: str, channels: list[dict], out_dir: str, timeout: float = 600) -> dict:
+def run(mq: str, address: str, channels: list[dict], out_dir: str, queue: int, timeout: float = 600) -> dict:
     """Run the reference in a process of its own; returns its JSON result."""
     env = dict(os.environ, PYTHONPATH=PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    spec = {"mq": mq, "address": address, "channels": channels, "out_dir": out_dir}
+    spec = {"mq": mq, "address": address, "channels": channels, "out_dir": out_dir, "queue": queue}
     os.makedirs(out_dir, exist_ok=True)
     proc = subprocess.run([sys.executable, "-m", "deltanode_bench.reference", json.dumps(spec)], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=out_dir, check=False)

@@ -43,6 +43,8 @@ from deltanode.wire.schema import CollectionLayout, schema_from_json
 from . import compaction
 from . import latency as lat
 from .procs import TreeSampler, window
+from .pulsar_lite import RECEIVER_QUEUE as LITE_QUEUE
+from .pulsar_lite import PulsarLite
 from .report import mib, secs, table, verdict
 from .tansu import TansuBroker
 from .workload import BenchProducer, Sent, bench_schema
@@ -51,7 +53,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PCHANNELS = 16
 ROWS, DIM = 50, 128
 # process names of the embedded services, left out of the DataNode's figures
-SERVICES = ("etcd", "pulsar-lite")   # and the embedded Apache Kafka (procs.SERVICE_MAINS)
+SERVICES = ("etcd", "pulsar-lite")   # and the embedded Apache Kafka and Pulsar (procs.SERVICE_MAINS)
 ENDS_S = 10.0   # seconds at each end of the load over which the services' CPU is shown as well
 
 
@@ -89,11 +91,16 @@ class Standalone:
     def __init__(self, work: str, mq: str = "kafka") -> None:
         self.work = work
         self.etcd = f"127.0.0.1:{free_port()}"
-        # Tansu is no embedded broker of standalone's: the benchmark runs it beside standalone.
+        # Tansu and pulsar-lite are no embedded brokers of standalone's: the benchmark runs them beside it.
         self.tansu = TansuBroker(os.path.join(work, "tansu")) if mq == "tansu" else None
+        self.lite = PulsarLite(os.path.join(work, "pulsar-lite")) if mq == "pulsar-lite" else None
         if mq == "pulsar":
             self.broker = Broker("pulsar", f"pulsar://127.0.0.1:{free_port()}")
             broker_conf = f"mq.type = pulsar\nmq.pulsar.service.url = {self.broker.address}\n"
+        elif self.lite is not None:
+            self.broker = Broker("pulsar", self.lite.service_url, client=(("receiver.queue.size", str(LITE_QUEUE)),))
+            broker_conf = (f"mq.type = pulsar\nmq.pulsar.service.url = {self.broker.address}\n"
+                           f"mq.pulsar.receiver.queue.size = {LITE_QUEUE}\n")
         else:
             self.broker = Broker("kafka", self.tansu.bootstrap_servers if self.tansu else f"127.0.0.1:{free_port()}")
             broker_conf = f"mq.kafka.bootstrap.servers = {self.broker.address}\n"
@@ -101,7 +108,7 @@ class Standalone:
         self.conf = os.path.join(work, "standalone.conf")
         self.log = os.path.join(work, "standalone.log")
         with open(self.conf, "w") as f:
-            f.write(f"embedded.etcd = true\nembedded.broker = {str(self.tansu is None).lower()}\n"
+            f.write(f"embedded.etcd = true\nembedded.broker = {str(self.tansu is None and self.lite is None).lower()}\n"
                     f"embedded.data.dir = {work}/var\n"
                     f"etcd.endpoints = {self.etcd}\n{broker_conf}"
                     f"mq.pchannel.count = {PCHANNELS}\nstorage.root = {self.storage}\n"
@@ -112,8 +119,9 @@ class Standalone:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180.0) -> None:
-        if self.tansu is not None:
-            self.tansu.start()
+        for beside in (self.tansu, self.lite):
+            if beside is not None:
+                beside.start()
         self.proc = subprocess.Popen([os.path.join(ROOT, "spark-submit.sh"), "standalone", "--conf", self.conf],
                                      cwd=ROOT, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -137,8 +145,15 @@ class Standalone:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.tansu is not None:
-            self.tansu.stop()
+        for beside in (self.tansu, self.lite):
+            if beside is not None:
+                beside.stop()
+
+    @property
+    def beside_pid(self) -> int | None:
+        """The broker the benchmark runs beside standalone (Tansu, pulsar-lite), when there is one."""
+        beside = self.tansu or self.lite
+        return beside.proc.pid if beside is not None and beside.proc is not None else None
 
 
 def _collections(n: int) -> list[int]:
@@ -346,7 +361,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         producers = {r.collection_id: BenchProducer(proxy, CollectionLayout.from_proto(
             schema_from_json(schema_doc, r.name)), r.collection_id, r.name, rows=ROWS) for r in records}
         sampler = TreeSampler(node.proc.pid, interval=0.5, exclude_comms=SERVICES,
-                              broker_pid=node.tansu.proc.pid if node.tansu and node.tansu.proc else None).start()
+                              broker_pid=node.beside_pid).start()
         say(f"{n} vchannel(s): {rate:.0f} inserts/s and {PCHANNELS * 5} ticks/s for {seconds:.0f} s")
         t0 = time.time()
         _pace([(producers[r.collection_id], r) for r in records], seconds, rate)
@@ -394,7 +409,8 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
            "CPU to create a 30 KB file in a directory of its own just before the point (it varies with the disk's "
            f"recent writes and deletes); services cores in brackets: over the load's first and last {ENDS_S:.0f} s "
            "(Tansu's memory storage costs more the more it holds, docs/platform.md); broker: the one the point ran "
-           "on (kafka: the embedded Apache Kafka; tansu: Tansu beside standalone, its CPU among the services)"]
+           "on (kafka, pulsar: the embedded Apache Kafka or Pulsar; tansu, pulsar-lite: beside standalone, its CPU "
+           "among the services)"]
     rows = []
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]

@@ -13,7 +13,7 @@ import pytest
 from deltanode.config import Conf
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
-from deltanode.standalone.services import EmbeddedPulsar
+from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -72,45 +72,18 @@ def pipelines(spark, mq, tmp_path):
 
 @pytest.fixture(scope="session")
 def pulsar_server(tmp_path_factory):
-    """pulsar-lite, the embedded Pulsar-protocol broker (file-backed)."""
-    with EmbeddedPulsar(tmp_path_factory.mktemp("pulsar")) as server:
+    """Apache Pulsar standalone (Maven Central's jars, build/jvm/pulsar), as ``standalone`` runs it."""
+    with EmbeddedApachePulsar(tmp_path_factory.mktemp("pulsar")) as server:
         yield server
-
-
-def docker_unavailable() -> str | None:
-    """Why no Docker engine can run a container here, or None when one answers."""
-    try:
-        import docker
-        docker.from_env(timeout=5).ping()
-    except Exception as e:  # noqa: BLE001 - any failure means: no engine to run Apache Pulsar in
-        return f"no Docker engine reachable ({type(e).__name__}: {e})"
-    return None
-
-
-@pytest.fixture(scope="session")
-def apache_pulsar():
-    """Apache Pulsar 3.3 (``bin/pulsar standalone``) in a container, where a Docker engine answers;
-    its service URL. Skips with the reason where none does."""
-    why = docker_unavailable()
-    if why:
-        pytest.skip(f"Apache Pulsar runs in a container: {why}")
-    from testcontainers.core.container import DockerContainer
-    from testcontainers.core.waiting_utils import wait_for_logs
-    with DockerContainer("apachepulsar/pulsar:3.3.0").with_command("bin/pulsar standalone") \
-            .with_exposed_ports(6650) as container:
-        wait_for_logs(container, "messaging service is ready", timeout=180)
-        yield f"pulsar://{container.get_container_host_ip()}:{container.get_exposed_port(6650)}"
 
 
 @pytest.fixture
 def mq(request) -> Broker:
     """The broker the collections of a test live on: Apache Kafka unless the test asks for another
-    with ``@ALL_BROKERS`` (support.py): ``pulsar`` is pulsar-lite, ``apache-pulsar`` a container."""
+    with ``@ALL_BROKERS`` (support.py): ``pulsar`` is Apache Pulsar."""
     kind = getattr(request, "param", "kafka")
     if kind == "pulsar":
         return Broker("pulsar", request.getfixturevalue("pulsar_server").service_url)
-    if kind == "apache-pulsar":
-        return Broker("pulsar", request.getfixturevalue("apache_pulsar"))
     return Broker("kafka", request.getfixturevalue("broker").bootstrap_servers)
 
 

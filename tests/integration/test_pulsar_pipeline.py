@@ -1,5 +1,4 @@
-"""The shared pipeline reading a real Pulsar-protocol broker (pulsar-lite; Apache Pulsar in a container
-where Docker runs): exactly once, across a restart."""
+"""The shared pipeline reading Apache Pulsar: exactly once, across a restart."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ PCHANNEL = "by-dev-rootcoord-dml_0"
 BAD = b"\x0a\x03not a milvus message"
 
 
-@pytest.mark.parametrize("mq", ["pulsar", "apache-pulsar"], indirect=True)
+@pytest.mark.parametrize("mq", ["pulsar"], indirect=True)
 def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(spark, mq, tmp_path):
     storage = StorageLayout(str(tmp_path / "delta"))
     schema = schema_from_json(SCHEMA, "plite")

@@ -34,7 +34,7 @@ class BrokerKind(enum.StrEnum):
 
 
 PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls.allow.insecure",
-                      "tls.validate.hostname")
+                      "tls.validate.hostname", "receiver.queue.size")
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ class Broker:
     address: str                # Kafka bootstrap servers, or a Pulsar service URL
     tenant: str = "public"      # Pulsar topics: persistent://{tenant}/{namespace}/{pchannel}
     namespace: str = "default"
-    # Client settings: librdkafka properties (mq.kafka.*), or Pulsar's auth and TLS (mq.pulsar.auth.*,
-    # mq.pulsar.tls.*, without the prefix). Kept out of repr: they may hold secrets.
+    # Client settings: librdkafka properties (mq.kafka.*), or Pulsar's auth, TLS and receiver queue
+    # (mq.pulsar.auth.*, mq.pulsar.tls.*, ..., without the prefix). Kept out of repr: they may hold secrets.
     client: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     _backend: BrokerBackend = field(init=False, repr=False, compare=False)
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from deltanode.config import Conf
 from deltanode.standalone.kafka_server import EmbeddedKafka
-from deltanode.standalone.services import EmbeddedEtcd, EmbeddedPulsar, PortInUseError, ServiceError
+from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
+from deltanode.standalone.services import EmbeddedEtcd, PortInUseError, ServiceError
 
 log = logging.getLogger("deltanode.standalone")
 
@@ -53,7 +54,7 @@ class ServiceGroup:
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
         self.etcd: EmbeddedEtcd | None = None
-        self.broker: EmbeddedKafka | EmbeddedPulsar | None = None
+        self.broker: EmbeddedKafka | EmbeddedApachePulsar | None = None
         self._stack: list[tuple[str, Callable[[], None]]] = []
         self._old_handlers: dict[int, _Handler] = {}
         self._signals: list[int] = []   # appended by the handler, read by wait()
@@ -82,12 +83,12 @@ class ServiceGroup:
                 self.etcd = etcd
             if self.conf.get("embedded.broker"):
                 _, port = self.conf.broker_hostports()[0]
-                broker: EmbeddedKafka | EmbeddedPulsar
+                broker: EmbeddedKafka | EmbeddedApachePulsar
+                heap = f'{max(self.conf.get("embedded.broker.heap") >> 20, 64)}m'
                 if self.conf.get("mq.type") == "pulsar":
-                    broker = EmbeddedPulsar(self.data_dir / "pulsar", port)
+                    broker = EmbeddedApachePulsar(self.data_dir / "pulsar", port, heap=heap)
                 else:
-                    heap = self.conf.get("embedded.broker.heap")
-                    broker = EmbeddedKafka(self.data_dir / "kafka", port, heap=f"{max(heap >> 20, 64)}m")
+                    broker = EmbeddedKafka(self.data_dir / "kafka", port, heap=heap)
                 self._start_process(broker, self.conf.broker_key)
                 self.broker = broker
         except BaseException:

@@ -1,5 +1,5 @@
-"""Embedded service processes for single-machine runs and tests: etcd and pulsar-lite here,
-Apache Kafka in ``kafka_server``.
+"""Embedded service processes for single-machine runs and tests: etcd here, Apache Kafka in
+``kafka_server``, Apache Pulsar in ``pulsar_server``.
 
 Each binds to loopback only. A port that is already taken is reported at once
 (``PortInUseError``), never waited on.
@@ -74,16 +74,17 @@ class _Process:
     """A child process with a log file, stopped with SIGTERM then SIGKILL."""
 
     name = "service"
+    stop_timeout = 10.0   # seconds between SIGTERM and SIGKILL
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
 
-    def _spawn(self, argv: list[str], log: Path, port: int, timeout: float) -> None:
+    def _spawn(self, argv: list[str], log: Path, port: int, timeout: float, cwd: Path | None = None) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
-                                         preexec_fn=die_with_parent)
+                                         preexec_fn=die_with_parent, cwd=cwd)
         _wait_for_port(port, self.proc, self.name, log, timeout)
 
     def stop(self) -> None:
@@ -91,7 +92,7 @@ class _Process:
             return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=self.stop_timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -148,42 +149,3 @@ class EmbeddedEtcd(_Process):
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                      "--initial-cluster", f"deltanode={peer}"],
                     self.log_path, self.client_port, timeout=30)
-
-
-def pulsar_lite_binary() -> str:
-    try:
-        import pulsar_lite
-    except ImportError:
-        raise ServiceError("the pulsar-lite package (it ships an embedded Pulsar-protocol broker) is not "
-                           "installed: run build/bootstrap.sh") from None
-    path = Path(pulsar_lite.__file__).parent / "bin" / "pulsar-lite"
-    if not path.exists():
-        raise ServiceError(f"pulsar-lite has no broker binary at {path}")
-    return str(path)
-
-
-class EmbeddedPulsar(_Process):
-    """pulsar-lite, an Apache Pulsar-protocol broker, on loopback with file-backed topics under
-    ``data_dir`` (they survive a restart). It duplicates and drops deliveries to a reader whose
-    receiver queue holds more than one message (docs/pulsar.md): DeltaNode reads it with 1."""
-
-    name = "Pulsar-protocol broker (pulsar-lite)"
-
-    def __init__(self, data_dir: str | Path, port: int | None = None) -> None:
-        super().__init__()
-        self.data_dir = Path(data_dir)
-        self.port = port or free_port()
-
-    @property
-    def service_url(self) -> str:
-        return f"pulsar://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "pulsar-lite.log"
-
-    def start(self) -> None:
-        ensure_port_free(self.port, "pulsar broker port")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._spawn([pulsar_lite_binary(), "--addr", f"127.0.0.1:{self.port}", "--db-path", str(self.data_dir / "db")],
-                    self.log_path, self.port, timeout=30)

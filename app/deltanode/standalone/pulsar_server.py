@@ -1,0 +1,201 @@
+"""Apache Pulsar standalone, one broker with an embedded bookie, as the embedded Pulsar (runs on
+the driver).
+
+``standalone`` with ``mq.type = pulsar`` and the test suite start it. Its jars come from Maven
+Central through ``build/bootstrap.sh`` (``build/jvm/pulsar/pom.xml``: Pulsar 4.0, the LTS line on
+Java 17; docs/platform.md), with a launcher built there (``build/jvm/pulsar/src``) that clears a
+killed run's ephemeral metadata before Pulsar's own ``PulsarStandaloneStarter`` runs.
+
+Metadata live in a RocksDB store and messages in the bookie's ledgers, both under ``data_dir``: topics
+and their messages survive a restart, a SIGKILL included. No functions worker, no stream storage,
+no transaction coordinator; every ledger has one replica (one bookie).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..jars import MissingJars, component_jars
+from ..jvm import C1_ONLY
+from .services import ServiceError, _Process, ensure_port_free, free_port
+
+DEFAULT_HEAP = "256m"
+DIRECT_MEMORY = "192m"   # the bookie's write and read-ahead caches and Netty's buffers live here
+MAX_MESSAGE_BYTES = 16 << 20   # as Kafka's (kafka_server.py): Milvus inserts of 768-dim vectors pass 1 MiB
+READY_TIMEOUT = 120.0
+LAUNCHER = "DeltaNodePulsarStandalone"
+
+# PulsarStandalone reads this one file twice: as the broker's ServiceConfiguration and as the
+# embedded bookie's ServerConfiguration, so the keys of both live here.
+_CONF = """\
+clusterName=deltanode
+brokerServicePort={port}
+webServicePort={web_port}
+bindAddress=127.0.0.1
+advertisedAddress=127.0.0.1
+# empty: a RocksDB metadata store under --metadata-dir
+metadataStoreUrl=
+configurationMetadataStoreUrl=
+functionsWorkerEnabled=false
+webSocketServiceEnabled=false
+transactionCoordinatorEnabled=false
+managedLedgerDefaultEnsembleSize=1
+managedLedgerDefaultWriteQuorum=1
+managedLedgerDefaultAckQuorum=1
+# Milvus's producers create their topics by writing to them; an idle topic keeps its messages.
+allowAutoTopicCreation=true
+allowAutoTopicCreationType=non-partitioned
+brokerDeleteInactiveTopicsEnabled=false
+defaultRetentionTimeInMinutes=-1
+defaultRetentionSizeInMB=-1
+numIOThreads=2
+numOrderedExecutorThreads=2
+numExecutorThreadPoolSize=2
+numCacheExecutorThreadPoolSize=2
+numHttpServerThreads=4
+managedLedgerNumSchedulerThreads=2
+topicOrderedExecutorThreadNum=2
+bookkeeperClientNumWorkerThreads=2
+bookkeeperClientNumIoThreads=2
+managedLedgerCacheSizeMB=32
+maxMessageSize={max_message}
+allowLoopback=true
+listeningInterface=lo
+ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage
+dbStorage_writeCacheMaxSizeMb=16
+dbStorage_readAheadCacheMaxSizeMb=16
+dbStorage_rocksDB_blockCacheSize=8388608
+numAddWorkerThreads=1
+numReadWorkerThreads=1
+serverNumIOThreads=2
+journalSyncData=true
+# a nearly full disk would otherwise turn the only bookie read-only, and every write would fail
+diskUsageThreshold=0.99
+diskUsageWarnThreshold=0.98
+nettyMaxFrameSizeBytes={frame}
+"""
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss.SSS}} %-5p [%t] %c{{1.}} - %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+logger.standalone.name = org.apache.pulsar.PulsarStandalone
+logger.standalone.level = info
+logger.service.name = org.apache.pulsar.broker.PulsarService
+logger.service.level = info
+"""
+
+# bin/pulsar's flags: BookKeeper finds its metadata drivers by these names; Netty and the JVM metrics
+# reach into the JDK's internals.
+_JVM_FLAGS = [
+    "-Djava.net.preferIPv4Stack=true", "-Djute.maxbuffer=10485760", "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.leakDetectionLevel=disabled", "-Dio.netty.recycler.maxCapacityPerThread=4096",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.net=ALL-UNNAMED", "--add-opens", "java.management/sun.management=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.platform=ALL-UNNAMED",
+    "-Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver",
+    "-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver",
+    "-Dlog4j2.is.webapp=false", "-Dlog4j.shutdownHookEnabled=false",
+]
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else "java"
+
+
+def standalone_conf(*, port: int, web_port: int) -> str:
+    return _CONF.format(port=port, web_port=web_port, max_message=MAX_MESSAGE_BYTES,
+                        frame=MAX_MESSAGE_BYTES + (1 << 20))
+
+
+class EmbeddedApachePulsar(_Process):
+    """Apache Pulsar standalone on loopback, its metadata and ledgers under ``data_dir`` (they
+    survive restarts); the JVM's heap bounded by ``heap``, its direct memory by ``DIRECT_MEMORY``."""
+
+    name = "Pulsar broker"
+    stop_timeout = 30.0   # a graceful stop closes every ledger and the bookie: ~15 s
+
+    def __init__(self, data_dir: str | Path, port: int | None = None, *, heap: str = DEFAULT_HEAP,
+                 web_port: int | None = None) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.heap = heap
+        # The web service (admin REST): DeltaNode never uses it; a client that does (Milvus) names it.
+        self.web_port = web_port or free_port()
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "pulsar.log"
+
+    def start(self) -> None:
+        ensure_port_free(self.port, "Pulsar broker port")
+        try:
+            classpath = os.pathsep.join(str(j) for j in component_jars("pulsar"))
+        except MissingJars as e:
+            raise ServiceError(str(e)) from None
+        if "deltanode-pulsar-launcher.jar" not in classpath:
+            raise ServiceError("the Pulsar jars have no deltanode-pulsar-launcher.jar: run build/bootstrap.sh")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.data_dir / "standalone.conf"
+        ensure_port_free(self.web_port, "Pulsar web service port")
+        conf.write_text(standalone_conf(port=self.port, web_port=self.web_port))
+        log4j = self.data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log=self.data_dir / "pulsar-broker.log"))
+        data = self.data_dir.resolve()
+        # C1 only and the serial collector, as the other embedded JVMs: a broker beside a DataNode on
+        # two cores starts sooner and takes less CPU without C2 and a parallel collector.
+        self._spawn([_java(), "-Xms64m", f"-Xmx{self.heap}", f"-XX:MaxDirectMemorySize={DIRECT_MEMORY}",
+                     C1_ONLY, "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", *_JVM_FLAGS,
+                     f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, LAUNCHER,
+                     "--config", str(conf), "-nfw", "-nss",
+                     "--metadata-dir", str(data / "metadata"), "--bookkeeper-dir", str(data / "bookkeeper"),
+                     # PulsarStandalone starts a ZooKeeper when this directory exists: it never does.
+                     "--zookeeper-dir", str(data / "no-zookeeper")],
+                    self.log_path, self.port, timeout=READY_TIMEOUT, cwd=data)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """The broker's port opens seconds before its default namespace exists and its bookie has
+        registered: wait until a producer can be created, as Milvus's and DeltaNode's are."""
+        import pulsar
+        deadline = time.monotonic() + READY_TIMEOUT
+        log = pulsar.FileLogger(pulsar.LoggerLevel.Error, str(self.data_dir / "ready-client.log"))
+        client = pulsar.Client(self.service_url, operation_timeout_seconds=5, logger=log)
+        try:
+            while True:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise ServiceError(f"{self.name} exited with code {self.proc.returncode} at start; "
+                                       f"see {self.log_path} and {self.data_dir / 'pulsar-broker.log'}")
+                try:
+                    client.create_producer("persistent://public/default/deltanode-broker-ready",
+                                           send_timeout_millis=5000).close()
+                    return
+                except Exception:  # noqa: BLE001 - not serving yet: ask again
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServiceError(f"{self.name} created no producer within {READY_TIMEOUT:.0f} s; "
+                                       f"see {self.data_dir / 'pulsar-broker.log'}")
+                time.sleep(0.2)
+        finally:
+            client.close()
