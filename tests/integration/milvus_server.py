@@ -1,10 +1,13 @@
 """A real Milvus 2.3.5 standalone server for the integration tests.
 
 The server is the one in the PyPI wheel ``milvus==2.3.5``, unpacked by ``build/milvus_env.sh``
-into ``.venv-milvus/share/milvus/``. It runs against an etcd and an Apache Kafka broker the
-caller gives, with its own librdkafka 1.9.1: Milvus's DDL and DML then reach
-``{root_path}-rootcoord-dml_{0..15}`` on that broker, its metadata ``{root_path}/meta`` in that etcd.
-Every port it listens on is a free loopback port; its data, logs and run files live under ``data_dir``.
+into ``.venv-milvus/share/milvus/``. It runs against an etcd and a broker the caller gives: an
+Apache Kafka (``mq="kafka"``, through the wheel's own librdkafka 1.9.1) or an Apache Pulsar
+(``mq="pulsar"``, through Milvus's Go Pulsar client, with the broker's web port for its admin
+calls). Milvus's DDL and DML then reach ``{root_path}-rootcoord-dml_{0..15}`` on that broker (on
+Pulsar ``persistent://public/default/{root_path}-rootcoord-dml_{i}``), its metadata
+``{root_path}/meta`` in that etcd. Every port it listens on is a free loopback port; its data, logs
+and run files live under ``data_dir``.
 
     with MilvusServer(etcd.endpoint, broker.bootstrap_servers, tmp_path / "milvus") as milvus:
         with MilvusClient(milvus.uri) as client:   # tests/integration/milvus_client.py
@@ -50,7 +53,7 @@ def _free_ports(n: int) -> list[int]:
 
 # The listening ports of a standalone Milvus 2.3.5, by config key (milvus.yaml), plus the
 # metrics/healthz HTTP port (default 9091), which 2.3 reads from the environment variable
-# METRICS_PORT only. natsmq's (4222) is not opened with mq.type kafka; moved all the same. Milvus
+# METRICS_PORT only. natsmq's (4222) is not opened with mq.type kafka or pulsar; moved all the same. Milvus
 # listens on every interface (":port"); the *.ip keys only set the address it registers in etcd.
 PORT_KEYS = ("proxy.port", "proxy.internalPort", "rootCoord.port", "dataCoord.port",
              "dataNode.port", "queryCoord.port", "queryNode.port", "indexNode.port",
@@ -110,8 +113,11 @@ def _yaml_value(value: object) -> str:
     return json.dumps(str(value))  # a JSON string is a valid YAML double-quoted scalar
 
 
+MQ_TYPES = ("kafka", "pulsar")
+
+
 class MilvusServer:
-    """``milvus run standalone`` (Milvus 2.3.5) against a given etcd and Kafka broker.
+    """``milvus run standalone`` (Milvus 2.3.5) against a given etcd and Kafka or Pulsar broker.
 
     ``start()`` returns once ``/healthz`` answers and a collection could be created and dropped
     (Milvus reports healthy even when its Kafka client cannot talk to the broker; DDL then hangs).
@@ -122,13 +128,22 @@ class MilvusServer:
     loaded collections), ~300 MB of memory.
     """
 
-    def __init__(self, etcd_endpoint: str, kafka_bootstrap: str, data_dir: Path,
-                 root_path: str = "by-dev", *, start_timeout: float = 180.0,
-                 probe_ddl: bool = True, session_ttl: int = 10, proxy_port: int | None = None) -> None:
-        """``proxy_port``: where pymilvus connects (default: a free port, like every other)."""
+    def __init__(self, etcd_endpoint: str, broker_address: str, data_dir: Path,
+                 root_path: str = "by-dev", *, mq: str = "kafka", pulsar_web_port: int | None = None,
+                 start_timeout: float = 180.0, probe_ddl: bool = True, session_ttl: int = 10,
+                 proxy_port: int | None = None) -> None:
+        """``broker_address``: Kafka's bootstrap servers, or Pulsar's service URL
+        (``pulsar://host:port``) with ``pulsar_web_port`` its web (admin REST) port.
+        ``proxy_port``: where pymilvus connects (default: a free port, like every other)."""
+        if mq not in MQ_TYPES:
+            raise ValueError(f"mq must be one of {MQ_TYPES}, not {mq!r}")
+        if mq == "pulsar" and (not broker_address.startswith("pulsar://") or not pulsar_web_port):
+            raise ValueError("a Pulsar broker is given as pulsar://host:port with its pulsar_web_port")
         self.proxy_port = proxy_port
         self.etcd_endpoint = etcd_endpoint
-        self.kafka_bootstrap = kafka_bootstrap
+        self.mq = mq
+        self.broker_address = broker_address
+        self.pulsar_web_port = pulsar_web_port
         self.data_dir = Path(data_dir).resolve()
         self.root_path = root_path
         self.start_timeout = start_timeout
@@ -187,17 +202,13 @@ class MilvusServer:
             "etcd.use.embed": False,
             "etcd.data.dir": str(d / "etcd.data"),  # unused (not embedded)
             "etcd.log.path": "stdout",
-            # messages on the caller's Kafka broker; topic names start with root_path
-            "mq.type": "kafka",
-            "kafka.brokerList": self.kafka_bootstrap,
-            # a consumer polls this long (s), and a graceful stop waits out each consumer's poll in
-            # turn: with the default 10 s, stopping with loaded collections took more than 30 s
-            "kafka.readTimeout": 1,
+            # messages on the caller's broker; topic names start with root_path
+            **self._mq_config(),
             "common.chanNamePrefix.cluster": self.root_path,
             # segments and indexes on local disk
             "common.storageType": "local",
             "localStorage.path": str(d / "data") + "/",
-            "rocksmq.path": str(d / "rocksmq"),  # unused (mq.type kafka)
+            "rocksmq.path": str(d / "rocksmq"),  # unused (mq.type kafka or pulsar)
             "natsmq.server.storeDir": str(d / "nats"),  # unused
             "natsmq.server.monitor.logFile": str(d / "logs" / "nats.log"),
             # ports: free ones
@@ -215,6 +226,27 @@ class MilvusServer:
             "common.session.ttl": self.session_ttl,
             # the QueryNode waits this long (s) at stop to hand its segments over (to nobody)
             "common.gracefulStopTimeout": 3,
+        }
+
+    def _mq_config(self) -> dict[str, object]:
+        if self.mq == "kafka":
+            return {
+                "mq.type": "kafka",
+                "kafka.brokerList": self.broker_address,
+                # a consumer polls this long (s), and a graceful stop waits out each consumer's poll in
+                # turn: with the default 10 s, stopping with loaded collections took more than 30 s
+                "kafka.readTimeout": 1,
+            }
+        port = self.broker_address.rsplit(":", 1)[1]
+        return {
+            "mq.type": "pulsar",
+            # an address with a port is taken as the service URL; the port key serves one without
+            "pulsar.address": self.broker_address,
+            "pulsar.port": int(port),
+            # Milvus's admin calls (topic and subscription removal) go to http://{host}:{webport}
+            "pulsar.webport": self.pulsar_web_port,
+            "pulsar.tenant": "public",
+            "pulsar.namespace": "default",
         }
 
     def start(self) -> "MilvusServer":
@@ -297,7 +329,7 @@ class MilvusServer:
 
     def _probe_ddl(self, deadline: float) -> None:
         """Create and drop a small collection through the proxy's REST API (v1): this is what
-        hangs when Milvus's Kafka producer cannot talk to the broker, although /healthz is OK.
+        hangs when Milvus's producer cannot talk to the broker, although /healthz is OK.
         It leaves one CreateCollection and one DropCollection on a DML channel."""
         name = f"deltanode_probe_{os.urandom(4).hex()}"
         last = None
@@ -317,8 +349,8 @@ class MilvusServer:
                 last = e
             time.sleep(0.5)
         raise self._fail(f"is healthy but could not create and drop a collection within "
-                         f"{self.start_timeout:.0f} s (last answer: {last!r}); a Kafka client that "
-                         f"cannot talk to {self.kafka_bootstrap} looks like this")
+                         f"{self.start_timeout:.0f} s (last answer: {last!r}); a {self.mq} client that "
+                         f"cannot talk to {self.broker_address} looks like this")
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (Milvus stops its components in turn), SIGKILL after ``timeout`` s."""
@@ -350,17 +382,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="build/milvus.sh", description=main.__doc__)
     p.add_argument("--etcd", default="127.0.0.1:2379", help="etcd endpoint (default 127.0.0.1:2379)")
     p.add_argument("--kafka", default="127.0.0.1:9092", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
+    p.add_argument("--pulsar", metavar="URL", help="an Apache Pulsar's service URL (pulsar://host:port): "
+                   "Milvus on Pulsar (mq.type pulsar) instead of Kafka")
+    p.add_argument("--pulsar-web-port", type=int, default=8080, help="that Pulsar's web port (default 8080)")
     p.add_argument("--data-dir", default="var/milvus", help="its data and log (default var/milvus)")
     p.add_argument("--root", default="by-dev", help="etcd.rootPath and topic prefix (default by-dev)")
     p.add_argument("--port", type=int, default=19530, help="the proxy's port, for pymilvus (default 19530)")
     args = p.parse_args(argv)
-    server = MilvusServer(args.etcd, args.kafka, Path(args.data_dir), args.root, proxy_port=args.port,
-                          probe_ddl=False)
+    broker = args.pulsar or args.kafka
+    server = MilvusServer(args.etcd, broker, Path(args.data_dir), args.root, proxy_port=args.port, probe_ddl=False,
+                          mq="pulsar" if args.pulsar else "kafka", pulsar_web_port=args.pulsar_web_port)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     server.start()
     print(f"Milvus 2.3.5 up in {server.start_seconds:.1f} s: pymilvus at {server.uri}, meta {server.meta_root} "
-          f"in etcd {args.etcd}, topics {server.pchannel_prefix}_* on {args.kafka}; log {server.log}; Ctrl-C stops it",
+          f"in etcd {args.etcd}, topics {server.pchannel_prefix}_* on {broker}; log {server.log}; Ctrl-C stops it",
           flush=True)
     try:
         while not stop and server.running():

@@ -2,9 +2,12 @@
 standalone in mirror mode beside it (``conf/milvus-mirror.conf``), killed and started again
 mid-stream, and its current state compared with Milvus's own ``query`` row for row, every field.
 
-Milvus runs from .venv-milvus (build/milvus_env.sh) on the suite's etcd and Apache Kafka; pymilvus 2.3
-runs there too, behind ``MilvusClient``. The 2.4/2.5 types (BFloat16 and sparse vectors, nulls)
-reach DeltaNode through the proxy stand-in in test_types.py: Milvus 2.3.5 does not have them.
+The test runs once per broker Milvus 2.3.5 can write to: the suite's Apache Kafka (``mq.type:
+kafka``) and the suite's Apache Pulsar (``mq.type: pulsar``, its ``pulsar.*`` settings), one Milvus
+each on the suite's etcd, DeltaNode's mirror on the same broker. Milvus runs from .venv-milvus
+(build/milvus_env.sh); pymilvus 2.3 runs there too, behind ``MilvusClient``. The 2.4/2.5 types
+(BFloat16 and sparse vectors, nulls) reach DeltaNode through the proxy stand-in in test_types.py:
+Milvus 2.3.5 does not have them.
 """
 
 from __future__ import annotations
@@ -171,10 +174,20 @@ def assert_same_rows(milvus_rows: list[dict], delta_rows: dict, pk: str, what: s
                         f" Delta  {delta_rows[differ[0]]}")
 
 
-@pytest.fixture(scope="module")
-def milvus(etcd_server, broker, tmp_path_factory):
-    with MilvusServer(etcd_server.endpoint, broker.bootstrap_servers, tmp_path_factory.mktemp("milvus"),
-                      root_path=f"mv{os.getpid()}") as server:
+@pytest.fixture(scope="module", params=["kafka", "pulsar"])
+def milvus(request, etcd_server, tmp_path_factory):
+    """One Milvus per broker (the module's tests run on the Kafka one, then on the Pulsar one); its
+    root (etcd keys, topic prefix) apart from every other Milvus's of the suite."""
+    kind = request.param
+    root = f"mv{os.getpid()}{kind[0]}"
+    if kind == "pulsar":
+        pulsar = request.getfixturevalue("pulsar_server")
+        server = MilvusServer(etcd_server.endpoint, pulsar.service_url, tmp_path_factory.mktemp("milvus-pulsar"),
+                              root_path=root, mq="pulsar", pulsar_web_port=pulsar.web_port)
+    else:
+        server = MilvusServer(etcd_server.endpoint, request.getfixturevalue("broker").bootstrap_servers,
+                              tmp_path_factory.mktemp("milvus-kafka"), root_path=root)
+    with server:
         yield server
 
 
@@ -187,13 +200,15 @@ def mc(milvus):
 class Mirror:
     """``spark-submit.sh standalone`` in mirror mode against the test's Milvus, as a user runs it."""
 
-    def __init__(self, etcd_server, broker, milvus: MilvusServer, tmp_path: Path) -> None:
+    def __init__(self, etcd_server, milvus: MilvusServer, tmp_path: Path) -> None:
         self.storage = StorageLayout(str(tmp_path / "delta"))
         self.log = tmp_path / "mirror.log"
+        # The broker Milvus writes to, as a user points conf/milvus-mirror.conf at it.
+        broker = {"DELTANODE_MQ_TYPE": "pulsar", "DELTANODE_MQ_PULSAR_SERVICE_URL": milvus.broker_address} \
+            if milvus.mq == "pulsar" else {"DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS": milvus.broker_address}
         self.env = dict(os.environ, DELTANODE_ETCD_ENDPOINTS=etcd_server.endpoint,
                         DELTANODE_ETCD_ROOT=f"deltanode-{tmp_path.name}/meta",
-                        DELTANODE_MILVUS_META_ROOT=milvus.meta_root,
-                        DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=broker.bootstrap_servers,
+                        DELTANODE_MILVUS_META_ROOT=milvus.meta_root, **broker,
                         DELTANODE_STORAGE_ROOT=str(self.storage.root), DELTANODE_METRICS_PORT=str(free_port()),
                         DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"),
                         DELTANODE_DATANODE_TRIGGER_INTERVAL="300ms", DELTANODE_DATANODE_CHECKPOINT_INTERVAL="1s",
@@ -230,8 +245,8 @@ class Mirror:
 
 
 @pytest.fixture
-def mirror(etcd_server, broker, milvus, tmp_path):
-    m = Mirror(etcd_server, broker, milvus, tmp_path)
+def mirror(etcd_server, milvus, tmp_path):
+    m = Mirror(etcd_server, milvus, tmp_path)
     yield m
     m.stop()
 
@@ -265,23 +280,30 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
 
     # SIGKILL while a writer inserts, then start again: nothing lost, nothing twice.
     stop_writing = threading.Event()
+    written = [0]   # rows the writer inserted so far
 
     def writer() -> None:
         i = 1000
         while not stop_writing.is_set() and i < 3000:
             mc.insert("sharded", [sharded_row(j) for j in range(i, i + 50)])
             i += 50
+            written[0] += 50
             time.sleep(0.1)
 
     thread = threading.Thread(target=writer)
     thread.start()
     time.sleep(3)
     mirror.stop(signal.SIGKILL)
+    at_kill = written[0]
     time.sleep(2)
+    at_restart = written[0]
     mirror.start()
     time.sleep(3)
     stop_writing.set()
     thread.join()
+    assert 0 < at_kill < written[0], (at_kill, written[0])   # the kill fell amid the writes
+    print(f"\n{milvus.mq}: SIGKILL after {at_kill:,} rows of the writer, restart after {at_restart:,}, "
+          f"{written[0]:,} in all")
 
     # While running again: a collection created, a partition made and dropped, more deletes and upserts.
     made["late"] = mc.create_collection("late", SHARDED)
@@ -296,7 +318,8 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
     mc.upsert("by_key", [by_key_row(i, version=2) for i in range(0, 400, 40)])
     mirror.wait_caught_up(made, now_ts())
 
-    print("\ncollection  Milvus count(*)  Delta current rows  insert_log rows (deleted too)  delta_log rows")
+    print(f"\n{milvus.mq}: collection  Milvus count(*)  Delta current rows  insert_log rows (deleted too)  "
+          "delta_log rows")
     for name, fields in (("every_type", EVERY_TYPE), ("by_key", BY_KEY), ("sharded", SHARDED), ("binary", BINARY),
                          ("late", SHARDED)):
         expected = mc.query(name, output_fields=["*"])
