@@ -1,9 +1,11 @@
-"""The shared pipeline reading Apache Pulsar: exactly once, across a restart."""
+"""The shared pipeline reading Apache Pulsar: exactly once, across ledgers whose ranges are shared
+among tasks, and across a restart."""
 
 from __future__ import annotations
 
 import collections
 import threading
+import urllib.request
 
 import pytest
 
@@ -26,7 +28,8 @@ BAD = b"\x0a\x03not a milvus message"
 
 
 @pytest.mark.parametrize("mq", ["pulsar"], indirect=True)
-def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(spark, mq, tmp_path):
+def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_ledgers_and_a_restart(spark, mq, pulsar_server,
+                                                                                            tmp_path):
     storage = StorageLayout(str(tmp_path / "delta"))
     schema = schema_from_json(SCHEMA, "plite")
     proxy = Proxy(mq)
@@ -55,9 +58,19 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
         finally:
             pipe.stop()
 
+    def new_ledger() -> None:
+        """Unload the topic: the broker closes its ledger and writes the next messages to a new one."""
+        url = f"{pulsar_server.web_url}/admin/v2/persistent/public/default/{PCHANNEL}/unload"
+        urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=30).close()
+
     try:
         produce(30)
+        new_ledger()
+        produce(30)
         producer.send_raw(PCHANNEL, BAD)   # quarantined, never a crash
+        new_ledger()
+        # Ranges of 40 positions, each cut in two for the cycle's two tasks: pieces start inside
+        # ledgers and past their last entries.
         run_until_all_committed()
         produce(30)                      # while no pipeline runs; the next one resumes from Delta
         run_until_all_committed()
@@ -70,7 +83,23 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_a_restart(
     quarantined = table.to_pylist() if table else []
     at = sorted({pulsar_ledger_entry_at(q["offset"]) for q in quarantined})
     print(f"{mq.kind} pipeline: produced {len(produced)} rows, {len(got)} in Delta, {len(dupes)} duplicated; "
-          f"quarantined at (ledger, entry) {at}")
+          f"quarantined at (ledger, entry) {at}; ledgers {ledgers(pulsar_server.service_url)}")
     assert not dupes and sorted(got) == sorted(produced)
+    assert len(ledgers(pulsar_server.service_url)) >= 3
     # The bad message is recorded at its position (by each shard whose first read held it), never lost.
     assert len(at) == 1 and all(q["payload"] == BAD for q in quarantined)
+
+
+def ledgers(service_url: str) -> list[int]:
+    """The ledgers holding the pchannel's messages, read from the earliest."""
+    import pulsar
+    client = pulsar.Client(service_url)
+    try:
+        reader = client.create_reader(f"persistent://public/default/{PCHANNEL}", pulsar.MessageId.earliest,
+                                      receiver_queue_size=1000)
+        seen: set[int] = set()
+        while reader.has_message_available():
+            seen.add(reader.read_next(5000).message_id().ledger_id())
+        return sorted(seen)
+    finally:
+        client.close()

@@ -276,7 +276,7 @@ def test_pulsar_authentication_and_tls_reach_the_broker_seam(tmp_path):
                           "mq.pulsar.tls.allow.insecure = true\n",
                 {"DELTANODE_MQ_PULSAR_AUTH_PARAMS": "token:eyJhbGciOi"})
     assert Broker.from_conf(conf).settings == {"auth.plugin": "token", "auth.params": "token:eyJhbGciOi",
-                                               "tls.allow.insecure": "True"}
+                                               "tls.allow.insecure": "True", "receiver.queue.size": "1000"}
     assert "mq.pulsar.auth.params = ****" in conf.describe()
     options = pulsar_client_options(Broker.from_conf(conf).settings)
     assert set(options) == {"authentication", "tls_allow_insecure_connection"}

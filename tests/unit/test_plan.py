@@ -108,12 +108,14 @@ def test_many_small_ranges_are_packed_into_at_most_splits_tasks():
     assert sorted(r.pchannel for t in tasks for r in t) == sorted(f"p{i}" for i in range(16))
 
 
-def test_a_pulsar_range_is_cut_only_inside_the_ledger_of_the_last_message():
+def test_a_pulsar_range_is_cut_only_inside_one_ledger():
     """Entries of a ledger run from 0 without holes; what lies between ledgers is unknown."""
     high = pulsar_position(7, 111)                    # the last message: entry 110 of ledger 7
     first, end = pulsar_position(7, 10), pulsar_position(7, 110)
     assert PULSAR.cut_points(first, end, 2, high) == [pulsar_position(7, 60)]
-    assert PULSAR.cut_points(pulsar_position(5, 900), end, 2, high) == []    # starts in an earlier ledger
+    assert PULSAR.cut_points(pulsar_position(5, 900), end, 2, high) == []    # spans ledgers 5 to 7
+    older = pulsar_position(5, 900), pulsar_position(5, 1100)                # inside an earlier ledger
+    assert PULSAR.cut_points(*older, 2, high) == [pulsar_position(5, 1000)]
     assert PULSAR.cut_points(0, 25, 2, high) == []    # 0 is "the earliest", no message of the topic
     sizes = {"p0": 1.0, "p1": 1.0}
     plan = plan_cycle([pos("a", "p0", first), pos("b", "p1", 0)], {P0: high, P1: 2}, sizes, Limits())

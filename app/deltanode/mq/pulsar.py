@@ -89,13 +89,14 @@ def cut_points(first: int, end: int, parts: int, high: int) -> list[int]:
     """Up to ``parts - 1`` positions inside [first, end) a reader can start at; ``high``: the
     topic's high watermark (a message lies at ``high - 1``).
 
-    A ledger's entries run from 0 without holes, so every position from entry 0 of the ledger
-    holding ``high - 1`` up to it is a message. Nothing else is known: a range's end may lie in
-    the gap between ledgers (the planner counts positions as messages), and position 0 stands for
-    "the earliest" and is no message of the topic. So a range is cut only when it lies in the
-    ledger of ``high - 1`` (docs/pulsar.md).
+    A ledger's entries run from 0 without holes, and a reader started at a position no message
+    holds (past a closed ledger's last entry, or in a ledger the topic lacks) starts at the next
+    message (docs/pulsar.md). So a range is cut evenly when it lies in one ledger: a piece that
+    falls past the ledger's end reads nothing and reports the next message as a gap. A range
+    that spans ledgers is not cut (even cuts would land in the gap between them), nor one that
+    starts at 0, "the earliest", which is no message of the topic.
     """
-    if first <= 0 or first >> ENTRY_BITS != (high - 1) >> ENTRY_BITS or end > high:
+    if first <= 0 or first >> ENTRY_BITS != (end - 1) >> ENTRY_BITS or end > high:
         return []
     return even_cut_points(first, end, parts)
 
