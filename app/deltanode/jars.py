@@ -1,8 +1,9 @@
 """The JVM components ``build/bootstrap.sh`` fetched from Maven Central (runs on the driver).
 
 ``build/jvm_components.py`` puts each component's jars in ``share/deltanode/jars/NAME/`` of the
-venv (``kafka``: the embedded Apache Kafka broker; ``delta``: Delta Lake for Spark). Nothing is
-fetched at run time: a missing component is an error that says to run bootstrap.
+venv (``kafka`` and ``pulsar``: the embedded brokers; ``delta``: Delta Lake for Spark; ``yarn``:
+the single-node YARN of the tests). Nothing is fetched at run time: a missing component is an
+error that says to run bootstrap.
 """
 
 from __future__ import annotations
