@@ -15,10 +15,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,7 @@ from deltanode.storage import meta
 from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
+from deltanode.wire.names import pchannel_of
 from deltanode.wire.positions import now_ts
 
 from ..delta_readers import READERS
@@ -157,6 +160,21 @@ def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> dict
             row.setdefault(k, v)
         out[printed[pk]] = row
     return out
+
+
+def subscriptions(milvus: MilvusServer) -> dict[str, set[str]]:
+    """On Pulsar: the subscriptions of each of Milvus's DML topics (the broker's admin REST API)."""
+    web = f"http://127.0.0.1:{milvus.pulsar_web_port}/admin/v2/persistent/public/default"
+
+    def get(url: str):
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return json.loads(r.read())
+    topics = [t.rsplit("/", 1)[1] for t in get(web) if t.rsplit("/", 1)[1].startswith(milvus.pchannel_prefix + "_")]
+    return {t: set(get(f"{web}/{t}/stats")["subscriptions"]) for t in topics}
+
+
+def deltanode_subscriptions(milvus: MilvusServer) -> set[str]:
+    return {s for subs in subscriptions(milvus).values() for s in subs if s.startswith("deltanode-")}
 
 
 def table_rows(storage: StorageLayout, uri: str, column: str = "_ts") -> int:
@@ -293,6 +311,7 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
     thread = threading.Thread(target=writer)
     thread.start()
     time.sleep(3)
+    killed_subscriptions = deltanode_subscriptions(milvus) if milvus.mq == "pulsar" else set()
     mirror.stop(signal.SIGKILL)
     at_kill = written[0]
     time.sleep(2)
@@ -367,3 +386,22 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
                == "dropped", 120, "the dropped collection to be dropped in Delta")
     assert mirrored(mirror.storage, made["late"]["collection_id"], SHARDED) == {}
     assert not mirror.log_errors()
+
+    if milvus.mq == "pulsar":
+        # On Milvus's topics: Milvus's own subscriptions, one a vchannel and consuming node, and
+        # DeltaNode's watermark subscriptions (its readers subscribe nothing). A graceful stop removes
+        # the process's own; the SIGKILLed process's stay behind (docs/pulsar.md).
+        mirror.stop()
+        left = subscriptions(milvus)
+        milvus_own = re.compile(rf"(datanode|querynode)-\d+-{re.escape(milvus.pchannel_prefix)}_\d+_\d+v\d+-true")
+        strays = {s for subs in left.values() for s in subs if not milvus_own.fullmatch(s) and
+                  not re.fullmatch(r"deltanode-watermarks-[0-9a-f]{12}", s)}
+        assert not strays, strays
+        assert killed_subscriptions and deltanode_subscriptions(milvus) == killed_subscriptions
+        for name, described in made.items():   # Milvus's DataNode consumes each live vchannel; a dropped one, none
+            for v in described["vchannels"]:
+                consumers = {s.split("-", 1)[0] for s in left[pchannel_of(v)] if s.endswith(f"-{v}-true")}
+                assert ("datanode" in consumers) == (name != "late"), (name, v, consumers)
+        ours = sorted(s for subs in left.values() for s in subs if milvus_own.fullmatch(s))
+        print(f"pulsar: {len(ours)} subscriptions of Milvus's on {len(left)} topics (e.g. {ours[0]}); DeltaNode's "
+              f"left by the SIGKILL: {sorted(killed_subscriptions)}")

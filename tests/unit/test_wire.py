@@ -12,6 +12,7 @@ from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
 from deltanode.wire.positions import (
+    CODECS,
     compose_ts,
     kafka_msg_id,
     kafka_offset,
@@ -61,6 +62,11 @@ def test_pulsar_positions_are_the_message_id_data_milvus_stores():
     for bad in (b"", b"\x08\x0c", b"\x08", b"\x0d\x00\x00\x00\x00"):
         with pytest.raises(ValueError, match="MessageIdData|varint"):
             pulsar_ledger_entry(bad)
+    # a channel checkpoint a real Milvus 2.3.5 on Apache Pulsar 4.0.7 stored (docs/milvus-facts.md §9): DeltaNode
+    # reads it as ledger 5, entry 18, and writes that position back byte for byte as Milvus does
+    seen = bytes.fromhex("0805101218002000")
+    assert CODECS["pulsar"].from_msg_id(seen) == 5 << 24 | 18
+    assert CODECS["pulsar"].to_msg_id(5 << 24 | 18) == seen
 
 
 def test_storage_paths_stay_under_the_root(tmp_path):
