@@ -315,6 +315,11 @@ def spark_options(args: argparse.Namespace, conf) -> dict[str, str]:
         # The executors' Python (``./env/bin/python`` from spark.archives, README "On a cluster")
         # is no path here: the driver, in this process's place, runs on this interpreter.
         spark.setdefault("spark.pyspark.driver.python", sys.executable)
+    if spark["spark.master"].startswith("yarn"):
+        # Spark puts the Unix sockets to its Python workers in java.io.tmpdir, which YARN sets to the
+        # container's directory, deep in the NodeManager's local dirs: past the 107 bytes a socket's
+        # path may have ("AF_UNIX path too long"). /tmp is on every host.
+        spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
     return with_delta_jars(spark)
 
 
