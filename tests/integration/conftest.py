@@ -71,6 +71,14 @@ def pipelines(spark, mq, tmp_path):
 
 
 @pytest.fixture(scope="session")
+def yarn(tmp_path_factory):
+    """A single-node YARN (``yarn_cluster.YarnCluster``); submit with ``HADOOP_CONF_DIR=yarn.conf_dir``."""
+    from .yarn_cluster import YarnCluster
+    with YarnCluster(tmp_path_factory.mktemp("yarn")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def pulsar_server(tmp_path_factory):
     """Apache Pulsar standalone (Maven Central's jars, build/jvm/pulsar), as ``standalone`` runs it."""
     with EmbeddedApachePulsar(tmp_path_factory.mktemp("pulsar")) as server:
