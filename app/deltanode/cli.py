@@ -316,11 +316,25 @@ def spark_options(args: argparse.Namespace, conf) -> dict[str, str]:
         # is no path here: the driver, in this process's place, runs on this interpreter.
         spark.setdefault("spark.pyspark.driver.python", sys.executable)
     if spark["spark.master"].startswith("yarn"):
+        _check_hadoop_conf_dir()
         # Spark puts the Unix sockets to its Python workers in java.io.tmpdir, which YARN sets to the
         # container's directory, deep in the NodeManager's local dirs: past the 107 bytes a socket's
         # path may have ("AF_UNIX path too long"). /tmp is on every host.
         spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
     return with_delta_jars(spark)
+
+
+def _check_hadoop_conf_dir() -> None:
+    """spark.master = yarn: spark-submit finds the ResourceManager in ``HADOOP_CONF_DIR`` (or
+    ``YARN_CONF_DIR``). Without one it refuses, after a JVM started; with a directory lacking
+    yarn-site.xml it asks 0.0.0.0:8032 again and again. Both are told before any JVM starts."""
+    dirs = [os.environ[var] for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if os.environ.get(var)]
+    if not dirs:
+        raise ConfError("spark.master = yarn: set HADOOP_CONF_DIR (or YARN_CONF_DIR) to the directory of the "
+                        "cluster's yarn-site.xml and core-site.xml, which name its ResourceManager")
+    if not any(os.path.isfile(os.path.join(d, "yarn-site.xml")) for d in dirs):
+        raise ConfError(f"spark.master = yarn: no yarn-site.xml in {' or '.join(dirs)} (HADOOP_CONF_DIR / "
+                        f"YARN_CONF_DIR); without it Spark looks for a ResourceManager at 0.0.0.0:8032")
 
 
 def _check_embedded_ports(conf) -> None:

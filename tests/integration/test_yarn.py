@@ -169,3 +169,20 @@ def test_cluster_mode_runs_the_driver_in_the_application_masters_container(yarn,
           f"produced {len(traffic.pks)}, {len(got)} in Delta, {len(dupes)} duplicated")
     assert len(ran) == 2, ran   # the application master with the driver, one executor
     assert not dupes and sorted(got) == sorted(traffic.pks)
+
+
+@pytest.mark.parametrize("conf_dir", ["unset", "without yarn-site.xml"])
+def test_a_yarn_master_without_the_clusters_yarn_site_is_refused_before_any_jvm(tmp_path, conf_dir):
+    conf = tmp_path / "datanode.conf"
+    conf.write_text(f"etcd.endpoints = 127.0.0.1:2379\nmq.kafka.bootstrap.servers = 127.0.0.1:9092\n"
+                    f"storage.root = {tmp_path / 'delta'}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    if conf_dir != "unset":
+        env["HADOOP_CONF_DIR"] = str(tmp_path)
+    started = time.monotonic()
+    done = subprocess.run([str(ROOT / "spark-submit.sh"), "datanode", "--conf", str(conf)], cwd=ROOT, timeout=120,
+                          env=dict(env, DELTANODE_SPARK_MASTER="yarn"), capture_output=True, text=True)
+    assert done.returncode == 2, done
+    assert "spark.master = yarn" in done.stderr and ("yarn-site.xml" in done.stderr), done.stderr
+    assert ("set HADOOP_CONF_DIR" in done.stderr) == (conf_dir == "unset"), done.stderr
+    assert time.monotonic() - started < 60   # no JVM, no retries against 0.0.0.0:8032
