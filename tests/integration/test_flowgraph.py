@@ -1,4 +1,4 @@
-"""Vchannels end to end: Milvus wire messages on Apache Kafka or pulsar-lite -> the shared Spark pipeline -> Delta."""
+"""Vchannels end to end: Milvus wire messages on Apache Kafka or Apache Pulsar -> the shared Spark pipeline -> Delta."""
 
 from __future__ import annotations
 

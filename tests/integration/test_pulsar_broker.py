@@ -103,3 +103,36 @@ def test_a_process_that_used_the_pulsar_seam_exits_cleanly(pulsar_server, tmp_pa
                               text=True, timeout=60)
         assert done.returncode == 0, f"run {run}: rc {done.returncode}\n{done.stderr[-2000:]}"
         assert done.stdout.startswith("read "), done.stdout
+
+
+def test_ranges_of_many_topics_read_exactly_with_readers_opened_ahead_and_closed_when_the_caller_stops(pulsar_server):
+    from deltanode.mq import pulsar as source
+    from deltanode.mq.broker import Broker
+    from deltanode.mq.types import Chunk, OffsetRange
+    broker = Broker("pulsar", pulsar_server.service_url)
+    sender = broker.sender()
+    topics = [f"ahead-{k}" for k in range(3 * source.OPEN_AHEAD)]
+    for k, topic in enumerate(topics):
+        for n in range(20):
+            sender.produce(topic, f"{k}:{n}".encode())
+    assert sender.flush() == 0
+    sender.close()
+    marks = broker.watermarks()
+    try:
+        highs = {t: marks.high(t) for t in topics}
+    finally:
+        marks.close()
+    ranges = [OffsetRange(t, 0, highs[t] - 15, highs[t] - 5) for t in topics]   # messages 5..14 of each
+    got: dict[int, list[bytes]] = {}
+    for i, chunk in broker.read_ranges(ranges):
+        assert isinstance(chunk, list), chunk
+        got.setdefault(i, []).extend(payload for _, payload in chunk)
+    assert got == {k: [f"{k}:{n}".encode() for n in range(5, 15)] for k in range(len(topics))}
+    # A caller that stops after the first chunk: the readers opened ahead of it are closed with it.
+    client = source.client(pulsar_server.service_url)
+    before = len(client._consumers)
+    reads = broker.read_ranges(ranges)
+    first: Chunk = next(reads)[1]   # type: ignore[assignment]
+    assert [p for _, p in first] == [f"0:{n}".encode() for n in range(5, 15)]
+    reads.close()
+    assert len(client._consumers) == before

@@ -21,6 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pulsar
@@ -38,6 +39,7 @@ RECREATE_AFTER = 5.0
 # once each and in order; the Python loop then reads ~4x faster than with one message per round trip
 # (docs/pulsar.md).
 RECEIVER_QUEUE = 1000
+OPEN_AHEAD = 4   # readers opened beside the one being read (read_ranges)
 log = logging.getLogger(__name__)
 _clients: dict[tuple, pulsar.Client] = {}   # per process (a Spark Python worker reads many tasks)
 Settings = dict[str, str]   # auth.*, tls.*, receiver.queue.size (config keys mq.pulsar.*, prefix removed)
@@ -194,26 +196,63 @@ def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "p
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
     after another; a range the broker cannot serve yields ``(i, BrokerError)`` once, a range that
-    ends in a gap ``(i, Gap)`` last."""
+    ends in a gap ``(i, Gap)`` last.
+
+    Opening a reader is a round trip to the broker, and so is its first delivery: the readers of
+    the next ``OPEN_AHEAD`` ranges open (and start prefetching) on threads while this one is read,
+    so a task of many small ranges waits for about one round trip instead of one per range.
+    """
     c = client(service_url, settings)
     queue_size = int((settings or {}).get("receiver.queue.size", RECEIVER_QUEUE))
-    for i, r in enumerate(ranges):
-        if r.end > r.start:
-            yield from _read_range(c, i, r, topic_name(r.topic, tenant, namespace), chunk_messages, stall_timeout,
-                                   queue_size)
+    todo = [(i, r, topic_name(r.topic, tenant, namespace)) for i, r in enumerate(ranges) if r.end > r.start]
+    if not todo:
+        return
+
+    def open_reader(r: OffsetRange, topic: str) -> pulsar.Reader | BrokerError:
+        try:
+            return c.create_reader(topic, message_id(r.start), receiver_queue_size=_queue(queue_size, r),
+                                   start_message_id_inclusive=True)
+        except pulsar.PulsarException as e:
+            return BrokerError(f"cannot read {topic} at {r.start}: {e}")
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(OPEN_AHEAD, len(todo))), thread_name_prefix="pulsar-open")
+    opening = [pool.submit(open_reader, r, topic) for _, r, topic in todo[:OPEN_AHEAD + 1]]
+    taken = 0   # readers handed to _read_range, which closes them
+    try:
+        for k, (i, r, topic) in enumerate(todo):
+            if k + OPEN_AHEAD + 1 < len(todo):
+                _, ahead, ahead_topic = todo[k + OPEN_AHEAD + 1]
+                opening.append(pool.submit(open_reader, ahead, ahead_topic))
+            reader = opening[k].result()
+            taken += 1
+            yield from _read_range(c, i, r, topic, chunk_messages, stall_timeout, queue_size, reader)
+    finally:
+        for future in opening[taken:]:   # opened ahead of a read that never came (the caller stopped)
+            if not future.cancel() and isinstance(ahead_reader := future.result(), pulsar.Reader):
+                _close_quietly(ahead_reader)
+        pool.shutdown(wait=False)
 
 
-def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int,
-                stall_timeout: float, queue_size: int) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
+def _queue(queue_size: int, r: OffsetRange) -> int:
+    return max(1, min(queue_size, r.end - r.start))
+
+
+def _close_quietly(reader: pulsar.Reader) -> None:
+    try:
+        reader.close()
+    except pulsar.PulsarException:
+        pass   # the connection is gone: so is the reader on the broker's side
+
+
+def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_messages: int, stall_timeout: float,
+                queue_size: int, reader: pulsar.Reader | BrokerError
+                ) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
+    if isinstance(reader, BrokerError):
+        yield i, reader
+        return
     expected, rereads, recreated = r.start, 0, 0
     chunk: Chunk = []
-    queue = max(1, min(queue_size, r.end - r.start))
-    try:
-        reader = c.create_reader(topic, message_id(expected), receiver_queue_size=queue,
-                                 start_message_id_inclusive=True)
-    except pulsar.PulsarException as e:
-        yield i, BrokerError(f"cannot read {topic} at {expected}: {e}")
-        return
+    queue = _queue(queue_size, r)
     last_progress = time.monotonic()
     try:
         while expected < r.end:
@@ -267,7 +306,7 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
     except pulsar.PulsarException as e:
         yield i, BrokerError(f"reading {topic} at {expected}: {e}")
     finally:
-        reader.close()
+        _close_quietly(reader)
 
 
 def send_all(service_url: str, messages: Sequence[tuple[str, bytes]], tenant: str = "public",
