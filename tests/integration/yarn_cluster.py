@@ -35,6 +35,15 @@ log4j.logger.org.apache.hadoop.yarn.server.nodemanager.containermanager.containe
 """
 
 
+# On the JVM's class path, so every Configuration of the NodeManager reads it: the local file system
+# that sets permissions without a chmod process per file (build/jvm/yarn/src/NioLocalFs.java).
+_DAEMON_CORE_SITE = """<?xml version="1.0"?>
+<configuration>
+  <property><name>fs.AbstractFileSystem.file.impl</name><value>NioLocalFs</value></property>
+</configuration>
+"""
+
+
 class YarnCluster(_Process):
     """A single-node YARN (runs beside the tests): ``memory_mb`` and ``vcores`` for containers,
     the JVM's heap bounded by ``heap``."""
@@ -61,7 +70,10 @@ class YarnCluster(_Process):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log4j = self.data_dir / "log4j.properties"
         log4j.write_text(_LOG4J)
-        classpath = os.pathsep.join(str(j) for j in component_jars("yarn"))
+        site = self.data_dir / "daemon-conf"
+        site.mkdir(exist_ok=True)
+        (site / "core-site.xml").write_text(_DAEMON_CORE_SITE)
+        classpath = os.pathsep.join([str(site), *(str(j) for j in component_jars("yarn"))])
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
         with open(self.log_path, "ab") as out:
             # MiniYARNCluster puts its work directories under ./target: the data directory.
