@@ -76,12 +76,12 @@ from deltanode.mq.broker import Broker
 from deltanode.mq.types import OffsetRange
 broker = Broker("pulsar", sys.argv[1])
 sender = broker.sender()
-sender.produce("by-dev-rootcoord-dml_0", b"x" * 100)
+sender.produce("exit-check", b"x" * 100)
 assert sender.flush() == 0
 sender.close()
 marks = broker.watermarks()   # closed right before the exit: the abort needed a client closed late
-high = marks.high("by-dev-rootcoord-dml_0")
-chunks = [c for _, c in broker.read_ranges([OffsetRange("by-dev-rootcoord-dml_0", 0, high - 1, high)])]
+high = marks.high("exit-check")
+chunks = [c for _, c in broker.read_ranges([OffsetRange("exit-check", 0, high - 1, high)])]
 assert [len(c) for c in chunks] == [1], chunks
 print("read", len(chunks[0]))
 marks.close()

@@ -23,7 +23,7 @@ from .support import SCHEMA, wait_until
 
 pytestmark = pytest.mark.spark
 CID = 448700000000000001
-PCHANNEL = "by-dev-rootcoord-dml_0"
+PCHANNEL = "pipeline-rootcoord-dml_0"   # no other test writes to it on the session's broker
 BAD = b"\x0a\x03not a milvus message"
 
 
