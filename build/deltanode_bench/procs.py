@@ -107,9 +107,10 @@ SERVICE_MAINS = (b"kafka.Kafka", b"DeltaNodePulsarStandalone")
 def _runs_service(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return any(main in f.read().split(b"\0") for main in SERVICE_MAINS)
+            argv = f.read().split(b"\0")
     except OSError:
         return False
+    return any(main in argv for main in SERVICE_MAINS)
 
 
 def classify(root: int, procs: dict[int, tuple[str, int]], exclude_comms: tuple[str, ...] = (),

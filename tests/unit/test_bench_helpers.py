@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -326,3 +330,18 @@ def test_scale_table_shows_the_services_cores_at_both_ends_of_the_load():
     text = render([result], ["--scale", "1000"], 1000.0)
     assert "0.57 (0.41 -> 0.74)" in text and "first and last 10 s" in text
     assert "(- -> -)" in render([ScaleResult(**{**vars(result), "services_ends": (None, None)})], [], 1000.0)
+
+
+def test_every_embedded_jvm_service_is_recognised_by_its_main_class():
+    from deltanode_bench.procs import SERVICE_MAINS, _runs_service
+    for main in SERVICE_MAINS:
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", main.decode()])
+        try:
+            deadline = time.monotonic() + 10
+            while main not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)   # until the child has exec'd
+            assert _runs_service(proc.pid), main
+        finally:
+            proc.kill()
+            proc.wait()
+    assert not _runs_service(os.getpid())
