@@ -139,3 +139,16 @@ def conf(etcd_server, mq, etcd_root, tmp_path):
         "datanode.trigger.interval": "200ms",
         "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
     })
+
+
+@pytest.fixture(scope="session")
+def env_archive():
+    """build/env_archive.py's archive for the executors of a cluster (packed once per setup.cfg change,
+    ~15 s; the Spark-cluster and YARN tests ship it)."""
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "build" / "env_archive.py")], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    return Path(out.stdout.strip().splitlines()[-1])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -72,15 +71,6 @@ def spark_cluster(tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
         for pid in executor_jvms():   # an executor whose worker is gone exits by itself; make sure
             os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture(scope="module")
-def env_archive() -> Path:
-    """build/env_archive.py's archive (packed once per setup.cfg change, ~15 s)."""
-    out = subprocess.run([sys.executable, str(ROOT / "build" / "env_archive.py")], capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 def test_a_datanode_on_a_spark_cluster_survives_the_sigkill_of_its_executor(

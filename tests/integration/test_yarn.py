@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -67,15 +66,6 @@ def running_app(yarn: YarnCluster, known: set[str]) -> dict:
 def yarn_env(yarn: YarnCluster, deploy_mode: str) -> dict[str, str]:
     return dict(os.environ, HADOOP_CONF_DIR=str(yarn.conf_dir), DELTANODE_SPARK_MASTER="yarn",
                 DELTANODE_SPARK_SUBMIT_DEPLOYMODE=deploy_mode)
-
-
-@pytest.fixture(scope="module")
-def env_archive() -> Path:
-    """build/env_archive.py's archive (packed once per setup.cfg change)."""
-    out = subprocess.run([sys.executable, str(ROOT / "build" / "env_archive.py")], capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

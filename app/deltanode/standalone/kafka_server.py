@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..jars import MissingJars, component_jars
 from ..jvm import C1_ONLY
-from .services import ServiceError, _Process, ensure_port_free, free_port
+from .services import ServiceError, _Process, ensure_port_free, free_port, java_binary
 
 DEFAULT_HEAP = "512m"
 MAX_MESSAGE_BYTES = 16 << 20   # as DeltaNode's producers (mq/kafka.py): Milvus inserts of 768-dim vectors pass 1 MiB
@@ -36,11 +36,6 @@ log4j.logger.kafka.server.KafkaRaftServer=INFO
 log4j.logger.kafka.server.BrokerServer=INFO
 log4j.logger.kafka.log.LogManager=INFO
 """
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    return os.path.join(home, "bin", "java") if home else "java"
 
 
 def server_properties(*, port: int, controller_port: int, log_dirs: Path) -> str:
@@ -116,7 +111,7 @@ class EmbeddedKafka(_Process):
         props.write_text(server_properties(port=self.port, controller_port=free_port(), log_dirs=logs))
         log4j = self.data_dir / "log4j.properties"
         log4j.write_text(_LOG4J)
-        java = [_java(), f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]
+        java = [java_binary(), f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]
         if not (logs / "meta.properties").exists():
             self._format(java, props)
         # C1 only, as DeltaNode's Spark JVMs (deltanode.jvm): over the first 30 s of a load of 256

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..jars import MissingJars, component_dir, component_jars
 from ..jvm import C1_ONLY
-from .services import ServiceError, _Process, ensure_port_free, free_port
+from .services import ServiceError, _Process, ensure_port_free, free_port, java_binary
 
 DEFAULT_HEAP = "256m"
 DIRECT_MEMORY = "192m"   # the bookie's write and read-ahead caches and Netty's buffers live here
@@ -116,11 +116,6 @@ def class_archive() -> Path:
     return component_dir("pulsar") / "pulsar-cds.jsa"
 
 
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    return os.path.join(home, "bin", "java") if home else "java"
-
-
 def standalone_conf(*, port: int, web_port: int) -> str:
     return _CONF.format(port=port, web_port=web_port, max_message=MAX_MESSAGE_BYTES,
                         frame=MAX_MESSAGE_BYTES + (1 << 20))
@@ -177,7 +172,7 @@ class EmbeddedApachePulsar(_Process):
             if archive.is_file() and not any("ArchiveClassesAtExit" in o for o in self.jvm_options) else []
         # C1 only and the serial collector, as the other embedded JVMs: a broker beside a DataNode on
         # two cores starts sooner and takes less CPU without C2 and a parallel collector.
-        self._spawn([_java(), "-Xms64m", f"-Xmx{self.heap}", f"-XX:MaxDirectMemorySize={DIRECT_MEMORY}",
+        self._spawn([java_binary(), "-Xms64m", f"-Xmx{self.heap}", f"-XX:MaxDirectMemorySize={DIRECT_MEMORY}",
                      C1_ONLY, "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError", *shared, *self.jvm_options,
                      *_JVM_FLAGS,
                      f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, LAUNCHER,

@@ -108,6 +108,12 @@ class _Process:
         raise NotImplementedError
 
 
+def java_binary() -> str:
+    """The ``java`` of ``JAVA_HOME``, else the one on ``PATH`` (the embedded brokers' JVMs)."""
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else "java"
+
+
 def etcd_binary() -> str:
     path = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
     if not path:
