@@ -272,8 +272,29 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "mirror mode: the etcd of that Milvus; unset: etcd.endpoints"),
     _k("milvus.start", KeyType.ENUM, "creation",
        "mirror mode: where a vchannel DeltaNode never committed starts: creation (right after the collection's "
-       "CreateCollection message; the vchannel fails when the broker no longer holds it) or checkpoint (there, "
-       "else at Milvus's own channel checkpoint, the skipped range recorded)", choices=("creation", "checkpoint")),
+       "CreateCollection message; when the broker no longer holds it, the segments Milvus persisted are imported "
+       "from milvus.storage.root and the stream followed from Milvus's channel checkpoint), segments (that "
+       "import for every new vchannel Milvus has persisted rows of), or checkpoint (creation, else Milvus's "
+       "channel checkpoint without an import, the skipped range recorded as a gap)",
+       choices=("creation", "segments", "checkpoint")),
+    _k("milvus.storage.root", KeyType.PATH, None,
+       "mirror mode: Milvus's storage, read only, to import the segments it persisted: its localStorage.path, "
+       "or s3://<minio.bucketName>/<minio.rootPath> with the milvus.storage.s3.* keys; unset: no import"),
+    _k("milvus.storage.s3.endpoint", KeyType.URL, None,
+       "S3-compatible server of an s3:// milvus.storage.root (Milvus's minio.address:port as http(s)://host:port); "
+       "unset: AWS's",
+       schemes=("http", "https")),
+    _k("milvus.storage.s3.region", KeyType.STR, None, "region of Milvus's bucket; unset: the environment's"),
+    _k("milvus.storage.s3.access.key.id", KeyType.STR, None,
+       "access key to Milvus's bucket (minio.accessKeyID); unset: the environment's credentials"),
+    _k("milvus.storage.s3.secret.access.key", KeyType.STR, None,
+       "its secret (minio.secretAccessKey); set it with DELTANODE_MILVUS_STORAGE_S3_SECRET_ACCESS_KEY"),
+    _k("milvus.storage.s3.session.token", KeyType.STR, None, "session token to Milvus's bucket; unset: none"),
+    _k("milvus.storage.s3.ca.file", KeyType.LOCALPATH, None,
+       "PEM bundle trusted for https:// to that server; unset: the system's"),
+    _k("milvus.import.batch", KeyType.INT, "8",
+       "mirror mode: Milvus segments one Spark job of an import reads (one task each), committed together",
+       min=1),
     _k("mq.type", KeyType.ENUM, "kafka", "message queue that carries the DML channels",
        choices=("kafka", "pulsar")),
     _k("mq.kafka.bootstrap.servers", KeyType.HOSTPORTS, "127.0.0.1:9092",
@@ -472,7 +493,7 @@ class Conf:
         out.update(self._passthrough)
         return out
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "Conf":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Conf:
         """A copy with some keys replaced (values as in a file, or plain Python values)."""
         entries = {k: (self._raw[k], self._sources[k]) for k in self._raw
                    if self._sources.get(k) != "default"}
@@ -482,7 +503,7 @@ class Conf:
         return _build(entries, self.path or "<code>", self.base_dir, self.path)
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], *, base_dir: str | Path | None = None) -> "Conf":
+    def from_dict(cls, values: Mapping[str, Any], *, base_dir: str | Path | None = None) -> Conf:
         """A Conf from a mapping (strings as in a file, or bool/int/float); for tests and tools."""
         base = Path(base_dir) if base_dir is not None else Path.cwd()
         return _build({k: (_to_text(v), "code") for k, v in values.items()}, "<code>", base, None)

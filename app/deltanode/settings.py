@@ -20,6 +20,7 @@ from .pipeline.plan import Limits
 from .pipeline.sync_policy import SyncSettings
 from .storage.compaction import CompactionSettings
 from .storage.layout import StorageLayout
+from .storage.object_store import StoreOptions
 from .wire.names import pchannel_name
 
 
@@ -27,6 +28,7 @@ class MirrorStart(enum.StrEnum):
     """Where a mirrored vchannel that never committed starts (``milvus.start``)."""
 
     CREATION = "creation"       # right after the collection's CreateCollection message
+    SEGMENTS = "segments"       # import what Milvus persisted, then follow from its channel checkpoint
     CHECKPOINT = "checkpoint"   # there, else at Milvus's own channel checkpoint (the gap recorded)
 
 
@@ -44,6 +46,8 @@ class MirrorSettings:
     meta_root: str | None = None
     etcd_endpoints: str | None = None      # None: DeltaNode's etcd
     start: MirrorStart = MirrorStart.CREATION
+    storage: StorageLayout | None = None   # Milvus's files, read only (None: nothing can be imported)
+    import_batch: int = 8                  # segments a Spark job of an import reads
 
     @property
     def enabled(self) -> bool:
@@ -105,7 +109,8 @@ class Settings:
     def of(cls, conf: Conf) -> Settings:
         mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"),
                                 etcd_endpoints=conf.get("milvus.etcd.endpoints"),
-                                start=MirrorStart(conf.get("milvus.start")))
+                                start=MirrorStart(conf.get("milvus.start")),
+                                storage=_milvus_storage(conf), import_batch=conf.get("milvus.import.batch"))
         return cls(
             etcd=EtcdSettings(endpoints=conf.get("etcd.endpoints"), root=conf.get("etcd.root"),
                               session_ttl=conf.get("session.ttl")),
@@ -124,6 +129,11 @@ class Settings:
             broker=Broker.from_conf(conf),
             storage=StorageLayout.from_conf(conf),
         )
+
+
+def _milvus_storage(conf: Conf) -> StorageLayout | None:
+    root = conf.get("milvus.storage.root")
+    return None if root is None else StorageLayout(str(root), StoreOptions.from_conf(conf, "milvus.storage.s3."))
 
 
 def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 
-from deltanode.datacoord.catalog import CollectionStatus
+from deltanode.datacoord.catalog import CollectionStatus, StartPosition
 from deltanode.datacoord.milvus_catalog import TOMBSTONE, MilvusCatalog, gap_key
 from deltanode.mq.broker import Broker
+from deltanode.wire.datapb import SegmentInfo
 from deltanode.wire.etcdpb import (
     CollectionInfo,
     CollectionState,
@@ -15,7 +16,7 @@ from deltanode.wire.etcdpb import (
     PartitionInfo,
     PartitionState,
 )
-from deltanode.wire.milvus_proto import common_pb2, schema_pb2
+from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id
 from deltanode.wire.schema import CollectionLayout, DataType
 
@@ -103,3 +104,33 @@ def test_a_vchannel_starts_right_after_its_create_collection_message(client, etc
         position = catalog.start_position(record, record.vchannels[1])
         assert (position.offset, position.ts) == (43, 1000 + 445000000000000021)
         assert client.get(gap_key(etcd_root, record.vchannels[1])) is None
+
+
+def test_with_start_segments_a_vchannel_starts_at_milvus_checkpoint_with_its_persisted_segments(
+        client, etcd_root, broker):
+    """``milvus.start = segments``: Milvus's channel checkpoint and the ids of the live segments it
+    persisted (the DataNode imports them); the collection's start while Milvus persisted nothing."""
+    meta = f"{etcd_root}/milvus/meta"
+    cid = 445000000000000031
+    _put_collection(client, meta, cid, "docs", start=41)
+    catalog = _catalog(client, meta, etcd_root, broker.bootstrap_servers)
+    catalog.start = "segments"
+    record = catalog.collections()[0]
+    vchannel = record.vchannels[0]
+    assert catalog.start_position(record, vchannel) == StartPosition(offset=42, ts=1000 + cid)
+
+    base = f"{meta}/datacoord-meta"
+    for seg, state, level in ((1, common_pb2.SegmentState.Flushed, 0), (2, common_pb2.SegmentState.Growing, 0),
+                              (3, common_pb2.SegmentState.Dropped, 0), (4, common_pb2.SegmentState.Flushed, 1),
+                              (5, common_pb2.SegmentState.Flushing, 0)):
+        client.put(f"{base}/s/{cid}/{cid + 1}/{seg}", SegmentInfo(
+            ID=seg, collectionID=cid, partitionID=cid + 1, insert_channel=vchannel, state=state,
+            level=level).SerializeToString())
+    client.put(f"{base}/s/{cid}/{cid + 1}/6", SegmentInfo(   # the other shard's
+        ID=6, collectionID=cid, partitionID=cid + 1, insert_channel=record.vchannels[1],
+        state=common_pb2.SegmentState.Flushed).SerializeToString())
+    client.put(f"{base}/channel-cp/{vchannel}",
+               msg_pb2.MsgPosition(channel_name=vchannel, msgID=kafka_msg_id(900), timestamp=9000).SerializeToString())
+    assert catalog.start_position(record, vchannel) == StartPosition(offset=900, ts=9000, flushed=(1, 5),
+                                                                     unflushed=(2,))
+    assert client.get(gap_key(etcd_root, vchannel)) is None

@@ -178,7 +178,7 @@ def test_mirror_mode_refuses_an_etcd_root_at_or_under_the_milvus_meta_root(tmp_p
     assert msg.startswith("FILE:3: bad value for 'etcd.root'") and "inside the Milvus meta root" in msg
     conf = load(tmp_path, "storage.root = x\nmilvus.meta.root = by-dev/meta\netcd.root = by-dev/deltanode\n")
     assert conf.get("milvus.start") == "creation" and conf.get("milvus.etcd.endpoints") is None
-    assert "is not one of creation | checkpoint" in error(
+    assert "is not one of creation | segments | checkpoint" in error(
         tmp_path, "storage.root = x\nmilvus.meta.root = m\netcd.root = d\nmilvus.start = latest\n")
 
 

@@ -27,10 +27,12 @@ from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
+from ..milvus_import.progress import import_progress, summary
 from ..mq.broker import Broker, BrokerError
 from ..settings import Settings
 from ..storage import meta
 from ..storage.channel_state import SegmentState
+from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.milvus_proto import schema_pb2
@@ -164,7 +166,10 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
         return _fail(str(e))
     rows = []
     for record in records:
-        states = [meta.channel_state(storage, record.collection_id, v) for v in record.vchannels]
+        insert_log = DeltaLog.open(storage.insert_log(record.collection_id), storage.options)
+        states = [meta.channel_state_in(insert_log, v) if insert_log else None for v in record.vchannels]
+        imports = {v: summary(doc) for v in record.vchannels
+                   if insert_log is not None and (doc := import_progress(insert_log, v)) is not None}
         dropped = record.state == CollectionStatus.DROPPED or all(
             s is not None and s.collection_dropped for s in states)
         rows.append({
@@ -175,6 +180,7 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
                        if f.fieldID >= FIRST_USER_FIELD_ID],
             "inserted_rows": sum(s.rows for s in states if s),
             "gaps": [gaps[v] for v in record.vchannels if v in gaps],
+            "imported_from_milvus": imports,
         })
     _print(rows)
     return 0

@@ -71,6 +71,10 @@ class StartPosition:
 
     offset: int
     ts: int
+    # Mirror mode: segments a Milvus persisted before this position, imported before the stream
+    # is read from it (their ids, as Milvus's DataCoord hands them to its DataNodes).
+    flushed: tuple[int, ...] = ()
+    unflushed: tuple[int, ...] = ()
 
 
 class Catalog(Protocol):

@@ -14,11 +14,14 @@ with that step.
 
 Where a mirrored vchannel starts when DeltaNode has no checkpoint for it: right after the
 collection's CreateCollection message (``CollectionInfo.start_positions``), so every row since
-creation is mirrored. With ``milvus.start = checkpoint`` and a broker that no longer holds that
-position, it starts at Milvus's own channel checkpoint (``datacoord-meta/channel-cp/{vchannel}``,
-whose rows Milvus has already persisted) and the skipped range is recorded under
-``{etcd.root}/deltanode/gaps/{vchannel}`` and logged. DeltaNode never writes under the Milvus
-root, and never uses Milvus's sessions or consumer groups.
+creation is mirrored. When the broker no longer holds that position (retention), or always with
+``milvus.start = segments``, it starts at Milvus's own channel checkpoint
+(``datacoord-meta/channel-cp/{vchannel}``) with the ids of the segments Milvus persisted, as
+Milvus's DataCoord hands a channel to its DataNodes: the DataNode imports those segments first
+(``milvus_import``) and its replay filter drops what they hold. With ``milvus.start =
+checkpoint`` it starts at that checkpoint without an import, and the skipped range is recorded
+under ``{etcd.root}/deltanode/gaps/{vchannel}`` and logged. DeltaNode never writes under the
+Milvus root, and never uses Milvus's sessions or consumer groups.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ..etcd.client import EtcdClient, PrefixWatch
+from ..milvus_import.meta import MilvusSegmentState, read_persisted
 from ..mq.broker import Broker, BrokerError
 from ..wire.etcdpb import (
     CollectionInfo,
@@ -56,7 +60,7 @@ log = logging.getLogger(__name__)
 
 #: The value Milvus's snapshot KV writes for a removed key.
 TOMBSTONE = b"\xe2\x9b\xbc"
-START_CREATION, START_CHECKPOINT = "creation", "checkpoint"
+START_CREATION, START_SEGMENTS, START_CHECKPOINT = "creation", "segments", "checkpoint"
 
 
 def gap_key(root: str, vchannel: str) -> str:
@@ -199,14 +203,43 @@ class MilvusCatalog:
     # -- where a vchannel starts ------------------------------------------------------
     def start_position(self, record: CollectionRecord, vchannel: str) -> StartPosition:
         created = StartPosition(offset=record.start_offsets.get(pchannel_of(vchannel), -1) + 1, ts=record.start_ts)
-        if self.start != START_CHECKPOINT:
-            return created
+        if self.start == START_SEGMENTS:
+            return self._persisted_start(record, vchannel, created, None)
         first = self._first_offset(pchannel_of(vchannel))
         if first is None or first <= created.offset:
             return created
+        if self.start == START_CREATION:
+            return self._persisted_start(record, vchannel, created, first)
         start, gap = start_after_retention(vchannel, created, first, self._milvus_checkpoint(vchannel), self.meta_root)
         self._record_gap(gap)
         return start
+
+    def _persisted_start(self, record: CollectionRecord, vchannel: str, created: StartPosition,
+                         first: int | None) -> StartPosition:
+        """Milvus's channel checkpoint with the segments persisted before it (imported by the
+        DataNode), read at one revision; ``created`` when Milvus persisted nothing of the vchannel
+        yet and the broker still holds its beginning (``first``: the broker's first offset, None
+        when that is not in question)."""
+        persisted = read_persisted(self.client, self.meta_root, record.collection_id, vchannel, self.positions)
+        cp = persisted.checkpoint
+        if cp is None or (first is not None and cp.offset < first):
+            if first is None:
+                return created
+            held = "none" if cp is None else f"offset {cp.offset}, also gone"
+            raise CatalogError(
+                f"{vchannel}: the broker's first offset on its pchannel is {first}, past the collection's start "
+                f"position {created.offset}, and Milvus's channel checkpoint ({self.meta_root}/datacoord-meta/"
+                f"channel-cp/{vchannel}) is {held}: nowhere to start without losing rows silently")
+        segments = persisted.to_import()
+        flushed = tuple(s.segment_id for s in segments if s.state in (MilvusSegmentState.FLUSHED,
+                                                                      MilvusSegmentState.FLUSHING))
+        unflushed = tuple(s.segment_id for s in segments if s.segment_id not in flushed)
+        log.info("%s: starts at Milvus's channel checkpoint (offset %d, ts %d) after an import of the %d segment(s) "
+                 "Milvus persisted (%d rows)%s", vchannel, cp.offset, cp.ts, len(segments),
+                 sum(s.rows for s in segments),
+                 "" if first is None else f"; the broker no longer holds the collection's start ({first} > "
+                                          f"{created.offset})")
+        return StartPosition(offset=cp.offset, ts=cp.ts, flushed=flushed, unflushed=unflushed)
 
     def _first_offset(self, pchannel: str) -> int | None:
         watermarks = self.broker.watermarks()

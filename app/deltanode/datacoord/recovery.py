@@ -28,6 +28,8 @@ def vchannel_info(state: ChannelState | None, record: CollectionRecord, vchannel
     if state is None:
         first = start()
         info.seek_position.CopyFrom(_position(first.offset, first.ts))
+        info.flushedSegmentIds.extend(first.flushed)
+        info.unflushedSegmentIds.extend(first.unflushed)
         return info
     info.seek_position.CopyFrom(_position(state.checkpoint_offset, state.checkpoint_ts))
     for seg in state.segments.values():

@@ -26,7 +26,7 @@ class FlowgraphManager:
             raise ValueError(f"ChannelWatchInfo for {vchannel} carries no collection schema")
         self.pipeline.remove(vchannel)
         progressed()
-        self.pipeline.add(info.vchan, info.schema)
+        self.pipeline.add(info.vchan, info.schema, progressed)
 
     def release(self, vchannel: str) -> None:
         self.pipeline.remove(vchannel)

@@ -26,8 +26,10 @@ from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
 from ..etcd.reachability import Reachability
 from ..etcd.session import Session, SessionError
+from ..milvus_import.importer import MilvusSource
 from ..pipeline.pipeline import Pipeline
 from ..settings import Settings
+from ..wire.positions import CODECS
 from .flowgraphs import FlowgraphManager
 from .flush_watch import FlushWatcher
 from .metrics import MetricsServer, NodeView
@@ -58,6 +60,7 @@ class DataNode:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._rejoiner: threading.Thread | None = None
+        self._own_clients: list[EtcdClient] = []   # etcd clients of other clusters (a mirrored Milvus's)
 
     @property
     def node_id(self) -> int:
@@ -70,7 +73,7 @@ class DataNode:
         if settings.node.metrics_port:
             self.metrics = MetricsServer(self.view(), settings.node.metrics_address, settings.node.metrics_port).start()
         self.pipeline = Pipeline(self.spark, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
-                                 on_cycle=self.metrics.on_cycle if self.metrics else None)
+                                 on_cycle=self.metrics.on_cycle if self.metrics else None, milvus=self._milvus())
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
         self._register()
@@ -79,6 +82,18 @@ class DataNode:
         self._rejoiner = threading.Thread(target=self._rejoin_loop, name="datanode-rejoin", daemon=True)
         self._rejoiner.start()
         return self
+
+    def _milvus(self) -> MilvusSource | None:
+        """Mirror mode: the Milvus whose persisted segments vchannels are imported from."""
+        mirror = self.settings.mirror
+        if mirror.meta_root is None:
+            return None
+        assert self.client is not None
+        client = EtcdClient(mirror.etcd_endpoints) if mirror.etcd_endpoints else self.client
+        if client is not self.client:
+            self._own_clients.append(client)
+        return MilvusSource(client=client, meta_root=mirror.meta_root, storage=mirror.storage,
+                            positions=CODECS[self.settings.broker.kind], batch=mirror.import_batch)
 
     def view(self) -> NodeView:
         """This node as the metrics read it (each figure evaluated when scraped)."""
@@ -195,6 +210,8 @@ class DataNode:
                 log.warning("could not remove the status document: %s", exc)
         if self.session is not None:
             self.session.close()
+        for client in self._own_clients:
+            client.close()
         if self.client is not None:
             self.client.close()
         if self.metrics is not None:

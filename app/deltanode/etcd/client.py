@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import grpc
+from aetcd.utils import prefix_range_end
+
 from deltanode.etcd.errors import EtcdError, EtcdUnavailable
 from deltanode.etcd.keepalive import KeepAlive
 from deltanode.etcd.loop import EtcdLoop
@@ -72,6 +75,28 @@ class EtcdClient:
         """``(key, value, version)`` of every key under ``prefix``, sorted by key."""
         kvs = self.loop.run(self.loop.aio.get_prefix(_b(prefix)))
         return [(kv.key.decode(), kv.value, kv.version) for kv in kvs]
+
+    def get_prefixes(self, prefixes: list[str]) -> tuple[int, dict[str, list[tuple[str, bytes]]]]:
+        """Every ``(key, value)`` under each of ``prefixes``, all read at one revision (the first
+        range's): a consistent view of keys another system writes in several places. Returns that
+        revision and the keys of each prefix, sorted by key."""
+        aio = self.loop.aio
+
+        async def ranges() -> tuple[int, dict[str, list[tuple[str, bytes]]]]:
+            revision, out = 0, {}
+            for prefix in prefixes:
+                request = aio._build_get_range_request(key=_b(prefix), range_end=prefix_range_end(_b(prefix)))
+                if revision:
+                    request.revision = revision
+                try:
+                    response = await aio.kvstub.Range(request, timeout=aio._timeout, metadata=aio.metadata)
+                except grpc.aio.AioRpcError as exc:
+                    raise EtcdUnavailable(f"reading {prefix} at revision {revision or 'current'}: "
+                                          f"{exc.code().name} {exc.details()}") from None
+                revision = revision or response.header.revision
+                out[prefix] = [(kv.key.decode(), kv.value) for kv in response.kvs]
+            return revision, out
+        return self.loop.run(ranges())
 
     def put(self, key: str, value: bytes | str, lease: int | None = None) -> None:
         self.loop.run(self.loop.aio.put(_b(key), _b(value), lease=lease))

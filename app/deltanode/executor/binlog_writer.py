@@ -18,6 +18,7 @@ import functools
 import itertools
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -424,19 +425,24 @@ def delete_written(storage: StorageLayout, root: str, entry: FileEntry) -> None:
 
 
 def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema: pa.Schema, pk: str,
-                       segment_id: int, partition_id: int, rows: pa.Table) -> FileEntry:
-    """Write ``rows`` (the insert schema's columns, all of one segment) as one binlog file of the
+                       segment_id: int, partition_id: int, rows: pa.Table | Iterable[pa.Table], *,
+                       origin: str = "compacted") -> FileEntry:
+    """Write ``rows`` (the insert schema's columns, all of one segment; a table, or tables one
+    after the other so that a large segment is never whole in memory) as one binlog file of the
     segment, in row groups of ``ROW_GROUP_BYTES``, with the stats its add action needs and the
-    bloom filter of its key ``pk``. Runs on executors (compaction)."""
+    bloom filter of its key ``pk``. ``origin`` ends the file's name (what wrote it). Runs on
+    executors (compaction, Milvus imports)."""
     fmt = insert_format(insert_schema, pk)
     fs, base = storage.filesystem(storage.insert_log(collection_id))
-    rel = f"{partition_id}/{segment_id}/part-{uuid.uuid4().hex}-compacted.parquet"
+    rel = f"{partition_id}/{segment_id}/part-{uuid.uuid4().hex}-{origin}.parquet"
     out = _File(fs, base, TableKind.INSERT, rel, fmt, {"_segment_id": segment_id, "_partition_id": partition_id},
                 segment_id, partition_id, lasting=True)
     try:
-        variable = rows.select([f.name for f in insert_schema if f.name not in INSERT_CONSTANTS])
-        for batch in variable.to_batches(max_chunksize=max(1, len(rows) * ROW_GROUP_BYTES // max(1, rows.nbytes))):
-            out.write(batch.columns, batch.num_rows, batch.nbytes)
+        for table in [rows] if isinstance(rows, pa.Table) else rows:
+            variable = table.select([f.name for f in insert_schema if f.name not in INSERT_CONSTANTS])
+            chunk = max(1, len(table) * ROW_GROUP_BYTES // max(1, table.nbytes))
+            for batch in variable.to_batches(max_chunksize=chunk):
+                out.write(batch.columns, batch.num_rows, batch.nbytes)
         return out.close()
     except BaseException:
         out.discard()

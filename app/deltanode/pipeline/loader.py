@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from ..flowgraph.vchannel import VchannelFlowgraph
+from ..milvus_import.importer import VchannelImporter
 from ..mq.broker import BrokerError, HighWatermarks
 from ..storage import meta
 from ..storage.commit import CollectionCommitter
+from ..wire.datapb import VchannelInfo
 from .sync_manager import SyncManager
 
 log = logging.getLogger(__name__)
@@ -25,26 +28,39 @@ TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
 class VchannelLoader:
     """Runs on the driver: in the loop, and in channel watchers' threads (``load``)."""
 
-    def __init__(self, syncs: SyncManager) -> None:
+    def __init__(self, syncs: SyncManager, importer: VchannelImporter | None = None) -> None:
         self._syncs = syncs
+        self._importer = importer   # mirror mode: imports what Milvus persisted of a vchannel first
         self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
 
     def committer(self, fg: VchannelFlowgraph) -> CollectionCommitter:
         return self._syncs.committer(fg.collection_id, fg.layout.insert_schema(), fg.layout.delete_schema())
 
-    def load(self, fg: VchannelFlowgraph) -> None:
+    def load(self, fg: VchannelFlowgraph, progressed: Callable[[], None] = lambda: None) -> None:
         """``fg`` from Delta's state of its vchannel (else its VchannelInfo's).
 
         A collection without an insert_log table yet gets it now, empty, so that its first
         commit does not create it: at 10,000 vchannels, 5,000 tables were created in the first
         seconds of traffic, by the syncs of the cycles that carried each collection's first
         rows (``DeltaLog._create``: 7.6% of the loaded driver's GIL samples).
+
+        A vchannel that never committed, handed over with segments (a mirror whose Milvus
+        persisted rows the broker no longer holds: ``datacoord.milvus_catalog``), has those
+        segments imported first (``milvus_import.importer``; ``progressed`` is called at each of
+        its commits); it then starts from the state the import committed.
         """
         committer = self.committer(fg)
         with committer.lock:
             committed = meta.channel_state_in(committer.created_insert_log(), fg.vchannel)
             watermarks = committer.watermarks(fg.vchannel)
+        if committed is None and self._importer is not None and carries_segments(fg.info):
+            self._importer.run(fg.vchannel, fg.collection_id, fg.schema, committer, fg.node_id, progressed)
+            fg.info = VchannelInfo(collectionID=fg.info.collectionID, channelName=fg.info.channelName,
+                                   seek_position=fg.info.seek_position)   # the import's state supersedes it
+            with committer.lock:
+                committed = meta.channel_state_in(committer.created_insert_log(), fg.vchannel)
+                watermarks = committer.watermarks(fg.vchannel)
         fg.load(committed, watermarks, time.monotonic(), self._topic_id(fg.pchannel))
 
     def forget(self, pchannel: str) -> None:
@@ -66,3 +82,8 @@ class VchannelLoader:
             return ""
         self._topic_ids[pchannel] = (topic_id, time.monotonic())
         return topic_id
+
+
+def carries_segments(info: VchannelInfo) -> bool:
+    """Whether a VchannelInfo names segments (a vchannel that never committed then has persisted rows)."""
+    return bool(info.flushedSegmentIds or info.unflushedSegmentIds or info.flushedSegments or info.unflushedSegments)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -27,6 +28,7 @@ from pyspark.sql import SparkSession
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
+from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
@@ -66,13 +68,16 @@ class Pipeline:
 
     def __init__(self, spark: SparkSession, storage: StorageLayout, broker: Broker,
                  settings: PipelineSettings = PipelineSettings(), *, node_id: int = 0,
-                 fence: Fence | None = None, on_cycle: CycleObserver | None = None) -> None:
+                 fence: Fence | None = None, on_cycle: CycleObserver | None = None,
+                 milvus: MilvusSource | None = None) -> None:
+        """``milvus``: mirror mode's Milvus, whose persisted segments a vchannel handed over with
+        them is imported from (``milvus_import``)."""
         self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
         self.node_id = node_id
         self.registry = VchannelRegistry()
         self._syncs = SyncManager(spark, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
                                   settings.limits.splits)
-        self._loader = VchannelLoader(self._syncs)
+        self._loader = VchannelLoader(self._syncs, VchannelImporter(spark, storage, milvus) if milvus else None)
         self._failures = FailurePolicy(storage, fence, self._loader.load, self._loader.forget)
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
@@ -100,11 +105,13 @@ class Pipeline:
             return dict(self._flushes)
 
     # -- membership ------------------------------------------------------------------------
-    def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema) -> None:
+    def add(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema,
+            progressed: Callable[[], None] = lambda: None) -> None:
         """Start reading ``info.channelName`` from Delta's state (else the VchannelInfo's); returns
-        once the vchannel takes part in the next cycle. Raises when its state cannot be loaded."""
+        once the vchannel takes part in the next cycle. Raises when its state cannot be loaded.
+        ``progressed``: called as a long load (an import from Milvus) gets further."""
         fg = VchannelFlowgraph(info, schema, self.node_id, CODECS[self.broker.kind])
-        self._loader.load(fg)
+        self._loader.load(fg, progressed)
         self.registry.add(fg)
         self._wake.set()
         log.info("%s: flowgraph starts at offset %d (ts %d), %d segments known, replay filter %s", fg.vchannel,

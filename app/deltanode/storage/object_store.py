@@ -42,8 +42,9 @@ class StoreOptions:
     ca_file: str | None = None         # PEM bundle to trust instead of the system's (pyarrow, boto3)
 
     @classmethod
-    def from_conf(cls, conf) -> StoreOptions:
-        return cls(*(conf.get(f"storage.s3.{k}") for k in S3_CONF_KEYS))
+    def from_conf(cls, conf, prefix: str = "storage.s3.") -> StoreOptions:
+        """From the keys under ``prefix`` (``milvus.storage.s3.`` for a mirrored Milvus's storage)."""
+        return cls(*(conf.get(f"{prefix}{k}") for k in S3_CONF_KEYS))
 
     def _endpoint_parts(self) -> tuple[str | None, str | None]:
         """(scheme, host:port) of the endpoint."""

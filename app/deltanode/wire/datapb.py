@@ -57,7 +57,12 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("binlogs", 11, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
         field("statslogs", 12, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
         field("deltalogs", 13, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.FieldBinlog"),
+        field("createdByCompaction", 14, F.TYPE_BOOL),
+        field("compactionFrom", 15, F.TYPE_INT64, repeated=True),
         field("dropped_at", 16, F.TYPE_UINT64),
+        field("is_importing", 17, F.TYPE_BOOL),
+        field("compacted", 19, F.TYPE_BOOL),
+        field("level", 20, F.TYPE_INT32),   # SegmentLevel (2.4): Legacy 0, L0 1, L1 2, L2 3
     ])
     vchan = f.message_type.add(name="VchannelInfo")
     vchan.field.extend([

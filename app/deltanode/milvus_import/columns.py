@@ -1,0 +1,301 @@
+"""Payload values of Milvus's binlogs -> DeltaNode's columns (``schema.arrow_type``), checked.
+
+An insert binlog holds one field of one segment in the Arrow type Milvus's payload writer gives
+it: the scalars as themselves, VarChar as string, JSON and Array as binary (an Array row is a
+marshalled ``schema.ScalarField``), dense vectors as fixed_size_binary of a row's bytes and
+SparseFloatVector as binary (a row is n x (uint32 index, float32 value), little-endian).
+They become the columns ``executor.decode`` builds from the wire, with its helpers, so an
+imported row equals a streamed one. A deltalog holds JSON rows ``{"pk":..,"ts":..,"pkType":..}``,
+the legacy ``"pk,ts"`` strings or (the "parquet" deltalog format) ``pk`` and ``ts`` columns;
+all become the primary keys and their delete timestamps. Anything that does not fit the field
+raises ``BinlogFormatError`` naming the file. Whole columns are converted at once with
+numpy/pyarrow; Array rows, protobuf messages, take one loop.
+
+Runs on executors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+from google.protobuf.message import DecodeError
+
+from ..executor.decode import (
+    _SPARSE_ENTRY,
+    Reject,
+    _check_increasing,
+    _list_offsets,
+    field_column,
+)
+from ..wire.milvus_proto import schema_pb2
+from ..wire.schema import (
+    FLOAT_LIST,
+    SPARSE_MAP,
+    DataType,
+    FieldSpec,
+    arrow_type,
+    type_name,
+)
+from .binlog_format import BinlogFormatError, Descriptor
+
+# Milvus's system fields have binlogs of their own (Int64 payloads); they become these columns.
+ROW_ID = FieldSpec(0, "_row_id", DataType.Int64)
+TIMESTAMP = FieldSpec(1, "_ts", DataType.Int64)
+SYSTEM_FIELDS = {ROW_ID.field_id: ROW_ID, TIMESTAMP.field_id: TIMESTAMP}
+_PK_ARROW = {DataType.Int64: pa.int64(), DataType.VarChar: pa.string()}
+_DELETE_JSON_SCHEMA = {t: pa.schema([("pk", a), ("ts", pa.uint64()), ("pkType", pa.int64())])
+                       for t, a in _PK_ARROW.items()}
+_MAX_OFFSET = 2**31 - 1     # a binary or list column's int32 offsets
+
+
+def _fail(where: str, what: str) -> BinlogFormatError:
+    return BinlogFormatError(f"{where or 'binlog'}: {what}")
+
+
+def _field(spec: FieldSpec) -> str:
+    return f"field {spec.name!r} (id {spec.field_id}, {spec.type_name})"
+
+
+def check_descriptor(desc: Descriptor, spec: FieldSpec, *, where: str = "") -> None:
+    """The binlog is the field's: same field id and the payload type the field's type writes."""
+    if desc.field_id != spec.field_id:
+        raise _fail(where, f"binlog of field id {desc.field_id}, expected {_field(spec)}")
+    if desc.payload_type != spec.data_type:
+        raise _fail(where, f"payload type {type_name(desc.payload_type)}, expected {_field(spec)}")
+
+
+def insert_column(spec: FieldSpec, values: pa.Array, *, where: str = "") -> pa.Array:
+    """An insert binlog's payload values as the field's DeltaNode column (``arrow_type(spec)``)."""
+    convert = _CONVERTERS.get(spec.data_type)
+    if convert is None:
+        raise _fail(where, f"{_field(spec)}: type not supported in a binlog import")
+    if values.null_count:
+        raise _fail(where, f"{_field(spec)}: {values.null_count} null value(s); nullable fields (Milvus 2.5) "
+                           "are not supported")
+    try:
+        return convert(spec, values, where)
+    except Reject as e:     # from the wire decoder's helpers, which name the field
+        raise _fail(where, str(e)) from None
+
+
+def _mismatch(spec: FieldSpec, values: pa.Array, expected: str, where: str) -> BinlogFormatError:
+    return _fail(where, f"{_field(spec)}: payload is {values.type}, expected {expected}")
+
+
+def _scalar(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """Same type, or a safe cast between integers or a widening one between floats."""
+    target = arrow_type(spec)
+    if values.type == target:
+        return values
+    t = values.type
+    ints = pa.types.is_integer(t) and pa.types.is_integer(target)
+    floats = pa.types.is_floating(t) and pa.types.is_floating(target) and t.bit_width < target.bit_width
+    if not (ints or floats):
+        raise _mismatch(spec, values, str(target), where)
+    try:
+        return values.cast(target)      # safe: an out-of-range value raises
+    except pa.ArrowInvalid as e:
+        raise _fail(where, f"{_field(spec)}: {t} values out of range of {target}: {e}") from None
+
+
+def _varchar(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise _mismatch(spec, values, "string", where)
+    return values.cast(pa.string())
+
+
+def _json(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """The JSON text, checked to be UTF-8 (Arrow checks in bulk)."""
+    t = values.type
+    if not (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t)):
+        raise _mismatch(spec, values, "binary (JSON text)", where)
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise _fail(where, f"{_field(spec)}: a JSON value is not UTF-8") from None
+
+
+def _array(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """Each row a marshalled ScalarField: parsed into one FieldData (a loop over the rows), then
+    converted by the wire decoder, which checks the element type and ``max_capacity``."""
+    if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+        raise _mismatch(spec, values, "binary (a marshalled ScalarField a row)", where)
+    fd = schema_pb2.FieldData(type=DataType.Array, field_id=spec.field_id, field_name=spec.name)
+    arrays = fd.scalars.array_data
+    arrays.element_type = spec.element_type
+    rows = arrays.data
+    for i, row in enumerate(values.to_pylist()):
+        try:
+            rows.add().MergeFromString(row)
+        except DecodeError as e:
+            raise _fail(where, f"{_field(spec)}: row {i} is not a ScalarField: {e}") from None
+    return field_column(spec, fd, len(values))
+
+
+def _fixed_width(spec: FieldSpec, values: pa.Array, width: int, where: str) -> pa.Buffer:
+    """The values buffer of fixed_size_binary[width] rows, from the array's first row."""
+    t = values.type
+    if not pa.types.is_fixed_size_binary(t):
+        raise _mismatch(spec, values, f"fixed_size_binary[{width}]", where)
+    if t.byte_width != width:
+        raise _fail(where, f"{_field(spec)}: rows of {t.byte_width} bytes, dim {spec.dim} means {width}")
+    n = len(values)
+    if n * width > _MAX_OFFSET:
+        raise _fail(where, f"{_field(spec)}: {n} rows of {width} bytes exceed a column's 2 GiB")
+    return values.buffers()[1].slice(values.offset * width, n * width)
+
+
+def _float_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """dim little-endian float32 a row -> list<float32>, on the payload's buffer (no copy)."""
+    data = _fixed_width(spec, values, spec.dim * 4, where)
+    n = len(values)
+    floats = np.frombuffer(data, dtype="<f4", count=n * spec.dim)
+    return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), pa.array(floats), type=FLOAT_LIST)
+
+
+def _binary_rows(spec: FieldSpec, values: pa.Array, width: int, where: str) -> pa.Array:
+    data = _fixed_width(spec, values, width, where)
+    n = len(values)
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
+
+
+def _binary_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    return _binary_rows(spec, values, spec.dim // 8, where)
+
+
+def _half_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """Float16Vector and BFloat16Vector: dim x 2 bytes a row."""
+    return _binary_rows(spec, values, spec.dim * 2, where)
+
+
+def _sparse_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """Binary rows of (uint32 index, float32 value) pairs -> map<int64, float32>, all rows parsed
+    as one buffer from the binary column's offsets."""
+    t = values.type
+    if not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        raise _mismatch(spec, values, "binary (index/value pairs a row)", where)
+    n = len(values)
+    _, offsets_buf, data_buf = values.buffers()
+    offset_type = np.dtype(np.int64 if pa.types.is_large_binary(t) else np.int32)
+    offsets = np.frombuffer(offsets_buf, dtype=offset_type, count=n + 1, offset=values.offset * offset_type.itemsize)
+    lengths = np.diff(offsets)
+    odd = np.flatnonzero(lengths % _SPARSE_ENTRY.itemsize)
+    if odd.size:
+        raise _fail(where, f"{_field(spec)}: sparse row {odd[0]} has {lengths[odd[0]]} bytes, not a multiple of 8 "
+                           "(uint32 index + float32 value pairs)")
+    count = int(offsets[-1] - offsets[0]) // _SPARSE_ENTRY.itemsize
+    if count * _SPARSE_ENTRY.itemsize > _MAX_OFFSET:
+        raise _fail(where, f"{_field(spec)}: {count} sparse entries exceed a column's 2 GiB")
+    entries = (np.frombuffer(data_buf, dtype=_SPARSE_ENTRY, count=count, offset=int(offsets[0])) if count
+               else np.empty(0, dtype=_SPARSE_ENTRY))
+    map_offsets = ((offsets - offsets[0]) // _SPARSE_ENTRY.itemsize).astype(np.int32)
+    indices = entries["index"].astype(np.int64)
+    _check_increasing(spec, indices, map_offsets)
+    return pa.MapArray.from_arrays(pa.array(map_offsets), pa.array(indices),
+                                   pa.array(np.ascontiguousarray(entries["value"])), type=SPARSE_MAP)
+
+
+_CONVERTERS = {
+    DataType.Bool: _scalar, DataType.Int8: _scalar, DataType.Int16: _scalar, DataType.Int32: _scalar,
+    DataType.Int64: _scalar, DataType.Float: _scalar, DataType.Double: _scalar, DataType.VarChar: _varchar,
+    DataType.JSON: _json, DataType.Array: _array, DataType.FloatVector: _float_vector,
+    DataType.BinaryVector: _binary_vector, DataType.Float16Vector: _half_vector,
+    DataType.BFloat16Vector: _half_vector, DataType.SparseFloatVector: _sparse_vector,
+}
+
+
+def delete_rows(values: pa.Array, pk: FieldSpec, *, where: str = "") -> tuple[pa.Array, pa.Array]:
+    """A deltalog's payload values -> (primary keys, int64 or string per ``pk``; int64 delete ts)."""
+    key_type = _PK_ARROW.get(pk.data_type)
+    if key_type is None:
+        raise _fail(where, f"primary key {_field(pk)}: not an Int64 or VarChar")
+    if values.null_count:
+        raise _fail(where, f"{values.null_count} null delete row(s)")
+    if pa.types.is_struct(values.type):
+        return _pk_ts_columns(values, pk, key_type, where)
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise _fail(where, f"deltalog payload is {values.type}, expected string rows")
+    values = values.cast(pa.string())
+    if len(values) == 0:
+        return pa.array([], key_type), pa.array([], pa.int64())
+    is_json = pc.starts_with(pc.utf8_ltrim_whitespace(values), "{").to_numpy(zero_copy_only=False)
+    if is_json.all():
+        return _json_rows(values, pk, where)
+    if not is_json.any():
+        return _legacy_rows(values, pk, where)
+    # Both forms in one file (Milvus parses each row on its own): each part, then file order.
+    json_at, legacy_at = np.flatnonzero(is_json), np.flatnonzero(~is_json)
+    json_keys, json_ts = _json_rows(values.take(pa.array(json_at)), pk, where)
+    legacy_keys, legacy_ts = _legacy_rows(values.take(pa.array(legacy_at)), pk, where)
+    order = pa.array(np.argsort(np.concatenate([json_at, legacy_at]), kind="stable"))
+    return (pa.concat_arrays([json_keys, legacy_keys]).take(order),
+            pa.concat_arrays([json_ts, legacy_ts]).take(order))
+
+
+def _delete_ts(ts: pa.Array, where: str) -> pa.Array:
+    try:
+        return ts.cast(pa.int64())
+    except pa.ArrowInvalid as e:
+        raise _fail(where, f"a delete timestamp beyond int64: {e}") from None
+
+
+def _pk_ts_columns(values: pa.StructArray, pk: FieldSpec, key_type: pa.DataType,
+                   where: str) -> tuple[pa.Array, pa.Array]:
+    """The "parquet" deltalog format: ``pk`` and ``ts`` (int64) columns."""
+    names = [values.type.field(i).name for i in range(values.type.num_fields)]
+    if names != ["pk", "ts"]:
+        raise _fail(where, f"deltalog columns {names}, expected ['pk', 'ts']")
+    keys, ts = values.field("pk"), values.field("ts")
+    if keys.null_count or ts.null_count:
+        raise _fail(where, "null pk or ts in a deltalog")
+    if keys.type != key_type and not (key_type == pa.string() and pa.types.is_large_string(keys.type)):
+        raise _fail(where, f"deltalog keys are {keys.type}; primary key {_field(pk)} is {key_type}")
+    if not pa.types.is_integer(ts.type):
+        raise _fail(where, f"deltalog ts is {ts.type}, expected int64")
+    return keys.cast(key_type), _delete_ts(ts, where)
+
+
+def _json_rows(values: pa.Array, pk: FieldSpec, where: str) -> tuple[pa.Array, pa.Array]:
+    """``{"pk":6,"ts":470767461955796999,"pkType":5}`` rows, read as one newline-delimited JSON
+    buffer by Arrow's JSON reader."""
+    n = len(values)
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), values), "\n")[0]
+    schema = _DELETE_JSON_SCHEMA[pk.data_type]
+    try:
+        table = pajson.read_json(pa.BufferReader(joined.as_buffer()),
+                                 parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                                   unexpected_field_behavior="ignore"))
+    except pa.ArrowInvalid as e:
+        raise _fail(where, f"deltalog JSON rows do not parse with {pk.type_name} keys: {e}") from None
+    if table.num_rows != n:
+        raise _fail(where, f"{n} deltalog rows read as {table.num_rows} JSON objects")
+    keys, ts, pk_types = (table.column(c).combine_chunks() for c in ("pk", "ts", "pkType"))
+    if keys.null_count or ts.null_count:
+        raise _fail(where, "a deltalog JSON row without pk or ts")
+    wrong = pc.invert(pc.fill_null(pc.equal(pk_types, pk.data_type), False))
+    if pc.any(wrong).as_py():
+        row = int(np.flatnonzero(wrong.to_numpy(zero_copy_only=False))[0])
+        raise _fail(where, f"deltalog row {row} has pkType {pk_types[row].as_py()}; primary key "
+                           f"{_field(pk)} is {int(pk.data_type)}")
+    return keys, _delete_ts(ts, where)
+
+
+def _legacy_rows(values: pa.Array, pk: FieldSpec, where: str) -> tuple[pa.Array, pa.Array]:
+    """``"pk,ts"`` rows of the first Milvus releases, which had Int64 primary keys only."""
+    if pk.data_type != DataType.Int64:
+        raise _fail(where, f"legacy \"pk,ts\" deltalog rows hold Int64 keys; primary key {_field(pk)} is not Int64")
+    parts = pc.split_pattern(values, ",")
+    sizes = pc.list_value_length(parts).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(sizes != 2)
+    if bad.size:
+        raise _fail(where, f"deltalog row {bad[0]} {values[int(bad[0])].as_py()!r} is neither JSON nor \"pk,ts\"")
+    try:
+        keys = pc.list_element(parts, 0).cast(pa.int64())
+        ts = pc.list_element(parts, 1).cast(pa.uint64())
+    except pa.ArrowInvalid as e:
+        raise _fail(where, f"legacy \"pk,ts\" deltalog row is not two integers: {e}") from None
+    return keys, _delete_ts(ts, where)

@@ -1,0 +1,166 @@
+"""One segment a Milvus persisted, written as one binlog file of DeltaNode's insert_log.
+
+Runs on executors. A task reads the segment's insert binlogs from Milvus's storage one sync at a
+time (binlog ``i`` of every field holds the same rows: Milvus writes a sync's fields together),
+turns each field into DeltaNode's column (``columns.insert_column``) and writes the rows, with
+Milvus's segment id, partition, timestamps and row ids, through the same writer compaction uses
+(stats, primary-key bloom filter). The deletes that apply to the segment (its deltalogs, and in
+2.4 those of the L0 segments of its partition) mark rows by Milvus's rule, a row of key K at ts t
+is deleted by a delete of K at T > t (docs/milvus-facts.md §8): they become the file's deletion
+vector, so Milvus's deleted rows stay readable as history and its current state is the table's.
+
+A file that is gone (Milvus's compaction or garbage collector removed it since the meta was read)
+ends the task with ``gone`` set, not an exception: the driver reads the meta again and retries,
+and Spark does not retry a task that would fail the same way. What it wrote is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..executor.binlog_writer import write_segment_file
+from ..records import FileEntry
+from ..storage.deletion_vectors import DeletionVector, inline
+from ..storage.layout import StorageLayout
+from ..wire.schema import CollectionLayout, FieldSpec
+from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog
+from .columns import SYSTEM_FIELDS, check_descriptor, delete_rows, insert_column
+from .meta import PersistedSegment
+
+ROW_ID_FIELD, TIMESTAMP_FIELD = 0, 1
+ORIGIN = "milvus"   # the name's tail of the files an import writes
+
+
+@dataclass(frozen=True, kw_only=True)
+class SegmentImport:
+    """A segment to import: where its files are (``source``: Milvus's storage root) and where it goes."""
+
+    storage: StorageLayout
+    source: StorageLayout
+    collection_id: int
+    schema: bytes                    # the collection's serialized CollectionSchema
+    segment: PersistedSegment
+    deltalogs: tuple[str, ...]       # every deltalog whose deletes apply to the segment
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportedSegment:
+    """What a task did: its file (None when the segment has no rows), or why it did nothing."""
+
+    segment_id: int
+    entry: FileEntry | None = None
+    deletion_vector: DeletionVector | None = None
+    rows: int = 0
+    deleted: int = 0
+    gone: str = ""                   # a file that no longer exists: read the meta again
+    error: str = ""                  # a file that cannot be read as Milvus's format
+
+
+class _Gone(Exception):
+    pass
+
+
+def _read(source: StorageLayout, path: str) -> bytes:
+    fs, base = source.filesystem(source.root)
+    try:
+        with fs.open_input_file(f"{base}/{path}") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise _Gone(path) from None
+    except OSError as e:   # S3: a missing key is an OSError naming it
+        if "does not exist" in str(e) or "NoSuchKey" in str(e) or "not found" in str(e).lower():
+            raise _Gone(path) from None
+        raise
+
+
+def _latest_deletes(task: SegmentImport, pk: FieldSpec) -> pa.Table | None:
+    """Each deleted key with its latest delete ts (``key``, ``ts``), None when there is none."""
+    keys, stamps = [], []
+    for path in task.deltalogs:
+        _, values = read_binlog(_read(task.source, path), where=path, event=DELETE_EVENT)
+        k, t = delete_rows(values, pk, where=path)
+        keys.append(k)
+        stamps.append(t)
+    if not keys or not sum(len(k) for k in keys):
+        return None
+    table = pa.table({"key": pa.concat_arrays(keys), "ts": pa.concat_arrays(stamps)})
+    return table.group_by("key").aggregate([("ts", "max")]).rename_columns(["key", "ts"])
+
+
+def _deleted(keys: pa.Array, stamps: pa.Array, deletes: pa.Table | None) -> np.ndarray:
+    """Positions of the rows a delete removes: one of the key at a later ts."""
+    if deletes is None:
+        return np.empty(0, np.int64)
+    at = pc.index_in(keys, value_set=deletes.column("key"))
+    later = pc.take(deletes.column("ts"), at)
+    hit = pc.fill_null(pc.less(stamps, later), False)
+    return np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+
+
+def _syncs(task: SegmentImport, layout: CollectionLayout):
+    """The segment's rows, one table per sync (binlog index), with the insert schema's columns
+    but its segment and partition; the RowID/Timestamp binlogs become ``_row_id``/``_ts``."""
+    by_field = dict(task.segment.binlogs)
+    wanted = [*(f.field_id for f in layout.fields), TIMESTAMP_FIELD, ROW_ID_FIELD]
+    missing = [f for f in wanted if f not in by_field]
+    if missing:
+        raise BinlogFormatError(f"segment {task.segment.segment_id}: no binlogs of field(s) {missing}")
+    counts = {len(by_field[f]) for f in wanted}
+    groups = range(counts.pop()) if len(counts) == 1 else None
+    specs = {f.field_id: f for f in layout.fields}
+    names = [*(f.name for f in layout.fields), "_ts", "_row_id"]
+
+    def column(field_id: int, paths: tuple[str, ...]) -> pa.Array:
+        values = []
+        for path in paths:
+            desc, raw = read_binlog(_read(task.source, path), where=path, event=INSERT_EVENT)
+            spec = specs.get(field_id) or SYSTEM_FIELDS[field_id]
+            check_descriptor(desc, spec, where=path)
+            values.append(insert_column(spec, raw, where=path))
+        return pa.concat_arrays(values) if len(values) > 1 else values[0]
+
+    plan = [tuple((by_field[f][i],) for f in wanted) for i in groups] if groups is not None else \
+        [tuple(by_field[f] for f in wanted)]   # unaligned lists: the fields whole, at once
+    for paths in plan:
+        cols = [column(f, p) for f, p in zip(wanted, paths)]
+        lengths = {len(c) for c in cols}
+        if len(lengths) != 1:
+            raise BinlogFormatError(f"segment {task.segment.segment_id}: its fields' binlogs {paths} hold "
+                                    f"different numbers of rows {sorted(lengths)}")
+        yield pa.Table.from_arrays(cols, names=names)
+
+
+def import_segment(task: SegmentImport) -> ImportedSegment:
+    """Write the segment's rows as one binlog file, with its deletion vector."""
+    seg = task.segment
+    layout = CollectionLayout.from_bytes(task.schema)
+    schema = layout.insert_schema()
+    pk = layout.primary_key
+    deleted_at: list[np.ndarray] = []
+    written = 0
+
+    def tables():
+        nonlocal written
+        for table in _syncs(task, layout):
+            deleted_at.append(_deleted(table.column(pk.name).combine_chunks(), table.column("_ts").combine_chunks(),
+                                       deletes) + written)
+            written += len(table)
+            yield table
+
+    try:
+        deletes = _latest_deletes(task, pk)
+        if seg.rows == 0 and not any(paths for _, paths in seg.binlogs):
+            return ImportedSegment(segment_id=seg.segment_id)
+        entry = write_segment_file(task.storage, task.collection_id, schema, pk.name, seg.segment_id,
+                                   seg.partition_id, tables(), origin=ORIGIN)
+    except _Gone as e:
+        return ImportedSegment(segment_id=seg.segment_id, gone=str(e))
+    except (BinlogFormatError, pa.ArrowInvalid) as e:
+        return ImportedSegment(segment_id=seg.segment_id, error=str(e))
+    positions = np.concatenate(deleted_at) if deleted_at else np.empty(0, np.int64)
+    return ImportedSegment(segment_id=seg.segment_id, entry=entry, rows=entry.rows, deleted=int(positions.size),
+                           deletion_vector=inline(positions) if positions.size else None)

@@ -1,0 +1,232 @@
+"""The import of what a Milvus persisted, on files and meta built in Milvus 2.4's format (an L0
+segment whose deletes reach every partition, sparse and BFloat16 vectors), in a real etcd, read by
+real Spark tasks: rows, deletion vectors, the committed state and its replay filter, a file
+compacted away mid-import, and an import stopped between commits and taken up again.
+
+Milvus 2.3.5's own files are imported in test_milvus_history.py (a real Milvus); 2.4 is not
+runnable here, so its layout is written by ``tests/milvus_binlog_files.py``, from Milvus's code.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from deltanode.milvus_import import importer as importer_module
+from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
+from deltanode.milvus_import.meta import MilvusSegmentState, SegmentLevel
+from deltanode.milvus_import.progress import import_progress
+from deltanode.storage import meta
+from deltanode.storage.channel_state import SegmentState
+from deltanode.storage.commit import CollectionCommitter, QuarantineLog
+from deltanode.storage.layout import StorageLayout
+from deltanode.storage.tables import read_table
+from deltanode.wire.datapb import Binlog, FieldBinlog, SegmentInfo
+from deltanode.wire.milvus_proto import msg_pb2, schema_pb2
+from deltanode.wire.positions import CODECS
+from deltanode.wire.schema import CollectionLayout
+
+from .. import milvus_binlog_files as files
+
+pytestmark = pytest.mark.spark
+DataType = schema_pb2.DataType
+COLLECTION, P1, P2 = 447, 448, 449
+VCHANNEL = "imp-rootcoord-dml_0_447v0"
+BASE_TS = 470767461955796999
+
+
+def _schema() -> schema_pb2.CollectionSchema:
+    schema = schema_pb2.CollectionSchema(name="imported")
+    for fid, name, dtype, params in [(100, "id", DataType.Int64, {}), (101, "tag", DataType.VarChar,
+                                                                         {"max_length": "16"}),
+                                     (102, "vec", DataType.FloatVector, {"dim": "4"}),
+                                     (103, "sp", DataType.SparseFloatVector, {}),
+                                     (104, "bf", DataType.BFloat16Vector, {"dim": "2"})]:
+        f = schema.fields.add(fieldID=fid, name=name, data_type=dtype, is_primary_key=fid == 100)
+        for k, v in params.items():
+            f.type_params.add(key=k, value=v)
+    return schema
+
+
+def _row(pk: int) -> dict:
+    return {"id": pk, "tag": f"t{pk}", "vec": [float(pk), 1.0, 2.0, 3.0], "sp": {pk: 0.5, pk + 10: 1.5},
+            "bf": struct.pack("<HH", 0x3F80, pk)}
+
+
+class FakeMilvus:
+    """A Milvus's persisted state written the way its DataCoord and DataNodes write it: files under
+    a storage root, ``datacoord-meta`` keys in etcd."""
+
+    def __init__(self, client, root, storage_dir) -> None:
+        self.client, self.meta_root, self.dir = client, root, storage_dir
+        self.log_ids = iter(range(9000, 100000))
+
+    def _put_file(self, path: str, data: bytes) -> None:
+        target = self.dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def segment(self, seg: int, partition: int, state: MilvusSegmentState, syncs: list[list[int]], *,
+                dml_ts: int, level: SegmentLevel = SegmentLevel.L1, deletes: list[tuple[int, int]] = (),
+                write_files: bool = True) -> None:
+        """A segment with one binlog per field per sync (rows ``syncs[i]``, their ts ``BASE_TS + pk``) and
+        one deltalog of ``deletes`` (pk, ts)."""
+        base = f"{self.meta_root}/datacoord-meta"
+        info = SegmentInfo(ID=seg, collectionID=COLLECTION, partitionID=partition, insert_channel=VCHANNEL,
+                           num_of_rows=sum(map(len, syncs)), state=int(state), level=int(level))
+        info.dml_position.CopyFrom(msg_pb2.MsgPosition(channel_name=VCHANNEL, timestamp=dml_ts))
+        self.client.put(f"{base}/s/{COLLECTION}/{partition}/{seg}", info.SerializeToString())
+        fields = {0: [], 1: [], 100: [], 101: [], 102: [], 103: [], 104: []}
+        for pks in syncs:
+            rows = [_row(pk) for pk in pks]
+            payloads = {
+                0: (DataType.Int64, pa.array([pk * 10 for pk in pks], pa.int64())),
+                1: (DataType.Int64, pa.array([BASE_TS + pk for pk in pks], pa.int64())),
+                100: (DataType.Int64, pa.array(pks, pa.int64())),
+                101: (DataType.VarChar, pa.array([r["tag"] for r in rows], pa.string())),
+                102: (DataType.FloatVector, files.float_vector_payload(np.array([r["vec"] for r in rows]))),
+                103: (DataType.SparseFloatVector, files.sparse_payload([r["sp"] for r in rows])),
+                104: (DataType.BFloat16Vector, files.fixed_rows_payload([r["bf"] for r in rows], 4)),
+            }
+            for fid, (dtype, values) in payloads.items():
+                log_id = next(self.log_ids)
+                if write_files:
+                    self._put_file(f"insert_log/{COLLECTION}/{partition}/{seg}/{fid}/{log_id}", files.insert_binlog(
+                        dtype, values, field_id=fid, collection_id=COLLECTION, partition_id=partition,
+                        segment_id=seg))
+                fields[fid].append(Binlog(entries_num=len(pks), logID=log_id))
+        for fid, binlogs in fields.items():
+            if binlogs:
+                self.client.put(f"{base}/binlog/{COLLECTION}/{partition}/{seg}/{fid}",
+                                FieldBinlog(fieldID=fid, binlogs=binlogs).SerializeToString())
+        if deletes:
+            log_id = next(self.log_ids)
+            self._put_file(f"delta_log/{COLLECTION}/{partition}/{seg}/{log_id}", files.deltalog(
+                files.json_delete_rows([pk for pk, _ in deletes], [ts for _, ts in deletes]),
+                collection_id=COLLECTION, partition_id=partition, segment_id=seg))
+            self.client.put(f"{base}/deltalog/{COLLECTION}/{partition}/{seg}/100", FieldBinlog(
+                fieldID=100, binlogs=[Binlog(entries_num=len(deletes), logID=log_id)]).SerializeToString())
+
+    def drop(self, seg: int, partition: int) -> None:
+        key = f"{self.meta_root}/datacoord-meta/s/{COLLECTION}/{partition}/{seg}"
+        info = SegmentInfo.FromString(self.client.get(key)[0])
+        info.state = int(MilvusSegmentState.DROPPED)
+        self.client.put(key, info.SerializeToString())
+
+    def checkpoint(self, offset: int, ts: int) -> None:
+        self.client.put(f"{self.meta_root}/datacoord-meta/channel-cp/{VCHANNEL}", msg_pb2.MsgPosition(
+            channel_name=VCHANNEL, msgID=CODECS["kafka"].to_msg_id(offset), timestamp=ts).SerializeToString())
+
+
+@pytest.fixture
+def setup(client, etcd_root, tmp_path, spark):
+    milvus = FakeMilvus(client, etcd_root, tmp_path / "milvus")
+    storage = StorageLayout(str(tmp_path / "delta"))
+    source = MilvusSource(client=client, meta_root=etcd_root, storage=StorageLayout(str(tmp_path / "milvus")),
+                          positions=CODECS["kafka"], batch=2)
+    layout = CollectionLayout.from_proto(_schema())
+    committer = CollectionCommitter(storage, COLLECTION, layout.insert_schema(), layout.delete_schema(),
+                                    QuarantineLog(storage))
+    return milvus, storage, VchannelImporter(spark, storage, source), committer
+
+
+def _live_ids(storage: StorageLayout, **kw) -> list[int]:
+    return sorted(read_table(storage, storage.insert_log(COLLECTION), columns=["id"], **kw).column("id").to_pylist())
+
+
+def test_an_import_of_2_4_segments_holds_their_rows_deletes_and_replay_filter(setup):
+    milvus, storage, importer, committer = setup
+    # Flushed, two syncs; its own deltalog deletes 2 (after its row), 3 (before its row) and 5 at its
+    # row's ts (an upsert's delete): only 2 goes.
+    milvus.segment(1, P1, MilvusSegmentState.FLUSHED, [[1, 2, 3], [4, 5]], dml_ts=BASE_TS + 100,
+                   deletes=[(2, BASE_TS + 50), (3, BASE_TS + 1), (5, BASE_TS + 5)])
+    milvus.segment(2, P2, MilvusSegmentState.GROWING, [[6, 7]], dml_ts=BASE_TS + 7)
+    # An L0 segment of every partition deletes 4 and 7; a compacted-away segment only feeds the filter.
+    milvus.segment(3, -1, MilvusSegmentState.FLUSHED, [], dml_ts=BASE_TS + 90, level=SegmentLevel.L0,
+                   deletes=[(4, BASE_TS + 60), (7, BASE_TS + 60)])
+    milvus.segment(4, P1, MilvusSegmentState.DROPPED, [[99]], dml_ts=BASE_TS + 99, write_files=False)
+    milvus.checkpoint(offset=42, ts=BASE_TS + 80)
+    progressed = []
+
+    importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7, lambda: progressed.append(1))
+
+    assert _live_ids(storage) == [1, 3, 5, 6]
+    assert _live_ids(storage, include_deleted=True) == [1, 2, 3, 4, 5, 6, 7]
+    rows = read_table(storage, storage.insert_log(COLLECTION)).to_pylist()
+    one = next(r for r in rows if r["id"] == 6)
+    assert one["tag"] == "t6" and one["vec"] == [6.0, 1.0, 2.0, 3.0] and dict(one["sp"]) == {6: 0.5, 16: 1.5}
+    assert one["bf"] == struct.pack("<HH", 0x3F80, 6)
+    assert (one["_ts"], one["_row_id"], one["_segment_id"], one["_partition_id"]) == (BASE_TS + 6, 60, 2, P2)
+    state = meta.channel_state(storage, COLLECTION, VCHANNEL)
+    assert (state.checkpoint_offset, state.checkpoint_ts, state.seek_ts) == (42, BASE_TS + 80, BASE_TS + 80)
+    assert {s: (m.state, m.num_rows, m.dml_ts) for s, m in state.segments.items()} == {
+        1: (SegmentState.FLUSHED, 5, BASE_TS + 100), 2: (SegmentState.GROWING, 2, BASE_TS + 7),
+        4: (SegmentState.DROPPED, 1, BASE_TS + 99)}
+    assert dict(state.replay.flushed) == {1: BASE_TS + 100} and dict(state.replay.unflushed) == {2: BASE_TS + 7}
+    done = import_progress(committer.insert_log(), VCHANNEL)
+    assert (done["done"], done["segments_done"], done["rows_done"], done["deleted_done"]) == (True, 2, 7, 3)
+    assert progressed   # the channel watch heard of each commit
+
+    importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)   # committed: nothing more
+    assert _live_ids(storage, include_deleted=True) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_segment_compacted_away_mid_import_is_replaced_by_its_successor(setup, monkeypatch):
+    milvus, storage, importer, committer = setup
+    milvus.segment(1, P1, MilvusSegmentState.FLUSHED, [[1, 2]], dml_ts=BASE_TS + 10)
+    milvus.segment(2, P1, MilvusSegmentState.FLUSHED, [[3]], dml_ts=BASE_TS + 10, write_files=False)  # gone
+    milvus.checkpoint(offset=5, ts=BASE_TS + 20)
+    reads = []
+    real = importer_module.read_persisted
+
+    def read_then_compact(*args):
+        found = real(*args)
+        reads.append(found.revision)
+        if len(reads) == 1:   # Milvus compacts 1 and 2 into 5 right after the import read its meta
+            milvus.segment(5, P1, MilvusSegmentState.FLUSHED, [[1, 2, 3]], dml_ts=BASE_TS + 10)
+            milvus.drop(1, P1)
+            milvus.drop(2, P1)
+        return found
+    monkeypatch.setattr(importer_module, "read_persisted", read_then_compact)
+    monkeypatch.setattr(importer_module, "RETRY_PAUSE", 0.0)
+
+    importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)
+
+    assert len(reads) >= 2
+    assert _live_ids(storage, include_deleted=True) == [1, 2, 3]
+    assert {seg for seg in meta.segment_binlogs(storage, COLLECTION)} == {5}
+    state = meta.channel_state(storage, COLLECTION, VCHANNEL)
+    assert {s: m.state for s, m in state.segments.items()} == {
+        1: SegmentState.DROPPED, 2: SegmentState.DROPPED, 5: SegmentState.FLUSHED}
+
+
+def test_an_import_stopped_between_commits_goes_on_without_a_duplicate(setup, monkeypatch, spark):
+    milvus, storage, importer, committer = setup
+    for seg in range(1, 6):   # 5 segments, 2 a job: 3 commits before the last
+        milvus.segment(seg, P1, MilvusSegmentState.FLUSHED, [[seg * 10, seg * 10 + 1]], dml_ts=BASE_TS + 100)
+    milvus.checkpoint(offset=9, ts=BASE_TS + 200)
+    jobs = []
+    real_job = VchannelImporter._run_job
+
+    def second_job_dies(self, *args):
+        jobs.append(1)
+        if len(jobs) == 2:
+            raise RuntimeError("the driver dies here")
+        return real_job(self, *args)
+    monkeypatch.setattr(VchannelImporter, "_run_job", second_job_dies)
+    with pytest.raises(RuntimeError, match="dies here"):
+        importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)
+    assert _live_ids(storage) == [10, 11, 20, 21]
+    assert meta.channel_state(storage, COLLECTION, VCHANNEL) is None
+    assert import_progress(committer.insert_log(), VCHANNEL)["segments_done"] == 2
+
+    monkeypatch.setattr(VchannelImporter, "_run_job", real_job)
+    layout = CollectionLayout.from_proto(_schema())
+    again = CollectionCommitter(storage, COLLECTION, layout.insert_schema(), layout.delete_schema(),
+                                QuarantineLog(storage))   # a new process: nothing in memory
+    VchannelImporter(spark, storage, importer.source).run(VCHANNEL, COLLECTION, _schema(), again, 8)
+    assert _live_ids(storage, include_deleted=True) == [10, 11, 20, 21, 30, 31, 40, 41, 50, 51]
+    assert meta.channel_state(storage, COLLECTION, VCHANNEL).checkpoint_offset == 9
