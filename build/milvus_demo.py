@@ -2,7 +2,8 @@
 
 Runs with pymilvus 2.3 (``.venv-milvus/bin/python build/milvus_demo.py``) against a Milvus at
 ``--uri`` (default 127.0.0.1:19530): a two-shard collection with an Array field and the dynamic
-field, 1,000 rows inserted, three deleted, one upserted.
+field, 1,000 rows inserted, three deleted, one upserted, then flushed (Milvus persists them in
+segments: a mirror started afterwards with ``milvus.start = segments`` imports them).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main() -> int:
                  for i in range(1000)])
     docs.delete("id in [1, 2, 3]")
     docs.upsert([{"id": 10, "tags": ["b"], "vec": [0.0, 0.0, 0.0, 0.0], "color": "blue"}])
+    docs.flush()
     docs.create_index("vec", {"index_type": "FLAT", "metric_type": "L2", "params": {}})
     docs.load()
     count = docs.query("", output_fields=["count(*)"], consistency_level="Strong")[0]["count(*)"]

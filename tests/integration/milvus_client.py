@@ -144,7 +144,7 @@ class MilvusClient:
             except OSError:
                 pass
 
-    def __enter__(self) -> "MilvusClient":
+    def __enter__(self) -> MilvusClient:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -219,6 +219,18 @@ class MilvusClient:
 
     def flush(self, name: str, timeout: float | None = None) -> None:
         self.call("flush", timeout, name=name)
+
+    def compact(self, name: str, timeout: float | None = None) -> dict:
+        """A manual compaction of ``name`` (the proxy's ManualCompaction): Milvus merges its small
+        Flushed segments and rewrites those with many deletes. Returns {"compaction_id",
+        "plan_count"}; the compaction runs on in the background: wait_compaction waits for it."""
+        return self.call("compact", timeout, name=name)
+
+    def wait_compaction(self, compaction_id: int, timeout: float | None = None) -> dict:
+        """Until the compaction ``compaction_id`` is Completed (GetCompactionState), at most
+        ``timeout`` s. Returns its plan counts: {"state", "executing", "completed", "failed",
+        "timeout"}; a plan that failed or timed out is an error."""
+        return self.call("wait_compaction", timeout, compaction_id=compaction_id)
 
     def list_collections(self, timeout: float | None = None) -> list[str]:
         return self.call("list_collections", timeout)
@@ -586,6 +598,29 @@ class _Server:
 
     def flush(self, timeout: float, name: str) -> None:
         self.handler.flush([name], timeout=timeout)
+
+    def compact(self, timeout: float, name: str) -> dict:
+        cid = self.describe(timeout, name)["collection_id"]
+        r = self.stub.ManualCompaction(self.pb.ManualCompactionRequest(collectionID=cid), timeout=timeout)
+        self.check(r.status, f"compact {name}")
+        return {"compaction_id": r.compactionID, "plan_count": r.compactionPlanCount}
+
+    def wait_compaction(self, timeout: float, compaction_id: int) -> dict:
+        import time
+        deadline = time.monotonic() + timeout - 1  # answer before the caller gives up
+        while True:
+            r = self.stub.GetCompactionState(self.pb.GetCompactionStateRequest(compactionID=compaction_id),
+                                             timeout=timeout)
+            self.check(r.status, f"state of compaction {compaction_id}")
+            out = {"state": self.common_pb.CompactionState.Name(r.state), "executing": r.executingPlanNo,
+                   "completed": r.completedPlanNo, "failed": r.failedPlanNo, "timeout": r.timeoutPlanNo}
+            if r.failedPlanNo or r.timeoutPlanNo:
+                raise RuntimeError(f"compaction {compaction_id}: plans failed or timed out: {out}")
+            if r.state == self.common_pb.CompactionState.Completed:
+                return out
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"compaction {compaction_id} not completed within {timeout:.0f} s: {out}")
+            time.sleep(0.5)
 
 
 def _bytes(v, width: int, field: str) -> bytes:

@@ -144,9 +144,10 @@ def test_an_import_of_2_4_segments_holds_their_rows_deletes_and_replay_filter(se
     milvus.segment(1, P1, MilvusSegmentState.FLUSHED, [[1, 2, 3], [4, 5]], dml_ts=BASE_TS + 100,
                    deletes=[(2, BASE_TS + 50), (3, BASE_TS + 1), (5, BASE_TS + 5)])
     milvus.segment(2, P2, MilvusSegmentState.GROWING, [[6, 7]], dml_ts=BASE_TS + 7)
-    # An L0 segment of every partition deletes 4 and 7; a compacted-away segment only feeds the filter.
+    # An L0 segment of every partition deletes 4, and 7 past the checkpoint; a compacted-away segment
+    # only feeds the filter.
     milvus.segment(3, -1, MilvusSegmentState.FLUSHED, [], dml_ts=BASE_TS + 90, level=SegmentLevel.L0,
-                   deletes=[(4, BASE_TS + 60), (7, BASE_TS + 60)])
+                   deletes=[(4, BASE_TS + 60), (7, BASE_TS + 85)])
     milvus.segment(4, P1, MilvusSegmentState.DROPPED, [[99]], dml_ts=BASE_TS + 99, write_files=False)
     milvus.checkpoint(offset=42, ts=BASE_TS + 80)
     progressed = []
@@ -169,6 +170,12 @@ def test_an_import_of_2_4_segments_holds_their_rows_deletes_and_replay_filter(se
     done = import_progress(committer.insert_log(), VCHANNEL)
     assert (done["done"], done["segments_done"], done["rows_done"], done["deleted_done"]) == (True, 2, 7, 3)
     assert progressed   # the channel watch heard of each commit
+    # delta_log records each delete up to the checkpoint once (7's is past it: the stream brings it),
+    # and its txn is the checkpoint's, where the pipeline's own deletes take over.
+    recorded = read_table(storage, storage.delta_log(COLLECTION)).to_pylist()
+    assert sorted((r["id"], r["_ts"] - BASE_TS, r["_partition_id"]) for r in recorded) == [
+        (2, 50, P1), (3, 1, P1), (4, 60, -1), (5, 5, P1)]
+    assert committer.watermarks(VCHANNEL).delete == 42
 
     importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)   # committed: nothing more
     assert _live_ids(storage, include_deleted=True) == [1, 2, 3, 4, 5, 6, 7]

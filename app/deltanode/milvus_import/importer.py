@@ -45,6 +45,7 @@ from ..storage.layout import StorageLayout, segment_of
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import msg_pb2, schema_pb2
 from ..wire.positions import PositionCodec
+from .delete_task import DeleteImport, DeltalogFile, import_deletes
 from .meta import (
     MilvusSegmentState,
     PersistedChannel,
@@ -138,8 +139,12 @@ class VchannelImporter:
             stale = [int(s) for s in doc["segments"] if int(s) not in targets]
             doc.update(segments_total=len(targets), rows_total=sum(s.rows for s in targets.values()),
                        revision=persisted.revision)
+            if not todo and not self._finish(vchannel, persisted, committer, node_id, doc, stale, schema):
+                log.info("%s: a deltalog is gone from Milvus's storage (compacted or collected since the meta "
+                         "was read); reading the meta again", vchannel)
+                time.sleep(RETRY_PAUSE)
+                continue
             if not todo:
-                self._finish(vchannel, persisted, committer, node_id, doc, stale)
                 log.info("%s: import from Milvus done: %d segment(s), %d row(s) (%d of them deleted) in %.1f s; the "
                          "stream follows from Milvus's checkpoint (offset %d)", vchannel, doc["segments_done"],
                          doc["rows_done"], doc["deleted_done"], time.monotonic() - started,
@@ -173,11 +178,14 @@ class VchannelImporter:
         tasks = [SegmentImport(storage=self.storage, source=self.source.storage,
                                collection_id=persisted.collection_id, schema=raw, segment=s,
                                deltalogs=persisted.deletes_for(s)) for s in chunk]
+        return self._spark_job(tasks, import_segment, f"{len(tasks)} Milvus segment(s) of {persisted.vchannel}")
+
+    def _spark_job(self, tasks: list, run: Callable, what: str) -> list:
+        """``run`` over ``tasks`` on executors, a task each, in the import's scheduler pool."""
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.scheduler.pool", POOL)
-        sc.setJobGroup(JOB_GROUP, f"deltanode: import {len(tasks)} Milvus segment(s) of {persisted.vchannel}",
-                       interruptOnCancel=True)
-        return sc.parallelize(tasks, len(tasks)).map(import_segment).collect()
+        sc.setJobGroup(JOB_GROUP, f"deltanode: import {what}", interruptOnCancel=True)
+        return sc.parallelize(tasks, len(tasks)).map(run).collect()
 
     def _discard(self, collection_id: int, results: list[ImportedSegment]) -> None:
         delete_files(self.storage, self.storage.insert_log(collection_id),
@@ -199,14 +207,58 @@ class VchannelImporter:
                      {s.segment_id for s in chunk} | set(stale))
 
     def _finish(self, vchannel: str, persisted: PersistedChannel, committer: CollectionCommitter, node_id: int,
-                doc: dict, stale: list[int]) -> None:
-        """The last commit: the vchannel's txn and ChannelState, from the meta this import matches."""
+                doc: dict, stale: list[int], schema: schema_pb2.CollectionSchema) -> bool:
+        """The last commits, from the meta this import matches: the deletes up to Milvus's
+        checkpoint into delta_log, then the vchannel's txn and ChannelState into insert_log. False
+        when a deltalog went missing meanwhile (the meta is read again)."""
+        if not self._record_deletes(vchannel, persisted, committer, schema):
+            return False
         state = initial_state(None, _state_info(persisted, self.source.positions), node_id, self.source.positions)
         update = _forget(doc, stale)
         for seg in state.segments.values():   # imported ones: the rows read (Milvus's count may lag)
             seg.num_rows = update["rows"].get(str(seg.segment_id), seg.num_rows)
+        state.rows = sum(update["rows"].values())
         self._commit(vchannel, committer, doc, _progressed(update, done=True), [], set(stale),
                      final=(state.checkpoint_offset, json_codec.dumps({vchannel: state.to_doc()})))
+        return True
+
+    def _record_deletes(self, vchannel: str, persisted: PersistedChannel, committer: CollectionCommitter,
+                        schema: schema_pb2.CollectionSchema) -> bool:
+        """Milvus's deletes of the vchannel up to its checkpoint's ts, once each, into delta_log
+        (``delete_task``), in a commit that sets the vchannel's txn there to the checkpoint: the
+        stream's deletes from there on are recorded by the pipeline, as after any recovery. An
+        earlier attempt that got this far (its insert_log commit did not) left its checkpoint's ts
+        in that commit: only the deletes after it are added."""
+        assert persisted.checkpoint is not None and self.source.storage is not None
+        cp, app = persisted.checkpoint, import_app(vchannel)
+        with committer.lock:
+            delete_log = committer.created_delete_log()
+            before = import_progress(delete_log, vchannel)
+        if before is not None and before["upto_ts"] >= cp.ts:
+            return True
+        files = tuple(DeltalogFile(path=path, partition_id=s.partition_id, may_be_gone=s.dropped)
+                      for s in persisted.segments for path in s.deltalogs)
+        task = DeleteImport(storage=self.storage, source=self.source.storage, collection_id=persisted.collection_id,
+                            schema=schema.SerializeToString(), deltalogs=files,
+                            after_ts=before["upto_ts"] if before else 0, upto_ts=cp.ts)
+        result = self._spark_job([task], import_deletes, f"the deletes of {vchannel}")[0]
+        if result.gone or result.error:
+            delete_files(self.storage, self.storage.delta_log(persisted.collection_id), list(result.entries))
+            if result.error:
+                raise ImportFailed(f"{vchannel}: {result.error}")
+            return False
+        txn = (before["txn"] if before else 0) + 1
+        with committer.lock:
+            delete_log = committer.created_delete_log()
+            delete_log.commit(adds=[AddFile(path=e.path, size=e.size, stats=e.stats) for e in result.entries],
+                              txns={vchannel: cp.offset, app: txn},
+                              expected={vchannel: before["checkpoint_offset"] if before else None,
+                                        app: before["txn"] if before else None},
+                              info={IMPORT_KEY: json_codec.dumps({vchannel: {
+                                  "txn": txn, "upto_ts": cp.ts, "checkpoint_offset": cp.offset,
+                                  "rows": result.rows + (before["rows"] if before else 0)}})})
+        crash_point("after_import_deletes_commit")
+        return True
 
     def _commit(self, vchannel: str, committer: CollectionCommitter, doc: dict, update: dict, adds: list[AddFile],
                 replaced: set[int], final: tuple[int, str] | None = None) -> None:

@@ -30,6 +30,7 @@ from ..wire.positions import PositionCodec
 
 log = logging.getLogger(__name__)
 ROW_ID_FIELD = 0   # every segment has binlogs of the RowID field: its entries count the rows
+PACKED_STORAGE = 2   # SegmentInfo.storage_version of Milvus's packed-column files
 
 
 class MilvusSegmentState(enum.IntEnum):
@@ -164,8 +165,13 @@ def read_persisted(client: EtcdClient, meta_root: str, collection_id: int, vchan
         if ids is None:
             continue
         info = _parse(SegmentInfo, value, key)
-        if info.insert_channel == vchannel:
-            infos[info.ID] = info
+        if info.insert_channel != vchannel:
+            continue
+        if info.storage_version >= PACKED_STORAGE and info.state != MilvusSegmentState.DROPPED:
+            raise MilvusMetaError(f"{key}: segment {info.ID} is in Milvus's storage format {info.storage_version} "
+                                  f"(packed columns, Milvus 2.5+), which DeltaNode does not read; it reads the "
+                                  f"binlog format of Milvus 2.3 and 2.4")
+        infos[info.ID] = info
     binlogs: dict[int, dict[int, tuple[str, ...]]] = {s: {} for s in infos}
     rows = dict.fromkeys(infos, 0)
     for key, value in found[prefixes["binlog"]]:

@@ -30,6 +30,7 @@ from ..wire.schema import CollectionLayout, FieldSpec
 from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog
 from .columns import SYSTEM_FIELDS, check_descriptor, delete_rows, insert_column
 from .meta import PersistedSegment
+from .source import FileGone, read_file
 
 ROW_ID_FIELD, TIMESTAMP_FIELD = 0, 1
 ORIGIN = "milvus"   # the name's tail of the files an import writes
@@ -60,35 +61,19 @@ class ImportedSegment:
     error: str = ""                  # a file that cannot be read as Milvus's format
 
 
-class _Gone(Exception):
-    pass
-
-
-def _read(source: StorageLayout, path: str) -> bytes:
-    fs, base = source.filesystem(source.root)
-    try:
-        with fs.open_input_file(f"{base}/{path}") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise _Gone(path) from None
-    except OSError as e:   # S3: a missing key is an OSError naming it
-        if "does not exist" in str(e) or "NoSuchKey" in str(e) or "not found" in str(e).lower():
-            raise _Gone(path) from None
-        raise
-
-
 def _latest_deletes(task: SegmentImport, pk: FieldSpec) -> pa.Table | None:
     """Each deleted key with its latest delete ts (``key``, ``ts``), None when there is none."""
     keys, stamps = [], []
     for path in task.deltalogs:
-        _, values = read_binlog(_read(task.source, path), where=path, event=DELETE_EVENT)
+        _, values = read_binlog(read_file(task.source, path), where=path, event=DELETE_EVENT)
         k, t = delete_rows(values, pk, where=path)
         keys.append(k)
         stamps.append(t)
     if not keys or not sum(len(k) for k in keys):
         return None
     table = pa.table({"key": pa.concat_arrays(keys), "ts": pa.concat_arrays(stamps)})
-    return table.group_by("key").aggregate([("ts", "max")]).rename_columns(["key", "ts"])
+    latest = table.group_by("key").aggregate([("ts", "max")])
+    return pa.table({"key": latest.column("key"), "ts": latest.column("ts_max")})
 
 
 def _deleted(keys: pa.Array, stamps: pa.Array, deletes: pa.Table | None) -> np.ndarray:
@@ -117,7 +102,7 @@ def _syncs(task: SegmentImport, layout: CollectionLayout):
     def column(field_id: int, paths: tuple[str, ...]) -> pa.Array:
         values = []
         for path in paths:
-            desc, raw = read_binlog(_read(task.source, path), where=path, event=INSERT_EVENT)
+            desc, raw = read_binlog(read_file(task.source, path), where=path, event=INSERT_EVENT)
             spec = specs.get(field_id) or SYSTEM_FIELDS[field_id]
             check_descriptor(desc, spec, where=path)
             values.append(insert_column(spec, raw, where=path))
@@ -157,7 +142,7 @@ def import_segment(task: SegmentImport) -> ImportedSegment:
             return ImportedSegment(segment_id=seg.segment_id)
         entry = write_segment_file(task.storage, task.collection_id, schema, pk.name, seg.segment_id,
                                    seg.partition_id, tables(), origin=ORIGIN)
-    except _Gone as e:
+    except FileGone as e:
         return ImportedSegment(segment_id=seg.segment_id, gone=str(e))
     except (BinlogFormatError, pa.ArrowInvalid) as e:
         return ImportedSegment(segment_id=seg.segment_id, error=str(e))

@@ -289,6 +289,14 @@ class CollectionCommitter:
         found = self.insert_log()
         return found if found is not None else self._log(TableKind.INSERT)
 
+    def created_delete_log(self) -> DeltaLog:
+        """The delta_log's log, brought up to date; created now, empty, if the table does not exist."""
+        found = self._existing(TableKind.DELETE)
+        if found is not None:
+            found.refresh()
+            return found
+        return self._log(TableKind.DELETE)
+
     def watermarks(self, vchannel: str) -> Watermarks:
         """The vchannel's txn in each table now (other writers' commits included)."""
         txns = []

@@ -63,6 +63,7 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("is_importing", 17, F.TYPE_BOOL),
         field("compacted", 19, F.TYPE_BOOL),
         field("level", 20, F.TYPE_INT32),   # SegmentLevel (2.4): Legacy 0, L0 1, L1 2, L2 3
+        field("storage_version", 21, F.TYPE_INT64),   # 0 and 1: the binlog format; 2 (2.5+): packed columns
     ])
     vchan = f.message_type.add(name="VchannelInfo")
     vchan.field.extend([
