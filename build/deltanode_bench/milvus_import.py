@@ -42,12 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8, help="segments a Spark job reads (milvus.import.batch)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))   # the Milvus server and client the tests use
-    from tests.integration.milvus_client import MilvusClient
-    from tests.integration.milvus_server import MilvusServer
-
     from deltanode.etcd.client import EtcdClient
     from deltanode.standalone.kafka_server import EmbeddedKafka
     from deltanode.standalone.services import EmbeddedEtcd
+    from tests.integration.milvus_client import MilvusClient
+    from tests.integration.milvus_server import MilvusServer
 
     work = Path(tempfile.mkdtemp(prefix="deltanode-bench-import-"))
     try:
@@ -68,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                     mc.insert("bench", [{"id": i, "title": f"row {i}", "vec": v.tolist()} for i, v in zip(ids, vecs)])
                 mc.flush("bench")
             if args.deleted:
-                mc.delete("bench", f"id in {list(range(0, args.rows, max(1, args.rows // args.deleted)))[:args.deleted]}")
+                step = max(1, args.rows // args.deleted)
+                mc.delete("bench", f"id in {list(range(0, args.rows, step))[:args.deleted]}")
                 mc.flush("bench")
             milvus_s = time.monotonic() - t0
             mc.load("bench")

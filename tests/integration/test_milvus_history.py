@@ -242,6 +242,11 @@ def test_a_milvus_with_a_history_is_mirrored_from_its_segments_through_a_kill(mc
         assert read_gaps(client, mirror.env["DELTANODE_ETCD_ROOT"]) == {}
     done = imported()
     assert set(done) == set(vchannels) and all(doc.get("done") for doc in done.values()), done
+    print("imported: " + "; ".join(
+        f"{name} {sum(done[v]['segments_done'] for v in d['vchannels'])} segment(s), "
+        f"{sum(done[v]['rows_done'] for v in d['vchannels'])} row(s) "
+        f"({sum(done[v]['deleted_done'] for v in d['vchannels'])} deleted), Milvus count(*) {mc.count(name)}"
+        for name, d in made.items()))
     listed = {c["name"]: c for c in mirror.admin("show-collections")}
     for name in made:
         assert listed[name]["gaps"] == [] and listed[name]["imported_from_milvus"], listed[name]

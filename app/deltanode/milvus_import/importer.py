@@ -37,10 +37,11 @@ from pyspark.sql import SparkSession
 from ..etcd.client import EtcdClient
 from ..faults import crash_point
 from ..flowgraph.recovery import initial_state
+from ..pipeline.jobs import run_tasks
 from ..storage import json_codec
 from ..storage.actions import AddFile
 from ..storage.channel_state import STATES_KEY
-from ..storage.commit import CollectionCommitter, delete_files
+from ..storage.commit import CollectionCommitter, add_actions, delete_files
 from ..storage.layout import StorageLayout, segment_of
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import msg_pb2, schema_pb2
@@ -182,10 +183,8 @@ class VchannelImporter:
 
     def _spark_job(self, tasks: list, run: Callable, what: str) -> list:
         """``run`` over ``tasks`` on executors, a task each, in the import's scheduler pool."""
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", POOL)
-        sc.setJobGroup(JOB_GROUP, f"deltanode: import {what}", interruptOnCancel=True)
-        return sc.parallelize(tasks, len(tasks)).map(run).collect()
+        return run_tasks(self.spark.sparkContext, tasks, run, group=JOB_GROUP, pool=POOL,
+                         description=f"deltanode: import {what}")
 
     def _discard(self, collection_id: int, results: list[ImportedSegment]) -> None:
         delete_files(self.storage, self.storage.insert_log(collection_id),
@@ -193,11 +192,9 @@ class VchannelImporter:
 
     def _commit_batch(self, vchannel: str, committer: CollectionCommitter, doc: dict, persisted: PersistedChannel,
                       chunk: list[PersistedSegment], results: list[ImportedSegment], stale: list[int]) -> None:
-        adds = []
-        for r in results:
-            if r.entry is not None:
-                add = AddFile(path=r.entry.path, size=r.entry.size, stats=r.entry.stats, pk_bloom=r.entry.pk_bloom)
-                adds.append(add if r.deletion_vector is None else add.with_deletion_vector(r.deletion_vector))
+        written = [r for r in results if r.entry is not None]
+        adds = [add if r.deletion_vector is None else add.with_deletion_vector(r.deletion_vector)
+                for add, r in zip(add_actions([r.entry for r in written if r.entry is not None]), written)]
         update = _forget(doc, stale)
         for seg, r in zip(chunk, results):
             key = str(seg.segment_id)
@@ -250,7 +247,7 @@ class VchannelImporter:
         txn = (before["txn"] if before else 0) + 1
         with committer.lock:
             delete_log = committer.created_delete_log()
-            delete_log.commit(adds=[AddFile(path=e.path, size=e.size, stats=e.stats) for e in result.entries],
+            delete_log.commit(adds=add_actions(list(result.entries)),
                               txns={vchannel: cp.offset, app: txn},
                               expected={vchannel: before["checkpoint_offset"] if before else None,
                                         app: before["txn"] if before else None},

@@ -85,7 +85,6 @@ class PersistedSegment:
                                MilvusSegmentState.FLUSHED) and self.level != SegmentLevel.L0)
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     offset: int

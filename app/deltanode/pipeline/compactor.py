@@ -52,6 +52,7 @@ from ..storage.compaction import (
 from ..storage.delta_log import FilesRemoved, TxnMoved
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.tables import open_table
+from .jobs import run_tasks
 
 log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-compaction"
@@ -197,12 +198,10 @@ class Compactor:
         """The rewrites on executors; by ``id`` of the rewrite, the file written (None: every row
         was deleted). A failed job fails only this batch (its files, if any were written, are
         never committed: the sweep's orphans)."""
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", POOL)
-        sc.setJobGroup(JOB_GROUP, f"deltanode compaction: {len(rewrites)} segment rewrite(s)", interruptOnCancel=True)
         try:
             slices = max(1, min(TASKS_PER_JOB, -(-len(rewrites) // REWRITES_PER_TASK)))
-            files = sc.parallelize(rewrites, slices).map(rewrite).collect()
+            files = run_tasks(self.spark.sparkContext, rewrites, rewrite, group=JOB_GROUP, pool=POOL, slices=slices,
+                              description=f"deltanode compaction: {len(rewrites)} segment rewrite(s)")
         except Exception as e:  # noqa: BLE001 - tried again next round
             report.failed += len(rewrites)
             log.warning("compaction: a rewrite job failed (%s); next round tries again",

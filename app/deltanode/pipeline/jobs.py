@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark import SparkContext
 
 JOB_GROUP = "deltanode-pipeline"   # cancelled together when the pipeline stops
@@ -12,6 +14,16 @@ class SparkStopped(Exception):
     ``java`` process rather than to ``spark-submit.sh``, or the JVM's own failure). Nothing is
     wrong with the vchannels: the pipeline ends without failing them, and what it did not
     commit is read again at the next start."""
+
+
+def run_tasks(sc: SparkContext, tasks: list, run: Callable, *, group: str, pool: str, description: str,
+              slices: int | None = None) -> list:
+    """``run`` over ``tasks`` on executors (``slices`` Spark tasks, one per item by default), in the
+    scheduler pool ``pool`` (work beside the pipeline's cycles, which keep their share of the
+    cores) and the job group ``group`` (cancelled together); their results, in order."""
+    sc.setLocalProperty("spark.scheduler.pool", pool)
+    sc.setJobGroup(group, description, interruptOnCancel=True)
+    return sc.parallelize(tasks, slices or len(tasks)).map(run).collect()
 
 
 def spark_stopped(sc: SparkContext) -> bool:

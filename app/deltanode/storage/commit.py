@@ -112,7 +112,8 @@ def discard(storage: StorageLayout, collection_id: int, files: list[FileEntry]) 
         delete_written(storage, roots[f.table], f)
 
 
-def _adds(files: list[FileEntry]) -> list[AddFile]:
+def add_actions(files: list[FileEntry]) -> list[AddFile]:
+    """The ``add`` of each written file (its stats, and its key filter when that goes in the log)."""
     return [AddFile(path=f.path, size=f.size, stats=f.stats, pk_bloom=f.pk_bloom) for f in files]
 
 
@@ -211,7 +212,8 @@ class CollectionCommitter:
         crash_point("after_side_commits")
         while live:
             dropped = frozenset().union(*(s.dropped_segments for s in live))
-            adds = _adds([f for s in live for f in s.table_files(TableKind.INSERT) if f.segment_id not in dropped])
+            adds = add_actions([f for s in live for f in s.table_files(TableKind.INSERT)
+                                if f.segment_id not in dropped])
             removes = _committed_segment_files(insert_log, dropped)
             marked = _marked(insert_log, live, {a.path: a for a in adds}, {r.path for r in removes})
             committed = [path for path in marked if path not in {a.path for a in adds}]   # the others are new
@@ -245,7 +247,7 @@ class CollectionCommitter:
         writers = [s for s in live if s.table_files(table)]
         while writers:
             try:
-                side.commit(adds=_adds([f for s in writers for f in s.table_files(table)]),
+                side.commit(adds=add_actions([f for s in writers for f in s.table_files(table)]),
                             txns={s.vchannel: s.end for s in writers},
                             expected={s.vchannel: s.watermarks.of(table) for s in writers}, info={})
                 return {s.vchannel: s.end for s in writers}
