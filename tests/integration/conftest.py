@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -139,6 +140,30 @@ def conf(etcd_server, mq, etcd_root, tmp_path):
         "datanode.trigger.interval": "200ms",
         "datanode.batch.max.messages": 10, "session.ttl": "5s", "datacoord.watch.timeout": "30s",
     })
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """An S3-compatible server on loopback (moto, one request at a time: s3_server.py) with the
+    bucket ``deltanode``; its StoreOptions."""
+    from deltanode.standalone.services import free_port
+    from deltanode.storage.object_store import StoreOptions
+
+    from .support import wait_until
+    port = free_port()
+    log = tmp_path_factory.mktemp("s3") / "moto.log"
+    proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "s3_server.py"), str(port)],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    options = StoreOptions(endpoint=f"http://127.0.0.1:{port}", region="us-east-1", access_key_id="deltanode",
+                           secret_access_key="not-a-secret")
+    try:
+        wait_until(lambda: "serving" in log.read_text() or proc.poll() is not None, 30, "the S3 server to start")
+        assert proc.poll() is None, log.read_text()
+        options.boto3().create_bucket(Bucket="deltanode")
+        yield options
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture(scope="session")

@@ -254,3 +254,8 @@ class TwoShards:
                            include_deleted=True)
         return [(self.record.collection_id, pk) for pk in table.column("pk").to_pylist()] \
             if table else []
+
+
+def fresh_root(name: str) -> str:
+    """A storage root of its own in the S3 fixture's bucket (``s3``)."""
+    return f"s3://deltanode/{name}-{time.time_ns() % 10**9}"

@@ -30,6 +30,7 @@ from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout
 
 from .. import milvus_binlog_files as files
+from .support import fresh_root
 
 pytestmark = pytest.mark.spark
 DataType = schema_pb2.DataType
@@ -60,14 +61,16 @@ class FakeMilvus:
     """A Milvus's persisted state written the way its DataCoord and DataNodes write it: files under
     a storage root, ``datacoord-meta`` keys in etcd."""
 
-    def __init__(self, client, root, storage_dir) -> None:
-        self.client, self.meta_root, self.dir = client, root, storage_dir
+    def __init__(self, client, root, source: StorageLayout) -> None:
+        self.client, self.meta_root = client, root
+        self.fs, self.base = source.filesystem(source.root)
         self.log_ids = iter(range(9000, 100000))
 
     def _put_file(self, path: str, data: bytes) -> None:
-        target = self.dir / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        target = f"{self.base}/{path}"
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with self.fs.open_output_stream(target) as out:
+            out.write(data)
 
     def segment(self, seg: int, partition: int, state: MilvusSegmentState, syncs: list[list[int]], *,
                 dml_ts: int, level: SegmentLevel = SegmentLevel.L1, deletes: list[tuple[int, int]] = (),
@@ -121,16 +124,20 @@ class FakeMilvus:
             channel_name=VCHANNEL, msgID=CODECS["kafka"].to_msg_id(offset), timestamp=ts).SerializeToString())
 
 
-@pytest.fixture
-def setup(client, etcd_root, tmp_path, spark):
-    milvus = FakeMilvus(client, etcd_root, tmp_path / "milvus")
-    storage = StorageLayout(str(tmp_path / "delta"))
-    source = MilvusSource(client=client, meta_root=etcd_root, storage=StorageLayout(str(tmp_path / "milvus")),
-                          positions=CODECS["kafka"], batch=2)
+def _setup(client, etcd_root, spark, source: StorageLayout, storage: StorageLayout):
+    milvus = FakeMilvus(client, etcd_root, source)
+    milvus_source = MilvusSource(client=client, meta_root=etcd_root, storage=source, positions=CODECS["kafka"],
+                                 batch=2)
     layout = CollectionLayout.from_proto(_schema())
     committer = CollectionCommitter(storage, COLLECTION, layout.insert_schema(), layout.delete_schema(),
                                     QuarantineLog(storage))
-    return milvus, storage, VchannelImporter(spark, storage, source), committer
+    return milvus, storage, VchannelImporter(spark, storage, milvus_source), committer
+
+
+@pytest.fixture
+def setup(client, etcd_root, tmp_path, spark):
+    return _setup(client, etcd_root, spark, StorageLayout(str(tmp_path / "milvus")),
+                  StorageLayout(str(tmp_path / "delta")))
 
 
 def _live_ids(storage: StorageLayout, **kw) -> list[int]:
@@ -237,3 +244,17 @@ def test_an_import_stopped_between_commits_goes_on_without_a_duplicate(setup, mo
     VchannelImporter(spark, storage, importer.source).run(VCHANNEL, COLLECTION, _schema(), again, 8)
     assert _live_ids(storage, include_deleted=True) == [10, 11, 20, 21, 30, 31, 40, 41, 50, 51]
     assert meta.channel_state(storage, COLLECTION, VCHANNEL).checkpoint_offset == 9
+
+
+def test_an_import_reads_milvus_storage_on_s3(client, etcd_root, spark, s3):
+    """Milvus on MinIO: its files under ``{bucketName}/{rootPath}``, reached as
+    ``milvus.storage.root = s3://bucket/root`` with the ``milvus.storage.s3.*`` keys."""
+    s3.boto3().create_bucket(Bucket="milvus-bucket")
+    milvus, storage, importer, committer = _setup(
+        client, etcd_root, spark, StorageLayout("s3://milvus-bucket/files", s3),
+        StorageLayout(fresh_root("imported"), s3))
+    milvus.segment(1, P1, MilvusSegmentState.FLUSHED, [[1, 2, 3]], dml_ts=BASE_TS + 10, deletes=[(2, BASE_TS + 9)])
+    milvus.checkpoint(offset=3, ts=BASE_TS + 20)
+    importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)
+    assert _live_ids(storage) == [1, 3]
+    assert meta.channel_state(storage, COLLECTION, VCHANNEL).checkpoint_offset == 3

@@ -5,47 +5,18 @@ pipeline writing binlogs from its tasks and committing from the driver, exactly 
 from __future__ import annotations
 
 import collections
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from deltanode.standalone.services import free_port
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
 from deltanode.storage.tables import open_table, read_table
 
 from ..races import race_for_one_step
-from .support import settled_watermark, wait_until
+from .support import fresh_root, settled_watermark, wait_until
 
-SERVER = Path(__file__).with_name("s3_server.py")
 PK_SCHEMA = pa.schema([("pk", pa.int64())])
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory) -> StoreOptions:
-    port = free_port()
-    log = tmp_path_factory.mktemp("s3") / "moto.log"
-    proc = subprocess.Popen([sys.executable, str(SERVER), str(port)], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT)
-    options = StoreOptions(endpoint=f"http://127.0.0.1:{port}", region="us-east-1", access_key_id="deltanode",
-                           secret_access_key="not-a-secret")
-    try:
-        wait_until(lambda: "serving" in log.read_text() or proc.poll() is not None, 30, "the S3 server to start")
-        assert proc.poll() is None, log.read_text()
-        options.boto3().create_bucket(Bucket="deltanode")
-        yield options
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def fresh_root(name: str) -> str:
-    return f"s3://deltanode/{name}-{time.time_ns() % 10**9}"
 
 
 def test_the_commit_log_on_s3_is_a_compare_and_swap(s3):
