@@ -28,11 +28,10 @@ from ..storage.deletion_vectors import DeletionVector, inline
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout, FieldSpec
 from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog
-from .columns import SYSTEM_FIELDS, check_descriptor, delete_rows, insert_column
+from .columns import ROW_ID, TIMESTAMP, check_descriptor, delete_rows, insert_column
 from .meta import PersistedSegment
 from .source import FileGone, read_file
 
-ROW_ID_FIELD, TIMESTAMP_FIELD = 0, 1
 ORIGIN = "milvus"   # the name's tail of the files an import writes
 
 
@@ -90,28 +89,26 @@ def _syncs(task: SegmentImport, layout: CollectionLayout):
     """The segment's rows, one table per sync (binlog index), with the insert schema's columns
     but its segment and partition; the RowID/Timestamp binlogs become ``_row_id``/``_ts``."""
     by_field = dict(task.segment.binlogs)
-    wanted = [*(f.field_id for f in layout.fields), TIMESTAMP_FIELD, ROW_ID_FIELD]
-    missing = [f for f in wanted if f not in by_field]
+    specs = [*layout.fields, TIMESTAMP, ROW_ID]   # the insert schema's order, but segment and partition
+    missing = [s.field_id for s in specs if s.field_id not in by_field]
     if missing:
         raise BinlogFormatError(f"segment {task.segment.segment_id}: no binlogs of field(s) {missing}")
-    counts = {len(by_field[f]) for f in wanted}
+    counts = {len(by_field[s.field_id]) for s in specs}
     groups = range(counts.pop()) if len(counts) == 1 else None
-    specs = {f.field_id: f for f in layout.fields}
-    names = [*(f.name for f in layout.fields), "_ts", "_row_id"]
+    names = [s.name for s in specs]
 
-    def column(field_id: int, paths: tuple[str, ...]) -> pa.Array:
+    def column(spec: FieldSpec, paths: tuple[str, ...]) -> pa.Array:
         values = []
         for path in paths:
             desc, raw = read_binlog(read_file(task.source, path), where=path, event=INSERT_EVENT)
-            spec = specs.get(field_id) or SYSTEM_FIELDS[field_id]
             check_descriptor(desc, spec, where=path)
             values.append(insert_column(spec, raw, where=path))
         return pa.concat_arrays(values) if len(values) > 1 else values[0]
 
-    plan = [tuple((by_field[f][i],) for f in wanted) for i in groups] if groups is not None else \
-        [tuple(by_field[f] for f in wanted)]   # unaligned lists: the fields whole, at once
+    plan = [tuple((by_field[s.field_id][i],) for s in specs) for i in groups] if groups is not None else \
+        [tuple(by_field[s.field_id] for s in specs)]   # unaligned lists: the fields whole, at once
     for paths in plan:
-        cols = [column(f, p) for f, p in zip(wanted, paths)]
+        cols = [column(s, p) for s, p in zip(specs, paths)]
         lengths = {len(c) for c in cols}
         if len(lengths) != 1:
             raise BinlogFormatError(f"segment {task.segment.segment_id}: its fields' binlogs {paths} hold "
