@@ -140,7 +140,8 @@ def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:
     return PipelineSettings(
         limits=Limits(max_messages=conf.get("datanode.batch.max.messages"),
                       max_bytes=conf.get("datanode.batch.max.bytes"),
-                      catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits")),
+                      catchup_bytes=conf.get("datanode.catchup.max.bytes"), splits=conf.get("datanode.read.splits"),
+                      cycle_seconds=conf.get("datanode.cycle.max.seconds")),
         sync=SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
                           checkpoint_interval=conf.get("datanode.checkpoint.interval"),
                           idle_rate=conf.get("datanode.checkpoint.max.rate")),

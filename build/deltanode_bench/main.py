@@ -99,6 +99,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="scale: inserts a second in all: one a second per vchannel, up to this many (default 1000: "
                         "at 10,000 vchannels each gets one every 10 s; the embedded broker and the load generator "
                         "share the machine's 2 cores)")
+    p.add_argument("--burn", type=float, default=0.0,
+                   help="scale: a neighbour process taking this share of one core beside the node during each "
+                        "point's load, e.g. 0.6 (default: none)")
+    p.add_argument("--scale-repeat", type=int, default=1,
+                   help="scale: run each point this many times in a row (default 1)")
     p.add_argument("--scale-drain", type=float, default=120.0,
                    help="scale: longest wait for the last commits after the load (default 120)")
     p.add_argument("--deletes", action="store_true", help="then run the delete benchmark too (see above)")
@@ -692,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.scale_points:
                 t1 = time.monotonic()
                 print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv,
-                                        args.scale_mqs, args.scale_inserts)
+                                        args.scale_mqs, args.scale_inserts, args.burn, args.scale_repeat)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

@@ -9,6 +9,7 @@ from deltanode.pipeline.plan import (
     Position,
     plan_cycle,
     planning_sizes,
+    share_out,
     split_tasks,
 )
 from deltanode.records import Lane
@@ -135,3 +136,20 @@ def test_a_vchannel_whose_range_held_no_tick_to_end_at_gets_a_longer_one():
     assert [(r.first, r.end, r.splittable) for r in longer.ranges] == [(100, 120, False)]
     at_head = plan_cycle([Position("a", "p0", 0, 100, True, min_messages=400)], {P0: 200}, {"p0": 1000.0}, limits)
     assert [(r.first, r.end) for r in at_head.ranges] == [(100, 200)]
+
+
+def test_a_cycle_bounded_in_messages_shares_them_out_and_leaves_the_rest_to_the_next_cycle():
+    limits = Limits(max_messages=1000, max_bytes=1 << 40, cycle_messages=300)
+    plan = plan_cycle([pos("busy", "p0", 0), pos("live", "p1", 0), pos("backlog", "p2", 0)],
+                      {P0: 10_000, P1: 20, ("p2", 0): 500}, {"p0": 100.0, "p1": 100.0, "p2": 100.0}, limits)
+    by = {r.pchannel: r.end - r.first for r in plan.ranges}
+    assert by == {"p0": 140, "p1": 20, "p2": 140}   # the live pchannel gets all it has, the others the rest
+    assert plan.capped                               # the next cycle starts at once
+    unbounded = plan_cycle([pos("busy", "p0", 0)], {P0: 10_000}, {"p0": 100.0}, Limits(max_bytes=1 << 40))
+    assert unbounded.ranges[0].end == 1000
+
+
+def test_sharing_out_a_budget_keeps_every_range_moving():
+    assert share_out([5, 500, 50], 10_000) == [5, 500, 50]
+    assert share_out([5, 500, 50], 100) == [5, 48, 47]
+    assert share_out([10, 10, 10], 2) == [1, 1, 1]

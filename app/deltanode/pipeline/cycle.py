@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import SparkSession
 
@@ -37,6 +37,7 @@ from ..records import Portion, ReadStats, RouteContexts, TaskOutput, TaskSpec
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
+from .cycle_budget import MIN_MESSAGES, CycleBudget, CycleCost
 from .cycle_report import CycleReport
 from .failures import FailurePolicy
 from .jobs import JOB_GROUP, SparkStopped, spark_stopped
@@ -77,6 +78,7 @@ class CycleRunner:
         self._averages: dict[str, float] = {}                 # pchannel -> bytes per DML message
         self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-job")
         self.parking = Parking()
+        self.budget = CycleBudget(max_seconds=limits.cycle_seconds, floor=MIN_MESSAGES * limits.splits)
 
     def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
         """Plan for ``members`` (failed ones reloaded first, when due) and start the cycle's Spark
@@ -91,7 +93,8 @@ class CycleRunner:
         readable = [fg for fg in readable if fg.readable] + self.parking.unpark_past(highs)
         averages = self._message_sizes(readable)
         positions = [_position(fg) for fg in readable]
-        plan = plan_cycle(positions + self.parking.positions(), highs, averages, self.limits)
+        limits = replace(self.limits, cycle_messages=self.budget.messages())
+        plan = plan_cycle(positions + self.parking.positions(), highs, averages, limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
         ranges, spans = self.parking.expand(plan.ranges)
@@ -130,6 +133,7 @@ class CycleRunner:
                 self.failures.fail(members[vchannel], why, apply_started, report)
         self._apply(outputs, members, launched, apply_started, report)
         report.apply_s = time.monotonic() - apply_started
+        self.budget.observe(CycleCost(messages=report.messages, job_seconds=report.job_s))
         return launched.plan
 
     def close(self) -> None:

@@ -82,6 +82,8 @@ class Limits:
     max_bytes: int = 256 << 20        # main-lane ranges of one cycle together
     catchup_bytes: int = 64 << 20     # catch-up ranges of one cycle together
     splits: int = 2                   # tasks per cycle
+    cycle_seconds: float = 2.0        # how long a cycle's job may take (``cycle_budget``; 0: no bound)
+    cycle_messages: int | None = None  # all ranges of one cycle together, from ``cycle_seconds``; None: no bound
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class _Want:
     first: int
     limit: int                        # the range may not go past this offset
     members: tuple[Position, ...]
-    lane: str
+    lane: Lane
     high: int
 
 
@@ -135,19 +137,36 @@ def plan_cycle(positions: list[Position], highs: dict[tuple[str, int], int], ave
                                Lane.CATCH_UP, high))
     ranges: list[ReadRange] = []
     capped = False
+    granted: list[tuple[_Want, int]] = []
     for lane, budget in ((Lane.MAIN, limits.max_bytes), (Lane.CATCH_UP, limits.catchup_bytes)):
         lane_wants = [w for w in wants if w.lane == lane and w.limit > w.first]
-        grants = _water_fill(lane_wants, averages, limits.max_messages, budget)
-        for w, n in zip(lane_wants, grants):
-            n = max(n, min(w.limit - w.first, max((p.next_offset - w.first + p.min_messages for p in w.members
-                                                   if p.min_messages), default=0)))
-            end = w.first + n
-            capped = capped or end < w.limit
-            vchannels = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
-            ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, vchannels, lane,
-                                    splittable=not any(p.replaying for p in w.members if p.next_offset < end),
-                                    high=w.high))
+        granted += zip(lane_wants, _water_fill(lane_wants, averages, limits.max_messages, budget))
+    if limits.cycle_messages is not None:
+        granted = list(zip([w for w, _ in granted], share_out([n for _, n in granted], limits.cycle_messages)))
+    for w, n in granted:
+        n = max(n, min(w.limit - w.first, max((p.next_offset - w.first + p.min_messages for p in w.members
+                                               if p.min_messages), default=0)))
+        end = w.first + n
+        capped = capped or end < w.limit
+        vchannels = tuple(sorted(p.vchannel for p in w.members if p.next_offset < end))
+        ranges.append(ReadRange(w.pchannel, w.partition, w.first, end, vchannels, w.lane,
+                                splittable=not any(p.replaying for p in w.members if p.next_offset < end),
+                                high=w.high))
     return Plan(tuple(ranges), lost, capped)
+
+
+def share_out(desired: list[int], budget: int) -> list[int]:
+    """``desired`` messages cut to ``budget`` in all: every range gets up to an equal share, what a
+    range does not need goes to the others, and each keeps at least one (it must make progress)."""
+    if sum(desired) <= budget:
+        return list(desired)
+    grants = [0] * len(desired)
+    left, remaining = budget, len(desired)
+    for i in sorted(range(len(desired)), key=lambda i: desired[i]):
+        grants[i] = max(1, min(desired[i], left // remaining))
+        left -= grants[i]
+        remaining -= 1
+    return grants
 
 
 def _water_fill(wants: list[_Want], averages: dict[str, float], max_messages: int, budget: int) -> list[int]:
