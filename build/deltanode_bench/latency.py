@@ -76,6 +76,11 @@ def latencies(sent: Iterable[tuple[int, float]], commits: Sequence[Commit]) -> t
     return out, missing
 
 
+def timed_latencies(sent: Iterable[tuple[int, float]], commits: Sequence[Commit]) -> list[tuple[float, float]]:
+    """``(produce_time, latency)`` of each committed ``(offset, produce_time)``."""
+    return [(t, c.t - t) for offset, t in sent if (c := commit_of(commits, offset)) is not None]
+
+
 def wire_bytes(sent: Iterable[tuple[int, int]], start: int, end: int) -> int:
     """Sum of sizes of the ``(offset, size)`` records with ``start <= offset < end``."""
     return sum(size for off, size in sent if start <= off < end)

@@ -102,6 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burn", type=float, default=0.0,
                    help="scale: a neighbour process taking this share of one core beside the node during each "
                         "point's load, e.g. 0.6 (default: none)")
+    p.add_argument("--scale-burst", metavar="FACTOR:SECONDS",
+                   help="scale: the load's first SECONDS at FACTOR times its rate, then at its rate (a node past "
+                        "its capacity for a while, then under it), e.g. 3:15; prints latency by 5-s window")
     p.add_argument("--scale-repeat", type=int, default=1,
                    help="scale: run each point this many times in a row (default 1)")
     p.add_argument("--scale-drain", type=float, default=120.0,
@@ -138,6 +141,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--scale-mq: comma-separated brokers among {', '.join(sorted(BROKERS))}, got {args.scale_mq!r}")
     if args.scale is not None and (not args.scale_points or min(args.scale_points) < 1):
         p.error("--scale: at least one number of vchannels, each >= 1")
+    try:
+        args.burst = scale.Burst.parse(args.scale_burst) if args.scale_burst else None
+    except ValueError as e:
+        p.error(str(e))
+    if not 0.0 <= args.burn <= 1.0:
+        p.error(f"--burn takes a share of one core in [0, 1], not {args.burn}")
+    if args.scale_repeat < 1:
+        p.error(f"--scale-repeat: at least 1, not {args.scale_repeat}")
     try:
         args.dim_list = [int(d) for d in str(args.dims).split(",") if d.strip()]
     except ValueError:
@@ -697,7 +708,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.scale_points:
                 t1 = time.monotonic()
                 print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv,
-                                        args.scale_mqs, args.scale_inserts, args.burn, args.scale_repeat)
+                                        args.scale_mqs, args.scale_inserts, args.burn, args.scale_repeat,
+                                        args.burst)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from deltanode.datacoord.catalog import CollectionRecord, NewCollection, create_collections
 from deltanode.etcd import keys
@@ -83,6 +83,8 @@ class ScaleResult:
     watch_s: float
     file_create_ms: float
     neighbour_cores: float = 0.0   # what the neighbour (--burn) took during the load
+    burst: Burst | None = None
+    timeline: list[tuple[float, float]] = field(default_factory=list)   # (seconds into the load, latency)
 
 
 def say(msg: str) -> None:
@@ -175,39 +177,71 @@ def _watched(client: EtcdClient, vchannels: set[str]) -> int:
     return done
 
 
-def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float, rate: float) -> None:
-    """``rate`` inserts a second, round robin over the vchannels, sent in 10 ms bursts (one wake-up
-    per insert cost the load generator 0.2 cores at 1,000 inserts/s, on the cores the DataNode
-    runs on)."""
+@dataclass(frozen=True, kw_only=True)
+class Burst:
+    """The load's first ``seconds`` at ``factor`` times its rate: a node past its capacity for a
+    while, then back under it (``--scale-burst FACTOR:SECONDS``)."""
+
+    factor: float
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> Burst:
+        try:
+            factor, seconds = (float(x) for x in text.split(":"))
+        except ValueError:
+            raise ValueError(f"--scale-burst takes FACTOR:SECONDS, e.g. 3:15, not {text!r}") from None
+        if factor < 1 or seconds <= 0:
+            raise ValueError(f"--scale-burst: a factor of at least 1 and a positive duration, not {text!r}")
+        return cls(factor=factor, seconds=seconds)
+
+    def due(self, elapsed: float, rate: float) -> int:
+        """Inserts due ``elapsed`` seconds into the load."""
+        fast = min(elapsed, self.seconds)
+        return int(fast * rate * self.factor + max(0.0, elapsed - self.seconds) * rate)
+
+
+NO_BURST = Burst(factor=1.0, seconds=1.0)
+
+
+def _pace(producers: list[tuple[BenchProducer, CollectionRecord]], seconds: float, rate: float,
+          burst: Burst = NO_BURST) -> None:
+    """``rate`` inserts a second (``burst.factor`` times that for its first seconds), round robin
+    over the vchannels, sent in 10 ms bursts (one wake-up per insert cost the load generator 0.2
+    cores at 1,000 inserts/s, on the cores the DataNode runs on)."""
     slots = [(prod, rec, k) for prod, rec in producers for k in range(rec.shards)]
-    burst = 0.01
     start = time.monotonic()
     sent = 0
     while True:
         elapsed = time.monotonic() - start
         if elapsed >= seconds:
             return
-        due = int(elapsed * rate) + 1
+        due = burst.due(elapsed, rate) + 1
         while sent < due:
             prod, rec, k = slots[sent % len(slots)]
             prod.insert_message(rec.pchannels[k], rec.vchannels[k], rec.collection_id + 1 + k, rec.collection_id)
             sent += 1
-        time.sleep(burst)
+        time.sleep(0.01)
 
 
 def _delta_figures(storage: str, records: list[CollectionRecord], producers: dict[int, BenchProducer],
-                   t0: float, t1: float) -> tuple[list[float], int, float, int]:
+                   t0: float, t1: float, timeline: list[tuple[float, float]] | None = None
+                   ) -> tuple[list[float], int, float, int]:
     """Latencies of the inserts produced in [t0, t1], how many are not committed, commits per second
-    in [t0, t1] over every table, and the rows in the insert_log tables."""
+    in [t0, t1] over every table, and the rows in the insert_log tables; ``timeline`` gets each
+    committed insert's (produce time, latency)."""
     lats, missing, commits, rows = [], 0, 0, 0
     for rec in records:
         uri = os.path.join(storage, "insert_log", str(rec.collection_id))
         by_vchannel = lat.commits_from_log(uri) if os.path.isdir(uri) else {}
         sent: list[Sent] = [s for s in producers[rec.collection_id].sent if s.rows and t0 <= s.t <= t1]
         for p, v in zip(rec.pchannels, rec.vchannels):
-            ls, miss = lat.latencies([(s.offset, s.t) for s in sent if s.topic == p], by_vchannel.get(v, []))
+            mine = [(s.offset, s.t) for s in sent if s.topic == p]
+            ls, miss = lat.latencies(mine, by_vchannel.get(v, []))
             lats += ls
             missing += miss
+            if timeline is not None:
+                timeline += lat.timed_latencies(mine, by_vchannel.get(v, []))
         rows += _table_rows(uri)
     for kind in ("insert_log", "delta_log"):
         for name in os.listdir(os.path.join(storage, kind)) if os.path.isdir(os.path.join(storage, kind)) else []:
@@ -328,7 +362,7 @@ def file_create_ms(work: str, files: int = 500) -> float:
 
 
 def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka",
-              rate_cap: float = 1000.0, burn: float = 0.0) -> ScaleResult:
+              rate_cap: float = 1000.0, burn: float = 0.0, burst: Burst | None = None) -> ScaleResult:
     os.makedirs(work, exist_ok=True)
     probe_ms = file_create_ms(work)
     node = Standalone(work, mq)
@@ -372,7 +406,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
         if neighbour is not None:
             neighbour.start()
         t0 = time.time()
-        _pace([(producers[r.collection_id], r) for r in records], seconds, rate)
+        _pace([(producers[r.collection_id], r) for r in records], seconds, rate, burst or NO_BURST)
         t1 = time.time()
         proxy.sender.flush(60)
         say(f"{n} vchannel(s): load done; waiting up to {drain:.0f} s for the last commits")
@@ -400,14 +434,28 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
             proxy.close()
         client.close()
         node.stop()
-    lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1)
+    timeline: list[tuple[float, float]] = []
+    lats, missing, commits_per_s, rows = _delta_figures(node.storage, records, producers, t0, t1, timeline)
     inserts = sum(1 for p in producers.values() for s in p.sent if s.rows)
     return ScaleResult(mq, n, len(records), t1 - t0, inserts, stats.cores,
                        (stats.cores_driver, stats.cores_jvm, stats.cores_workers), stats.cores_services,
                        ends, stats.cores_machine,
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
                        _phases(node.text(), t0, t1), create_s, watch_s, probe_ms,
-                       neighbour.cores if neighbour else 0.0)
+                       neighbour.cores if neighbour else 0.0, burst,
+                       sorted((t - t0, latency) for t, latency in timeline) if burst else [])
+
+
+WINDOW_S = 5.0
+
+
+def timeline_rows(timeline: list[tuple[float, float]]) -> list[list]:
+    """One row per ``WINDOW_S`` of produce time: its inserts and their latency percentiles."""
+    windows: dict[int, list[float]] = {}
+    for t, latency in timeline:
+        windows.setdefault(int(t // WINDOW_S), []).append(latency)
+    return [[f"{k * WINDOW_S:.0f}", len(ls), secs(lat.percentile(ls, 50)), secs(lat.percentile(ls, 99)), secs(max(ls))]
+            for k, ls in sorted(windows.items())]
 
 
 def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
@@ -453,6 +501,12 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     out.append(table(["vchannels", "broker", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
                       "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms",
                       "tasks ms / message", "their CPU ms / message"], rows))
+    for r in results:
+        if r.burst is not None:
+            out += ["", f"{r.vchannels} vchannels on {r.broker}: the load's first {r.burst.seconds:.0f} s at "
+                        f"{r.burst.factor:g}x its rate, then at its rate; insert -> durable by when the insert was "
+                        f"produced ({WINDOW_S:.0f}-s windows)"]
+            out.append(table(["from s", "inserts", "p50 s", "p99 s", "max s"], timeline_rows(r.timeline)))
     out += ["", "Targets: every row committed, and with a neighbour taking 0.6 of a core (--burn 0.6) beside the node"]
     for r in results:
         every = r.rows_committed == r.rows_produced and r.uncommitted == 0
@@ -469,7 +523,7 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
 
 
 def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mqs: list[str],
-         rate_cap: float = 1000.0, burn: float = 0.0, repeat: int = 1) -> str:
+         rate_cap: float = 1000.0, burn: float = 0.0, repeat: int = 1, burst: Burst | None = None) -> str:
     """Each point on each broker of ``mqs`` in turn, ``repeat`` times in a row (side by side in one
     run: the machine's state drifts less between neighbours than between runs)."""
     results = []
@@ -477,7 +531,7 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
         for k in range(repeat):
             for mq in mqs:
                 run = f"scale-{i}-{n}-{mq}" + (f"-{k + 1}" if repeat > 1 else "")
-                results.append(run_point(n, os.path.join(work, run), seconds, drain, mq, rate_cap, burn))
+                results.append(run_point(n, os.path.join(work, run), seconds, drain, mq, rate_cap, burn, burst))
                 say(f"{n} vchannel(s) on {mq}: p99 "
                     f"{lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
     largest = max(range(len(points)), key=lambda i: points[i])
