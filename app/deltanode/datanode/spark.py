@@ -7,7 +7,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
-from ..pipeline.warmup import warm_up
+from ..pipeline.warmup import warm_up_in_background
 from ..settings import Settings
 
 log = logging.getLogger(__name__)
@@ -15,7 +15,8 @@ SPARK_STOP_TIMEOUT = 30.0
 
 
 def spark_session(spark_conf: dict[str, str], settings: Settings, app_name: str = "deltanode-datanode") -> SparkSession:
-    """A session with the conf's spark.* keys (spark-submit passes them too), warmed up."""
+    """A session with the conf's spark.* keys (spark-submit passes them too), its Python workers
+    warming up beside the node's start (``pipeline.warmup``)."""
     builder = SparkSession.builder.appName(app_name)
     for key, value in spark_conf.items():
         builder = builder.config(key, value)
@@ -23,11 +24,7 @@ def spark_session(spark_conf: dict[str, str], settings: Settings, app_name: str 
     spark.sparkContext.setLogLevel("WARN")
     if settings.node.warmup:
         log.info("warming up Spark's Python workers (datanode.warmup)")
-        try:
-            log.info("warm-up done in %.1f s", warm_up(spark, settings.pipeline.limits.splits))
-        except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
-            log.warning("warm-up failed, going on without it: %s",
-                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+        warm_up_in_background(spark, settings.pipeline.limits.splits)
     return spark
 
 

@@ -2,21 +2,54 @@
 
 A cycle's first Spark job in a fresh driver is mostly Python start-up: Spark starts its Python
 worker daemon, which imports pyspark and forks workers, and each worker imports the task's
-modules (protobuf, the Kafka client, parquet, deltalake). A DataNode runs one throw-away job
-through the same path at start, so the workers are up when a channel is assigned, and a
-failover does not pay for them.
+modules (protobuf, the Kafka and Pulsar clients, pyarrow, numpy) and pays its first-call costs
+(pyarrow asks pandas how to convert a numpy array the first time it sees one). A DataNode runs one
+throw-away job through the same path at start: each task imports what a cycle's task and a
+delete-marking task import and decodes a small InsertRequest, so the workers are up and warm
+when a channel is assigned, and a failover does not pay for them.
+
+The job runs beside the node's start (``warm_up_in_background``): registering in etcd, loading
+vchannels' state from Delta and planning the first cycle need no worker, and a cycle's job that
+comes before the warm-up's end waits for the same workers it would have started itself.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
 
-def _load_task_modules(_: int) -> int:
-    """Runs on executors: import what ``run_task`` and delete marking import, in the worker that will run them."""
-    return 1
+WARM_SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
+                          {"name": "vec", "data_type": "FloatVector", "dim": 4},
+                          {"name": "title", "data_type": "VarChar", "max_length": 16}]}
+
+
+def _load_task_modules(_task: int) -> int:
+    """Runs on executors: import what a cycle's task and delete marking import, and decode a
+    small InsertRequest, in the worker that will run them; returns the rows decoded."""
+    from ..executor import decode, delete_marks, task  # noqa: F401 - imported for the worker's sake
+    from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
+    from ..wire.schema import CollectionLayout, schema_from_json
+
+    layout = CollectionLayout.from_proto(schema_from_json(WARM_SCHEMA, "warm_up"))
+    rows = 2
+    req = msg_pb2.InsertRequest(base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.Insert), shardName="warm_up",
+                                version=msg_pb2.ColumnBased, num_rows=rows, timestamps=[1, 2], rowIDs=[1, 2])
+    pk, vec, title = layout.fields
+    req.fields_data.add(type=schema_pb2.DataType.Int64, field_name=pk.name,
+                        field_id=pk.field_id).scalars.long_data.data.extend([1, 2])
+    v = req.fields_data.add(type=schema_pb2.DataType.FloatVector, field_name=vec.name, field_id=vec.field_id).vectors
+    v.dim = 4
+    v.float_vector.data.extend([0.0] * 8)
+    req.fields_data.add(type=schema_pb2.DataType.VarChar, field_name=title.name,
+                        field_id=title.field_id).scalars.string_data.data.extend(["a", "b"])
+    _columns, n = decode.insert_columns(layout, msg_pb2.InsertRequest.FromString(req.SerializeToString()))
+    return n
 
 
 def warm_up(spark: SparkSession, splits: int = 2) -> float:
@@ -24,3 +57,23 @@ def warm_up(spark: SparkSession, splits: int = 2) -> float:
     t0 = time.monotonic()
     spark.sparkContext.parallelize(range(splits), splits).map(_load_task_modules).collect()
     return time.monotonic() - t0
+
+
+def warm_up_in_background(spark: SparkSession, splits: int = 2,
+                          done: Callable[[float | None], None] | None = None) -> threading.Thread:
+    """``warm_up`` on a thread of its own, logged; ``done`` gets its seconds (None: it failed)."""
+
+    def run() -> None:
+        seconds: float | None = None
+        try:
+            seconds = warm_up(spark, splits)
+            log.info("warm-up done in %.1f s", seconds)
+        except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
+            log.warning("warm-up failed, going on without it: %s",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if done is not None:
+            done(seconds)
+
+    thread = threading.Thread(target=run, name="deltanode-warm-up", daemon=True)
+    thread.start()
+    return thread
