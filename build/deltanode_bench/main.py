@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import shlex
 import shutil
@@ -43,7 +44,7 @@ from deltanode.mq.broker import Broker
 from deltanode.mq.pulsar import RECEIVER_QUEUE as PULSAR_QUEUE
 
 from . import latency as lat
-from . import reference, scale
+from . import reference, scale, structured_streaming
 from .datanode_run import DataNode
 from .procs import WindowStats, window
 from .pulsar_lite import RECEIVER_QUEUE as PULSAR_LITE_QUEUE
@@ -90,6 +91,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-warmup", action="store_true",
                    help="start the pipeline on a cold Spark session (datanode.warmup = false)")
     p.add_argument("--no-reference", action="store_true", help="skip the plain-Python reference")
+    p.add_argument("--peers", action="store_true",
+                   help="also run the Spark Structured Streaming reference (build/deltanode_bench/"
+                        "structured_streaming.py) on the same backlogs and a steady load, and beside each scale "
+                        "point (Apache Kafka only); the real-Milvus side by side is `python -m "
+                        "deltanode_bench.milvus_peer` (docs/benchmarks.md, \"Peers\")")
     p.add_argument("--scale", help="then run the scale benchmark too: comma-separated numbers of vchannels, e.g. "
                                    "1,16,64,256,1000 (each a fresh standalone; see deltanode_bench.scale)")
     p.add_argument("--scale-mq", help="scale: comma-separated brokers each point runs on in turn, e.g. kafka,tansu "
@@ -145,6 +151,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.burst = scale.Burst.parse(args.scale_burst) if args.scale_burst else None
     except ValueError as e:
         p.error(str(e))
+    if args.peers and (args.mq != "kafka" or set(args.scale_mqs) - {"kafka"}):
+        p.error("--peers: the Structured Streaming reference reads Apache Kafka (Spark's Kafka source): --mq kafka")
     if not 0.0 <= args.burn <= 1.0:
         p.error(f"--burn takes a share of one core in [0, 1], not {args.burn}")
     if args.scale_repeat < 1:
@@ -268,6 +276,8 @@ class Bench:
         self._ids = iter(range(int(time.time()) % 100000 * 10, 10 ** 9))
         self.runs: list[NodeRun] = []
         self.refs: dict[tuple[int, str], dict] = {}  # (dim, backlog label) -> reference result
+        # --peers: the Structured Streaming reference, (dim, backlog label or "steady") -> its result
+        self.peers: dict[tuple[int, str], structured_streaming.ReferenceResult] = {}
         self.steady: SteadyRun | None = None
         self.msg_bytes: dict[int, int] = {}
         self._nodes = 0
@@ -359,6 +369,8 @@ class Bench:
             self.msg_bytes[dim] = max(s.size for s in coll.producer.sent if s.rows)
             if not a.no_reference:
                 self.refs[(dim, "1x")] = self.reference(coll, starts, targets, "1x")
+            if a.peers:
+                self.peers[(dim, "1x")] = self.structured_streaming(coll, starts, targets, "1x")
             say(f"dim {dim}: DataNode cold start on the backlog")
             node, run = self.catch_up("1x", coll, starts, targets)
             self.runs.append(run)
@@ -378,8 +390,16 @@ class Bench:
                 node.stop()
                 if i == len(a.factors) - 1 and not a.no_reference:
                     self.refs[(dim, run.label)] = self.reference(coll, starts, targets, run.label)
+                if i == len(a.factors) - 1 and a.peers:
+                    self.peers[(dim, run.label)] = self.structured_streaming(coll, starts, targets, run.label)
                 self.runs.append(run)
                 self.nodes.append((dim, f"{factor}x restart", node))
+            if full and a.peers and a.steady_seconds > 0:
+                # Last: its load lands on the pchannels after every backlog the DataNode read.
+                say(f"dim {dim}: Structured Streaming reference at a steady {a.steady_mb_s} MB/s")
+                self.peers[(dim, "steady")] = structured_streaming.run_steady(
+                    self.broker.address, coll, os.path.join(self.work, f"sss-{dim}-steady"), mb_s=a.steady_mb_s,
+                    seconds=a.steady_seconds, message_bytes=self.msg_bytes[dim], broker_pid=self.broker_pid)
         finally:
             coll.close()
 
@@ -394,6 +414,20 @@ class Bench:
         shutil.rmtree(out_dir, ignore_errors=True)
         ref["mb_s"] = min(c["bytes"] / c["seconds"] for c in ref["channels"]) / 1e6
         return ref
+
+    def structured_streaming(self, coll: BenchCollection, starts: dict[str, int], targets: dict[str, int],
+                             label: str) -> structured_streaming.ReferenceResult:
+        """The Structured Streaming reference over the same offsets as the DataNode's run."""
+        say(f"dim {coll.dim}: Structured Streaming reference on the {label} backlog")
+        by_topic = {p: (starts[v], targets[v]) for p, v in zip(coll.pchannels, coll.vchannels)}
+        starting = json.dumps({p: {"0": first} for p, (first, _) in by_topic.items()})
+        return structured_streaming.run_backlog(
+            self.broker.address, [coll], {p: end for p, (_, end) in by_topic.items()},
+            os.path.join(self.work, f"sss-{coll.dim}-{label}"), label=label, message_bytes=self.msg_bytes[coll.dim],
+            sent=[s for s in coll.producer.sent if s.rows and by_topic[s.topic][0] <= s.offset < by_topic[s.topic][1]],
+            starting_offsets=starting, broker_pid=self.broker_pid,
+            rows_produced=sum(s.rows for s in coll.producer.sent
+                              if s.rows and by_topic[s.topic][0] <= s.offset < by_topic[s.topic][1]))
 
     def committed_end(self, coll: BenchCollection, vchannel: str) -> int:
         commits = self.commits(coll).get(vchannel, [])
@@ -439,6 +473,38 @@ class Bench:
                          window(node.sampler.samples, t0, t1))
 
     # -- output ----------------------------------------------------------------------
+    def render_peers(self) -> str:
+        """DeltaNode, the Structured Streaming reference and the plain reference, side by side."""
+        out = ["Peers (--peers): the same backlogs (flowgraph / query start -> last commit) and a steady load "
+               "(insert -> durable); cores: busy cores of each one's process tree over that window, RSS at its "
+               "peak; Structured Streaming: build/deltanode_bench/structured_streaming.py (its docstring says how "
+               "it is built)"]
+
+        def p50_p99(lats: list[float]) -> str:
+            return f"{secs(lat.percentile(lats, 50))} / {secs(lat.percentile(lats, 99))}" if lats else "-"
+
+        rows = []
+        for (dim, label), ss in self.peers.items():
+            if label == "steady":
+                st = self.steady
+                rows.append([dim, f"steady {self.args.steady_mb_s:g} MB/s", "-", "-", "-",
+                             p50_p99(st.lat if st else []), p50_p99(ss.latencies),
+                             secs(st.stats.cores if st and st.stats else None), secs(ss.cores), "-",
+                             mib(ss.peak_rss) if ss.peak_rss else "-", f"{ss.rows_in_delta} of {ss.rows_produced}"])
+                continue
+            run = next((r for r in self.runs if r.dim == dim and r.label == label), None)
+            ref = self.refs.get((dim, label))
+            dn_mb_s = sum(c.bytes for c in run.channels) / (run.t_done - run.t_query) / 1e6 if run else None
+            rows.append([dim, f"{label} backlog", rate(dn_mb_s), rate(ss.mb_per_s), rate(ref["mb_s"]) if ref else "-",
+                         "-", "-", secs(run.busy.cores if run and run.busy else None), secs(ss.cores),
+                         mib(run.stats.total_peak) if run and run.stats else "-",
+                         mib(ss.peak_rss) if ss.peak_rss else "-", f"{ss.rows_in_delta} of {ss.rows_produced}"])
+        out.append(table(["dim", "load", "DeltaNode MB/s", "Structured Streaming MB/s", "plain MB/s",
+                          "DeltaNode p50 / p99 s", "Structured Streaming p50 / p99 s", "DeltaNode cores",
+                          "Structured Streaming cores", "DeltaNode RSS MiB", "Structured Streaming RSS MiB",
+                          "Structured Streaming rows in Delta"], rows))
+        return "\n".join(out)
+
     def render(self, argv: list[str], wall: float) -> str:
         a = self.args
         m = machine_info()
@@ -493,6 +559,8 @@ class Bench:
                                  secs(c["consume"]), secs(c["decode"]), secs(c["write"]), mib(ref["peak_rss"])])
             out.append(table(["dim", "backlog", "vch", "wire MB", "seconds", "MB/s", "rows/s", "consume s",
                               "decode s", "parquet s", "peak RSS MiB"], rows))
+        if self.peers:
+            out += ["", self.render_peers()]
         out += ["", ("Memory: peak RSS of the DataNode process tree (sampled every 0.2 s from /proc, whole run; the "
                      "py workers sum counts pages shared by forked workers once per process)")]
         rows, cpu = [], []
