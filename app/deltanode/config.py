@@ -352,10 +352,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("datanode.catchup.max.bytes", KeyType.SIZE, "64m",
        "most MQ payload bytes one cycle reads for vchannels catching up far behind their pchannel's head",
        min=1),
-    _k("datanode.cycle.max.seconds", KeyType.DURATION, "2s",
+    _k("datanode.cycle.max.seconds", KeyType.DURATION, "0s",
        "longest a cycle's Spark job should take: the cycle reads as many messages as the last cycles' "
-       "cost per message allows (a node past its capacity drains its backlog in bounded cycles; 0: no bound)",
-       min=0),
+       "cost per message allows (0: no bound, the default: a node past its capacity drains a backlog "
+       "fastest in long cycles, docs/architecture.md)", min=0),
     _k("datanode.trigger.interval", KeyType.DURATION, "1s", "how often the pipeline runs a cycle (at once while "
        "a backlog remains; up to twice as often while its cycles with rows take half of it or more)", min=0),
     _k("datanode.sync.max.delay", KeyType.DURATION, "0s",

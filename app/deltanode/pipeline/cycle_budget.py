@@ -1,14 +1,16 @@
 """How many messages the next cycle may read, so that it ends in time (pure logic, driver).
 
 A cycle reads each pchannel from its vchannels' positions up to the head, within the message and
-byte caps. On a node past its capacity (a neighbour took a core, a burst came) the backlog grows,
-so does the next cycle, and an insert waits for the cycle under way and then for its own: its
-latency grows with the cycles' length, which grows with the backlog, which grows while a long
-cycle runs. Bounding a cycle by time as well breaks that loop: the cycle reads as many messages
-as the recent cycles' cost per message lets it finish in ``max_seconds``, the oldest first (the
-plan shares the budget between ranges), and commits them. The backlog then drains cycle after
-cycle at the node's rate, each cycle commits what it read within the bound, and once the load
-drops the next cycles are short again.
+byte caps, so on a node past its capacity (a neighbour took a core, a burst came) its cycles grow
+with the backlog. With ``datanode.cycle.max.seconds`` set, a cycle reads only as many messages as
+the recent cycles' cost per message lets it finish in ``max_seconds``, the oldest first (the plan
+shares the budget between ranges), and commits them; the next cycle starts at once.
+
+The bound is off by default: a long cycle writes one binlog file per vchannel for several of its
+inserts where a short one writes one per insert, so a node past its capacity drains a backlog
+faster in long cycles (docs/architecture.md has the measurement). It serves a node whose cycles
+must stay short whatever the load (a memory bound on the driver's batch state, a latency
+promise for the newest inserts over the oldest).
 
 The cost per message is the job's wall clock over the messages it read, smoothed over the cycles
 that read at least ``MIN_MESSAGES`` (a cycle of a few ticks says little: its fixed cost, the

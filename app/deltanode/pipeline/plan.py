@@ -82,7 +82,7 @@ class Limits:
     max_bytes: int = 256 << 20        # main-lane ranges of one cycle together
     catchup_bytes: int = 64 << 20     # catch-up ranges of one cycle together
     splits: int = 2                   # tasks per cycle
-    cycle_seconds: float = 2.0        # how long a cycle's job may take (``cycle_budget``; 0: no bound)
+    cycle_seconds: float = 0.0        # how long a cycle's job may take (``cycle_budget``; 0: no bound)
     cycle_messages: int | None = None  # all ranges of one cycle together, from ``cycle_seconds``; None: no bound
 
 
