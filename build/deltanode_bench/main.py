@@ -777,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
                 t1 = time.monotonic()
                 print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv,
                                         args.scale_mqs, args.scale_inserts, args.burn, args.scale_repeat,
-                                        args.burst)
+                                        args.burst, args.peers)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

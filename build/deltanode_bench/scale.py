@@ -523,10 +523,14 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
 
 
 def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mqs: list[str],
-         rate_cap: float = 1000.0, burn: float = 0.0, repeat: int = 1, burst: Burst | None = None) -> str:
+         rate_cap: float = 1000.0, burn: float = 0.0, repeat: int = 1, burst: Burst | None = None,
+         peers: bool = False) -> str:
     """Each point on each broker of ``mqs`` in turn, ``repeat`` times in a row (side by side in one
-    run: the machine's state drifts less between neighbours than between runs)."""
+    run: the machine's state drifts less between neighbours than between runs); with ``peers``, the
+    Structured Streaming reference on the same load after each point."""
+    from . import structured_streaming
     results = []
+    references = []
     for i, n in enumerate(points):
         for k in range(repeat):
             for mq in mqs:
@@ -534,9 +538,34 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
                 results.append(run_point(n, os.path.join(work, run), seconds, drain, mq, rate_cap, burn, burst))
                 say(f"{n} vchannel(s) on {mq}: p99 "
                     f"{lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
+            if peers:
+                references.append(structured_streaming.run_scale(
+                    n, os.path.join(work, f"sss-scale-{i}-{n}" + (f"-{k + 1}" if repeat > 1 else "")),
+                    seconds=seconds, drain=drain, rate_cap=rate_cap))
     largest = max(range(len(points)), key=lambda i: points[i])
     last = f"scale-{largest}-{points[largest]}-{mqs[-1]}" + (f"-{repeat}" if repeat > 1 else "")
     say(f"{points[largest]} vchannel(s): compacting the tables the load left")
     figures = compaction.measure(os.path.join(work, last, "delta"))
-    return (render(results, argv, rate_cap) + f"\n\nAfter the {points[largest]}-vchannel point on {mqs[-1]}. "
-            + compaction.render(figures))
+    peers_table = ("\n\n" + render_peers(results, references)) if references else ""
+    return (render(results, argv, rate_cap) + peers_table
+            + f"\n\nAfter the {points[largest]}-vchannel point on {mqs[-1]}. " + compaction.render(figures))
+
+
+def render_peers(results: list[ScaleResult], references: list) -> str:
+    """Each point's DataNode beside the Structured Streaming reference on the same load."""
+    rows = []
+    for r, ref in zip([r for r in results if r.broker == "kafka"], references):
+        def stats(lats: list[float]) -> str:
+            return " / ".join(secs(lat.percentile(lats, q)) for q in (50, 99)) if lats else "-"
+        rows.append([r.vchannels, stats(r.latencies), stats(ref.latencies), secs(r.cores), secs(ref.cores),
+                     mib(r.rss_peak), mib(ref.rss_peak), f"{r.rows_committed} of {r.rows_produced}",
+                     f"{ref.rows_in_delta} of {ref.rows_produced}",
+                     f"{lat.percentile(ref.latencies, 99) / lat.percentile(r.latencies, 99):.1f}"
+                     if r.latencies and ref.latencies else "-"])
+    return "\n".join(["Peers (--peers): the DataNode and the Spark Structured Streaming reference (one query whose "
+                      "batches fan out to every collection's table; build/deltanode_bench/structured_streaming.py) "
+                      "on the same load, one after the other; cores: busy cores of each one's process tree during "
+                      "the load (the reference's broker apart)",
+                      table(["vchannels", "DataNode p50 / p99 s", "reference p50 / p99 s", "DataNode cores",
+                             "reference cores", "DataNode RSS MiB", "reference RSS MiB", "DataNode rows",
+                             "reference rows", "reference p99 / DataNode p99"], rows)])

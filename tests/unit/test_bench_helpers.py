@@ -345,3 +345,22 @@ def test_every_embedded_jvm_service_is_recognised_by_its_main_class():
             proc.kill()
             proc.wait()
     assert not _runs_service(os.getpid())
+
+
+def test_a_burst_runs_the_load_faster_for_its_first_seconds_then_at_its_rate():
+    from deltanode_bench.scale import Burst, timeline_rows
+    burst = Burst.parse("3:10")
+    assert (burst.due(5, 100), burst.due(10, 100), burst.due(20, 100)) == (1500, 3000, 4000)
+    for bad in ("3x", "0.5:10", "3:0"):
+        with pytest.raises(ValueError, match="--scale-burst"):
+            Burst.parse(bad)
+    assert timeline_rows([(0.5, 1.0), (1.0, 2.0), (6.0, 0.3)]) == [
+        ["0", 2, "1.50", "1.99", "2.00"], ["5", 1, "0.30", "0.30", "0.30"]]
+
+
+def test_the_neighbour_burst_and_peers_options_are_checked_before_anything_runs():
+    a = parse_args(["--scale", "1000", "--burn", "0.6", "--scale-burst", "3:15", "--scale-repeat", "3", "--peers"])
+    assert (a.burn, a.burst.factor, a.burst.seconds, a.scale_repeat, a.peers) == (0.6, 3.0, 15.0, 3, True)
+    for bad in (["--burn", "2"], ["--scale-burst", "fast"], ["--scale-repeat", "0"], ["--peers", "--mq", "pulsar"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
