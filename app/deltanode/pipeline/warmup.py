@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+from .jobs import spark_stopped
+
 log = logging.getLogger(__name__)
 
 WARM_SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
@@ -69,8 +71,11 @@ def warm_up_in_background(spark: SparkSession, splits: int = 2,
             seconds = warm_up(spark, splits)
             log.info("warm-up done in %.1f s", seconds)
         except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
-            log.warning("warm-up failed, going on without it: %s",
-                        str(e).splitlines()[0] if str(e) else type(e).__name__)
+            if spark_stopped(spark.sparkContext):
+                log.info("warm-up ended: Spark stopped (the node is stopping)")
+            else:
+                log.warning("warm-up failed, going on without it: %s",
+                            str(e).splitlines()[0] if str(e) else type(e).__name__)
         if done is not None:
             done(seconds)
 
