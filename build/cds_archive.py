@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
         "spark.driver.defaultJavaOptions": f'{C1_ONLY} -XX:ArchiveClassesAtExit="{archive}"'}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    warm_up(spark)
+    warm_up(spark.sparkContext)
     jvm = spark.sparkContext._gateway.proc  # pyspark's spark-submit child
     spark.stop()
     jvm.stdin.close()  # the gateway exits at EOF on its stdin; the JVM writes the archive as it goes

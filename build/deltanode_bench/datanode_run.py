@@ -1,7 +1,8 @@
 """A DataNode (the shared pipeline, Spark local[2]) in a child process.
 
-Child: ``python -m deltanode_bench.datanode_run SPEC_JSON``. It starts a SparkSession, warms
-it up as a DataNode does (``datanode.warmup``), adds every vchannel to a started pipeline
+Child: ``python -m deltanode_bench.datanode_run SPEC_JSON``. It starts a SparkContext and, as a
+DataNode does (``deltanode.datanode.spark``, ``datanode.warmup``), warms its Python workers up in the
+background while it adds every vchannel to a started pipeline
 and, every ``poll`` seconds, writes each vchannel's insert_log ``txn`` to the status file
 when it moved, as JSON lines (``{"ev": ..., "t": wall clock, ...}``). It stops the pipeline
 and Spark when a line arrives on stdin (or stdin closes), after writing the pipeline's last
@@ -72,27 +73,28 @@ def child(args: dict) -> int:
     _emit(status, "process_started")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext
 
     from deltanode.jvm import spark_defaults
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
-    from deltanode.pipeline.warmup import warm_up
+    from deltanode.pipeline.warmup import warm_up_in_background
     from deltanode.storage.delta_log import DeltaLog
     from deltanode.storage.layout import StorageLayout
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.milvus_proto import schema_pb2
 
     # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
-    spark = SparkSession.builder.appName("deltanode-bench").config(map={
+    sc = SparkContext.getOrCreate(SparkConf().setAppName("deltanode-bench").setAll(list({
         **spark_defaults(), "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
-        **args.get("spark_conf", {})}).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    _emit(status, "spark_session")
+        **args.get("spark_conf", {})}.items())))
+    sc.setLogLevel("ERROR")
+    _emit(status, "spark_context")
     if args.get("warmup", True):  # as a DataNode does with datanode.warmup = true (the default)
-        warm_up(spark, args["splits"])
-    _emit(status, "spark_ready")
+        warm_up_in_background(sc, args["splits"], done=lambda seconds: _emit(status, "spark_ready"))
+    else:
+        _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])
     settings = PipelineSettings(Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
@@ -106,7 +108,7 @@ def child(args: dict) -> int:
         _trace_marks(status)
     on_cycle = (lambda report: _emit_cycle(status, report)) if args.get("stream_cycles") else None
     broker = Broker(args["mq"], args["address"], client=tuple(map(tuple, args.get("client", ()))))
-    pipe = Pipeline(spark, storage, broker, settings, on_cycle=on_cycle).start()
+    pipe = Pipeline(sc, storage, broker, settings, on_cycle=on_cycle).start()
     for coll in args["collections"]:
         schema = schema_pb2.CollectionSchema.FromString(base64.b64decode(coll["schema_b64"]))
         for v in coll["vchannels"]:
@@ -151,7 +153,7 @@ def child(args: dict) -> int:
         for report in list(pipe.cycles):
             _emit_cycle(status, report)
     pipe.stop()
-    spark.stop()
+    sc.stop()
     _emit(status, "stopped")
     return rc
 

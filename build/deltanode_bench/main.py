@@ -214,8 +214,8 @@ class NodeRun:
     label: str
     dim: int
     t_start: float
-    spark_session: float             # SparkSession up
-    spark_ready: float               # ... and warmed up (datanode.warmup)
+    spark_context: float             # SparkContext up
+    spark_ready: float               # its warm-up done (datanode.warmup, in the background)
     channels: list[ChannelRun]
     stats: WindowStats | None        # whole run (memory)
     busy: WindowStats | None         # from queries started to last commit (cores)
@@ -346,7 +346,7 @@ class Bench:
                             starts[v], targets[v], node.first("flowgraph_start", vchannel=v)["t"], commits[-1].t,
                             commits, lat.warm_rate(commits, sizes), lat.largest_batch(commits, sizes, starts[v]))
             chans.append(ch)
-        run = NodeRun(label, coll.dim, node.t_start, node.first("spark_session")["t"], node.first("spark_ready")["t"],
+        run = NodeRun(label, coll.dim, node.t_start, node.first("spark_context")["t"], node.first("spark_ready")["t"],
                       chans, None, None, event_log=node.args["event_log"], samples=node.sampler.samples)
         run.stats = window(node.sampler.samples, node.t_start, run.t_done + 0.25)
         run.t_started = node.first("flowgraphs_started")["t"]
@@ -538,16 +538,17 @@ class Bench:
                          rate(tot_b / span / 1e6), rate(tot_r / span, 0), "-",
                          sum(len(c.commits) for c in r.channels), rate(rr / 1e6 if rr else None),
                          f"{tot_b / span / rr:.2f}" if rr else "-"])
-        out.append("Backlog, first start: DataNode from flowgraph start (Spark session up and warmed up, see "
+        out.append("Backlog, first start: DataNode from flowgraph start (SparkContext up, its warm-up under way, see "
                    "Start-up) to the Delta commit of the last message; total = all vchannels from the first start "
                    "to the last commit")
         out.append(table(["dim", "vch", "msgs", "wire MB", "seconds", "MB/s", "rows/s", "MB/s after 1st commit",
                           "commits", "ref MB/s", "DataNode/ref"], rows))
-        out += ["", "Start-up: DataNode process start -> SparkSession up -> warmed up (datanode.warmup; "
-                    "'-' with --no-warmup) -> first flowgraph started"]
-        out.append(table(["dim", "run", "session s", "warm-up s", "flowgraph start s"], [
-            [r.dim, r.label, secs(r.spark_session - r.t_start),
-             secs(r.spark_ready - r.spark_session) if not a.no_warmup else "-", secs(r.t_query - r.t_start)]
+        out += ["", "Start-up: DataNode process start -> SparkContext up -> first flowgraph started; warm-up = "
+                    "the Python workers' (datanode.warmup, in the background as a DataNode runs it; '-' with "
+                    "--no-warmup)"]
+        out.append(table(["dim", "run", "context s", "warm-up s", "flowgraph start s"], [
+            [r.dim, r.label, secs(r.spark_context - r.t_start),
+             secs(r.spark_ready - r.spark_context) if not a.no_warmup else "-", secs(r.t_query - r.t_start)]
             for r in self.runs]))
         if self.refs:
             out += ["", "Reference: one plain Python process, consume -> decode -> parquet, same messages, no Spark"]
@@ -611,12 +612,12 @@ class Bench:
                 flow = nbytes / (r.t_done - r.t_query) / 1e6
                 ref_mb_s = self.refs[(r.dim, r.label)]["mb_s"] if (r.dim, r.label) in self.refs else None
                 rows.append([r.dim, r.label, sum(c.messages for c in r.channels), mb(nbytes),
-                             secs(r.spark_ready - r.t_start), secs(span), secs(r.t_done - r.t_query),
+                             secs(r.spark_context - r.t_start), secs(span), secs(r.t_done - r.t_query),
                              rate(flow), rate(nbytes / span / 1e6),
                              rate(min(warm) / 1e6) if all(warm) else "-", sum(len(c.commits) for c in r.channels),
                              rate(ref_mb_s) if ref_mb_s else "-",
                              f"{flow / ref_mb_s:.2f}" if ref_mb_s else "-"])
-            out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark ready s", "all committed s",
+            out.append(table(["dim", "backlog", "msgs", "wire MB", "Spark up s", "all committed s",
                               "of which flowgraphs s", "MB/s flowgraphs", "MB/s incl. startup",
                               "MB/s after 1st commit", "commits", "ref MB/s", "flowgraphs/ref"], rows))
         rows = []

@@ -116,7 +116,7 @@ def _import(client, milvus, made: dict, args) -> tuple[int, int, float, int]:
                                         layout.delete_schema(), QuarantineLog(storage))
         vchannel = made["vchannels"][0]
         t0 = time.monotonic()
-        VchannelImporter(spark, storage, source).run(vchannel, made["collection_id"], schema, committer, 1)
+        VchannelImporter(spark.sparkContext, storage, source).run(vchannel, made["collection_id"], schema, committer, 1)
         seconds = time.monotonic() - t0
         doc = import_progress(committer.insert_log(), vchannel)
         return doc["rows_done"], doc["deleted_done"], seconds, doc["segments_done"]

@@ -62,7 +62,7 @@ def pipelines(spark, mq, tmp_path):
     def make(trigger_interval: float = 0.2, fence=None, compaction: CompactionSettings = CompactionSettings(),
              **limits) -> Pipeline:
         settings = PipelineSettings(Limits(**limits), trigger_interval=trigger_interval, compaction=compaction)
-        pipe = Pipeline(spark, StorageLayout(str(tmp_path / "delta")), mq, settings, fence=fence).start()
+        pipe = Pipeline(spark.sparkContext, StorageLayout(str(tmp_path / "delta")), mq, settings, fence=fence).start()
         started.append(pipe)
         return pipe
 

@@ -42,7 +42,7 @@ def main() -> int:
     setup_logging("INFO")
     storage = StorageLayout(args["storage_root"])
     compaction = CompactionSettings(**args.get("compaction", {"interval": 0}))
-    pipe = Pipeline(spark, storage, Broker(args["mq"], args["address"]),
+    pipe = Pipeline(spark.sparkContext, storage, Broker(args["mq"], args["address"]),
                     PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
                                      compaction=compaction)).start()
     for coll in args["collections"]:

@@ -47,7 +47,7 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
     client = EtcdClient(conf.get("etcd.endpoints"))
     # No balance: node A comes back under a new session, and the test follows the channels to B only.
     coord = coordinator(client, conf, balance=False)
-    node_a = DataNode(Settings.of(conf), spark).start()
+    node_a = DataNode(Settings.of(conf), spark.sparkContext).start()
     stop = threading.Event()
     coll = TwoShards(client, conf, "sys", stop)
     record, producer, produce, rows, produced = coll.record, coll.producer, coll.produce, coll.rows, coll.produced
@@ -64,7 +64,7 @@ def test_channels_move_off_a_zombie_node_without_loss_or_duplicates(spark, conf,
         # the fence refuses). Node B joins; the coordinator moves the channels to it.
         first_id = node_a.node_id
         node_a.watcher.stop()
-        node_b = DataNode(Settings.of(conf), spark).start()
+        node_b = DataNode(Settings.of(conf), spark.sparkContext).start()
         client.revoke_lease(node_a.session.lease_id)
         produce(20)
         wait_until(lambda: all(n == str(node_b.node_id) and s == ChannelWatchState.WatchSuccess
@@ -97,7 +97,7 @@ def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(
     root = conf.get("etcd.root")
     client = EtcdClient(conf.get("etcd.endpoints"))
     coord = coordinator(client, conf)
-    node_a = DataNode(Settings.of(conf), spark).start()
+    node_a = DataNode(Settings.of(conf), spark.sparkContext).start()
     stop = threading.Event()
     colls = [TwoShards(client, conf, name, stop) for name in ("join_a", "join_b")]
 
@@ -113,7 +113,7 @@ def test_a_datanode_that_joins_takes_over_channels_while_rows_keep_landing_once(
         wait_until(lambda: holders(client, root) == {str(node_a.node_id): 4}, 60, "node A to watch all four channels")
         produce(10)
         wait_until(lambda: len(rows()) >= 500, 90, "node A to commit some rows")
-        node_b = DataNode(Settings.of(conf), spark).start()
+        node_b = DataNode(Settings.of(conf), spark.sparkContext).start()
         for _ in range(6):          # traffic while the channels move
             produce(2)
             time.sleep(0.5)
@@ -146,13 +146,13 @@ def test_a_node_cut_off_from_etcd_loses_its_channels_without_loss_or_duplicates(
     relay = Relay(conf.get("etcd.endpoints")).start()
     conf_a = conf.with_overrides({"etcd.endpoints": relay.endpoint, "session.ttl": "3s"})
     coord = coordinator(client, conf)
-    node_a = DataNode(Settings.of(conf_a), spark).start()
+    node_a = DataNode(Settings.of(conf_a), spark.sparkContext).start()
     stop = threading.Event()
     coll = TwoShards(client, conf, "cut", stop)
     record, producer, produce, rows, produced = coll.record, coll.producer, coll.produce, coll.rows, coll.produced
     node_b = None
     try:
-        node_b = DataNode(Settings.of(conf), spark).start()
+        node_b = DataNode(Settings.of(conf), spark.sparkContext).start()
         wait_until(lambda: holders(client, root) == {str(node_a.node_id): 1, str(node_b.node_id): 1}, 60,
                    "one channel on each node")
         produce(10)

@@ -31,7 +31,7 @@ def test_admin_flush_seals_every_segment_at_the_flush_ts_while_traffic_flows(spa
     root, storage = conf.get("etcd.root"), StorageLayout(conf.get("storage.root"))
     client = EtcdClient(conf.get("etcd.endpoints"))
     coord = coordinator(client, conf)
-    node = DataNode(Settings.of(conf), spark).start()
+    node = DataNode(Settings.of(conf), spark.sparkContext).start()
     stop, quiet = threading.Event(), threading.Event()
     coll = TwoShards(client, conf, "flushed", stop)
     record = coll.record

@@ -76,7 +76,7 @@ def lake(spark, broker, etcd_server, tmp_path_factory) -> Lake:
     stop = threading.Event()
     ticker(producer, [pchannel], stop)
     coll = Collection(cid, "demo", [pchannel], [vchannel], producer, storage, SCHEMA)
-    pipe = Pipeline(spark, storage, mq, PipelineSettings(Limits(), trigger_interval=0.2)).start()
+    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(Limits(), trigger_interval=0.2)).start()
     try:
         coll.watch(pipe)
         first = producer.insert(pchannel, vchannel, 11, 3, 40)

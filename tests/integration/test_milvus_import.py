@@ -131,7 +131,7 @@ def _setup(client, etcd_root, spark, source: StorageLayout, storage: StorageLayo
     layout = CollectionLayout.from_proto(_schema())
     committer = CollectionCommitter(storage, COLLECTION, layout.insert_schema(), layout.delete_schema(),
                                     QuarantineLog(storage))
-    return milvus, storage, VchannelImporter(spark, storage, milvus_source), committer
+    return milvus, storage, VchannelImporter(spark.sparkContext, storage, milvus_source), committer
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_an_import_stopped_between_commits_goes_on_without_a_duplicate(setup, mo
     layout = CollectionLayout.from_proto(_schema())
     again = CollectionCommitter(storage, COLLECTION, layout.insert_schema(), layout.delete_schema(),
                                 QuarantineLog(storage))   # a new process: nothing in memory
-    VchannelImporter(spark, storage, importer.source).run(VCHANNEL, COLLECTION, _schema(), again, 8)
+    VchannelImporter(spark.sparkContext, storage, importer.source).run(VCHANNEL, COLLECTION, _schema(), again, 8)
     assert _live_ids(storage, include_deleted=True) == [10, 11, 20, 21, 30, 31, 40, 41, 50, 51]
     assert meta.channel_state(storage, COLLECTION, VCHANNEL).checkpoint_offset == 9
 

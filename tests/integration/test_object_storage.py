@@ -55,7 +55,7 @@ def test_the_shared_pipeline_persists_to_s3_exactly_once_across_a_restart(spark,
         return (table.transaction_version(vchannel) or 0) if table else 0
 
     def run_until_committed() -> None:
-        pipe = Pipeline(spark, storage, mq,
+        pipe = Pipeline(spark.sparkContext, storage, mq,
                         PipelineSettings(Limits(max_messages=6), trigger_interval=0.2)).start()
         try:
             for v in coll.vchannels:

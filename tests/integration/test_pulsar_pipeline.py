@@ -50,7 +50,8 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_ledgers_an
         return table.column("pk").to_pylist() if table else []
 
     def run_until_all_committed() -> None:
-        pipe = Pipeline(spark, storage, mq, PipelineSettings(Limits(max_messages=40), trigger_interval=0.2)).start()
+        pipe = Pipeline(spark.sparkContext, storage, mq,
+                        PipelineSettings(Limits(max_messages=40), trigger_interval=0.2)).start()
         try:
             for v in vchannels:
                 pipe.add(VchannelInfo(collectionID=CID, channelName=v), schema)

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..datanode.channel_watch import ChannelWatcher
 from ..etcd.client import EtcdClient, EtcdError
@@ -42,9 +42,9 @@ REJOIN_BACKOFF = (1.0, 2.0, 5.0, 10.0)   # seconds between attempts to register 
 
 
 class DataNode:
-    def __init__(self, settings: Settings, spark: SparkSession) -> None:
+    def __init__(self, settings: Settings, sc: SparkContext) -> None:
         self.settings = settings
-        self.spark = spark
+        self.sc = sc
         self.reachability = Reachability(settings.etcd.endpoints)
         self.client: EtcdClient | None = None
         self.session: Session | None = None
@@ -72,7 +72,7 @@ class DataNode:
         self.fence = OwnershipFence(settings.etcd.endpoints, settings.etcd.root, 0, reachability=self.reachability)
         if settings.node.metrics_port:
             self.metrics = MetricsServer(self.view(), settings.node.metrics_address, settings.node.metrics_port).start()
-        self.pipeline = Pipeline(self.spark, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
+        self.pipeline = Pipeline(self.sc, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
                                  on_cycle=self.metrics.on_cycle if self.metrics else None, milvus=self._milvus())
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()

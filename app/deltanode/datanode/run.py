@@ -13,7 +13,7 @@ from ..logs import flush_logs
 from ..settings import Settings
 from .node import DataNode
 from .progress import ProgressReporter
-from .spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
+from .spark import SPARK_STOP_TIMEOUT, spark_context, stop_spark
 
 log = logging.getLogger("deltanode.datanode")
 
@@ -26,8 +26,8 @@ def run(conf: Conf) -> int:
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     tune_for_driver()
     settings = Settings.of(conf)
-    spark = spark_session(conf.spark_conf(), settings)
-    node = DataNode(settings, spark)
+    sc = spark_context(conf.spark_conf(), settings)
+    node = DataNode(settings, sc)
     reporter = ProgressReporter(settings.node.progress_interval)
     try:
         node.start()
@@ -38,7 +38,7 @@ def run(conf: Conf) -> int:
         return 0
     finally:
         node.stop()
-        if not stop_spark(spark):
+        if not stop_spark(sc):
             log.error("Spark did not stop within %.0f s (its JVM is gone?); exiting now", SPARK_STOP_TIMEOUT)
             flush_logs()
             os._exit(1)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..etcd.client import EtcdClient
 from ..faults import crash_point
@@ -107,8 +107,8 @@ def _state_info(persisted: PersistedChannel, positions: PositionCodec) -> Vchann
 class VchannelImporter:
     """Imports a vchannel's persisted segments. Runs on the driver; any thread (one per vchannel)."""
 
-    def __init__(self, spark: SparkSession, storage: StorageLayout, source: MilvusSource) -> None:
-        self.spark, self.storage, self.source, self.batch = spark, storage, source, source.batch
+    def __init__(self, sc: SparkContext, storage: StorageLayout, source: MilvusSource) -> None:
+        self.sc, self.storage, self.source, self.batch = sc, storage, source, source.batch
 
     def run(self, vchannel: str, collection_id: int, schema: schema_pb2.CollectionSchema,
             committer: CollectionCommitter, node_id: int, progressed: Callable[[], None] = lambda: None) -> None:
@@ -183,7 +183,7 @@ class VchannelImporter:
 
     def _spark_job(self, tasks: list, run: Callable, what: str) -> list:
         """``run`` over ``tasks`` on executors, a task each, in the import's scheduler pool."""
-        return run_tasks(self.spark.sparkContext, tasks, run, group=JOB_GROUP, pool=POOL,
+        return run_tasks(self.sc, tasks, run, group=JOB_GROUP, pool=POOL,
                          description=f"deltanode: import {what}")
 
     def _discard(self, collection_id: int, results: list[ImportedSegment]) -> None:

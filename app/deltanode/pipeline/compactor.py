@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..executor.rewrite import rewrite
 from ..records import FileEntry, Rewrite, TableKind
@@ -116,9 +116,9 @@ class _Replaced:
 class Compactor:
     """Runs on the driver."""
 
-    def __init__(self, spark: SparkSession, storage: StorageLayout, members: Members,
+    def __init__(self, sc: SparkContext, storage: StorageLayout, members: Members,
                  settings: CompactionSettings) -> None:
-        self.spark, self.storage, self.members, self.settings = spark, storage, members, settings
+        self.sc, self.storage, self.members, self.settings = sc, storage, members, settings
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._replaced: deque[_Replaced] = deque()
@@ -137,7 +137,7 @@ class Compactor:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
+                self.sc.cancelJobGroup(JOB_GROUP)
                 self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -200,7 +200,7 @@ class Compactor:
         never committed: the sweep's orphans)."""
         try:
             slices = max(1, min(TASKS_PER_JOB, -(-len(rewrites) // REWRITES_PER_TASK)))
-            files = run_tasks(self.spark.sparkContext, rewrites, rewrite, group=JOB_GROUP, pool=POOL, slices=slices,
+            files = run_tasks(self.sc, rewrites, rewrite, group=JOB_GROUP, pool=POOL, slices=slices,
                               description=f"deltanode compaction: {len(rewrites)} segment rewrite(s)")
         except Exception as e:  # noqa: BLE001 - tried again next round
             report.failed += len(rewrites)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..executor.task import run_pickled_task
 from ..faults import crash_point
@@ -65,12 +65,12 @@ class Launched:
 class CycleRunner:
     """Runs on the driver, in the pipeline's loop; keeps what cycles learn of the pchannels."""
 
-    def __init__(self, spark: SparkSession, storage: StorageLayout, broker: Broker, limits: Limits,
+    def __init__(self, sc: SparkContext, storage: StorageLayout, broker: Broker, limits: Limits,
                  seal: SealSettings, registry: VchannelRegistry, failures: FailurePolicy,
                  flushes: Callable[[], dict[int, int]], stopping: threading.Event) -> None:
         """``flushes``: collection id -> the latest flush ts requested; ``stopping``: set when the
         pipeline stops (a failed job is then not retried task by task)."""
-        self.spark, self.storage, self.broker, self.limits, self.seal = spark, storage, broker, limits, seal
+        self.sc, self.storage, self.broker, self.limits, self.seal = sc, storage, broker, limits, seal
         self.registry, self.failures, self.flushes, self.stopping = registry, failures, flushes, stopping
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
         self.number = 0
@@ -162,7 +162,7 @@ class CycleRunner:
         failed. If the job fails, each task runs as a job of its own, so a range that breaks its
         task (a worker crash) fails only its own vchannels; unless Spark itself stopped
         (``SparkStopped``: no vchannel failed)."""
-        sc = self.spark.sparkContext
+        sc = self.sc
         sc.setJobGroup(JOB_GROUP, f"deltanode cycle {specs[0].cycle}: {len(specs)} task(s)", interruptOnCancel=True)
 
         def run(some: list[TaskSpec]) -> list[TaskOutput]:

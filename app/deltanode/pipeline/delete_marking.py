@@ -16,7 +16,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..executor.delete_marks import ALL_PARTITIONS, mark
 from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind
@@ -84,8 +84,8 @@ def _candidates(sync: VchannelSync, committed: dict[str, AddFile], pk: str,
 class DeleteMarker:
     """Runs on the driver, in the pipeline's loop."""
 
-    def __init__(self, spark: SparkSession, storage: StorageLayout, max_tasks: int) -> None:
-        self.spark, self.storage, self.max_tasks = spark, storage, max_tasks
+    def __init__(self, sc: SparkContext, storage: StorageLayout, max_tasks: int) -> None:
+        self.sc, self.storage, self.max_tasks = sc, storage, max_tasks
 
     def plan(self, committer: CollectionCommitter, pk: str, syncs: list[VchannelSync]) -> list[MarkTask]:
         """The tasks of one collection's syncs (those with deletes)."""
@@ -110,7 +110,7 @@ class DeleteMarker:
         if not tasks:
             return {}
         started = time.monotonic()
-        sc = self.spark.sparkContext
+        sc = self.sc
         sc.setJobGroup(JOB_GROUP, f"deltanode: marking the deletes of {len(tasks)} vchannel(s)", interruptOnCancel=True)
         try:
             results = sc.parallelize(tasks, min(len(tasks), self.max_tasks)).map(mark).collect()

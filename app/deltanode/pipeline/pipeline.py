@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.seal_policy import SealSettings
@@ -66,31 +66,31 @@ class PipelineSettings:
 class Pipeline:
     """Runs on the driver. ``add``/``remove``/``snapshots`` may be called from any thread."""
 
-    def __init__(self, spark: SparkSession, storage: StorageLayout, broker: Broker,
+    def __init__(self, sc: SparkContext, storage: StorageLayout, broker: Broker,
                  settings: PipelineSettings = PipelineSettings(), *, node_id: int = 0,
                  fence: Fence | None = None, on_cycle: CycleObserver | None = None,
                  milvus: MilvusSource | None = None) -> None:
         """``milvus``: mirror mode's Milvus, whose persisted segments a vchannel handed over with
         them is imported from (``milvus_import``)."""
-        self.spark, self.storage, self.broker, self.settings = spark, storage, broker, settings
+        self.sc, self.storage, self.broker, self.settings = sc, storage, broker, settings
         self.node_id = node_id
         self.registry = VchannelRegistry()
-        self._syncs = SyncManager(spark, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
+        self._syncs = SyncManager(sc, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
                                   settings.limits.splits)
-        self._loader = VchannelLoader(self._syncs, VchannelImporter(spark, storage, milvus) if milvus else None)
+        self._loader = VchannelLoader(self._syncs, VchannelImporter(sc, storage, milvus) if milvus else None)
         self._failures = FailurePolicy(storage, fence, self._loader.load, self._loader.forget)
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._flushes: dict[int, int] = {}           # collection id -> the latest flush ts requested
         self._flush_lock = threading.Lock()
-        self._cycle = CycleRunner(spark, storage, broker, settings.limits, settings.seal, self.registry,
+        self._cycle = CycleRunner(sc, storage, broker, settings.limits, settings.seal, self.registry,
                                   self._failures, self._requested_flushes, self._stopping)
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(self.registry, self._cycle, self._syncs, self._stopping, on_cycle)
         self._trigger = Trigger(settings.trigger_interval)
         self.cycles = self._turns.reports
-        self.compactor = Compactor(spark, storage, self, settings.compaction)
+        self.compactor = Compactor(sc, storage, self, settings.compaction)
 
     def request_flush(self, collection_id: int, flush_ts: int) -> None:
         """Flush the collection's vchannels on this node at ``flush_ts`` (seal_policy.py); each
@@ -194,7 +194,7 @@ class Pipeline:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                self.spark.sparkContext.cancelJobGroup(JOB_GROUP)
+                self.sc.cancelJobGroup(JOB_GROUP)
                 self._thread.join(timeout)
         self._cycle.close()
         for fg in self.registry.members().values():

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyspark.sql import SparkSession
+from pyspark import SparkContext
 
 from .jobs import spark_stopped
 
@@ -54,24 +54,24 @@ def _load_task_modules(_task: int) -> int:
     return n
 
 
-def warm_up(spark: SparkSession, splits: int = 2) -> float:
+def warm_up(sc: SparkContext, splits: int = 2) -> float:
     """Run one job of ``splits`` tasks through fresh Python workers; returns the seconds it took."""
     t0 = time.monotonic()
-    spark.sparkContext.parallelize(range(splits), splits).map(_load_task_modules).collect()
+    sc.parallelize(range(splits), splits).map(_load_task_modules).collect()
     return time.monotonic() - t0
 
 
-def warm_up_in_background(spark: SparkSession, splits: int = 2,
+def warm_up_in_background(sc: SparkContext, splits: int = 2,
                           done: Callable[[float | None], None] | None = None) -> threading.Thread:
     """``warm_up`` on a thread of its own, logged; ``done`` gets its seconds (None: it failed)."""
 
     def run() -> None:
         seconds: float | None = None
         try:
-            seconds = warm_up(spark, splits)
+            seconds = warm_up(sc, splits)
             log.info("warm-up done in %.1f s", seconds)
         except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
-            if spark_stopped(spark.sparkContext):
+            if spark_stopped(sc):
                 log.info("warm-up ended: Spark stopped (the node is stopping)")
             else:
                 log.warning("warm-up failed, going on without it: %s",

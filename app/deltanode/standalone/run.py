@@ -14,7 +14,7 @@ from ..datacoord.catalog import list_collections
 from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
-from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_session, stop_spark
+from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, stop_spark
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..gc_settings import tune_for_driver
@@ -26,8 +26,8 @@ from .timeticks import TimeTicker
 log = logging.getLogger("deltanode.standalone")
 
 
-def _stop_spark(spark) -> None:
-    if not stop_spark(spark):
+def _stop_spark(sc) -> None:
+    if not stop_spark(sc):
         raise RuntimeError(f"Spark did not stop within {SPARK_STOP_TIMEOUT:.0f} s; going on with the rest")
 
 
@@ -84,9 +84,9 @@ def run(conf: Conf) -> int:
         coord = DataCoord.of(settings, client).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
-        spark = spark_session(conf.spark_conf(), settings, "deltanode-standalone")
-        group.add("spark", lambda: _stop_spark(spark))
-        node = DataNode(settings, spark)
+        sc = spark_context(conf.spark_conf(), settings, "deltanode-standalone")
+        group.add("spark", lambda: _stop_spark(sc))
+        node = DataNode(settings, sc)
         group.add("datanode", node.stop)
         node.start()
         log.info("standalone up: etcd %s, %s broker %s, Delta tables under %s, collections from %s; Ctrl-C to stop",
