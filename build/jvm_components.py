@@ -12,8 +12,9 @@ whose artifact pyspark already ships (Hadoop, Jackson, Parquet, Scala, log4j...)
 Spark's own versions are the only ones loaded.
 
 A component with Java sources in ``build/jvm/NAME/src/`` (a small launcher: a main class the
-component's own jars lack) gets them compiled against its jars into ``deltanode-NAME-launcher.jar``
-in the same directory, so one class path runs it.
+component's own jars lack; or classes to load into Spark) gets them compiled against its jars, and
+pyspark's for a component beside Spark, into ``deltanode-NAME-launcher.jar`` in the same directory,
+so one class path runs it.
 
 ``build/bootstrap.sh`` runs this; it needs ``mvn`` (Debian's ``maven``, which bootstrap installs).
 """
@@ -44,8 +45,7 @@ def artifact(jar: str) -> str:
 
 def spark_jars() -> set[str]:
     """The artifacts pyspark ships in its ``jars/`` directory."""
-    import pyspark
-    return {artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return {artifact(p.name) for p in spark_jars_dir().glob("*.jar")}
 
 
 def target_dir(name: str) -> Path:
@@ -96,7 +96,7 @@ def fetch(pom: Path, quiet: bool) -> None:
         if not any(staging.glob("*.jar")):
             raise SystemExit(f"build/jvm_components.py: Maven copied no jar for {name} ({pom})")
         if sources(pom):
-            compile_launcher(name, sources(pom), staging)
+            compile_launcher(name, sources(pom), staging, spark_jars_dir() if beside_spark else None)
         jars = sorted(p.name for p in staging.glob("*.jar"))
         (staging / STAMP).write_text(want + "\n")
         if target.exists():
@@ -108,14 +108,21 @@ def fetch(pom: Path, quiet: bool) -> None:
         print(f"jvm_components: {name}: {len(jars)} jars in {target}", file=sys.stderr)
 
 
-def compile_launcher(name: str, java_sources: list[Path], jars: Path) -> None:
-    """Compile ``java_sources`` against the jars in ``jars`` into ``deltanode-NAME-launcher.jar`` there."""
+def spark_jars_dir() -> Path:
+    import pyspark
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def compile_launcher(name: str, java_sources: list[Path], jars: Path, also: Path | None = None) -> None:
+    """Compile ``java_sources`` against the jars in ``jars`` (and in ``also``) into
+    ``deltanode-NAME-launcher.jar`` in ``jars``."""
     for tool in ("javac", "jar"):
         if shutil.which(tool) is None:
             raise SystemExit(f"build/jvm_components.py: {tool} not found (a JDK 17: Debian's openjdk-17-jdk-headless); "
                              f"it builds {name}'s launcher")
     with tempfile.TemporaryDirectory(prefix=f"{name}-classes-") as classes:
-        for command in (["javac", "-nowarn", "--release", "17", "-cp", f"{jars}/*", "-d", classes,
+        class_path = f"{jars}/*" + (f":{also}/*" if also else "")
+        for command in (["javac", "-nowarn", "--release", "17", "-cp", class_path, "-d", classes,
                          *map(str, java_sources)],
                         ["jar", "cf", str(jars / f"deltanode-{name}-launcher.jar"), "-C", classes, "."]):
             run = subprocess.run(command, capture_output=True, text=True)

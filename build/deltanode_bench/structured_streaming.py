@@ -31,14 +31,34 @@ How it is built, and why (each choice what Spark's and Delta's docs recommend, o
   write run in that task: without it one core idles. With many topics, the batch is read in one
   task per topic partition (16), coalesced to ``read_partitions`` (2) before decoding, so a batch
   of 16 quiet pchannels starts 2 Python workers, not 16.
-* **Decoding on executors**: ``mapInArrow`` over the batch's ``value`` column, with DeltaNode's
-  own decoder (``deltanode.executor.decode.parse`` / ``insert_columns``: protobuf to Arrow columns
-  in bulk); nothing is collected to the driver but per-collection row counts. Each insert is
-  routed by its ``shardName`` (the vchannel) to its collection; TimeTicks, deletes, DDL and inserts
-  of unknown vchannels are skipped (the reference persists inserts only: this is the benchmark's
-  workload). Rows get DeltaNode's insert_log columns: the schema's fields (the FloatVector as
-  ``array<float>``, as DeltaNode stores it), ``_ts``, ``_row_id``, ``_segment_id``,
-  ``_partition_id``; one table per collection at ``{root}/insert_log/{collection_id}``.
+* **Decoding on executors**, in one of two forms (``Spec.decode``, ``--decode``) that write the
+  same rows and the same table schema; nothing is collected to the driver but per-collection row
+  counts. Each insert is routed by its ``shardName`` (the vchannel) to its collection; TimeTicks,
+  deletes, DDL and inserts of unknown vchannels are skipped (the reference persists inserts only:
+  this is the benchmark's workload). Rows get DeltaNode's insert_log columns: the schema's fields
+  (the FloatVector as ``array<float>``, as DeltaNode stores it), ``_ts``, ``_row_id``,
+  ``_segment_id``, ``_partition_id``; one table per collection at ``{root}/insert_log/{collection_id}``.
+
+  - ``python`` (the default): ``mapInArrow`` over the batch's ``value`` column, with DeltaNode's
+    own decoder (``deltanode.executor.decode.parse`` / ``insert_columns``: protobuf to Arrow
+    columns in bulk).
+  - ``jvm``: no Python worker on the data path. Spark's ``from_protobuf`` (spark-protobuf) is the
+    form Spark documents, but the package registry this project reaches serves no spark-protobuf
+    jar; two Java UDFs (``build/jvm/spark-milvus``: protobuf-java's ``CodedInputStream`` with
+    milvus-proto's field numbers) give the columns from_protobuf would. The header first
+    (``MsgBase.msg_type``, ``shardName``) keeps the inserts of known vchannels, then the
+    InsertRequest: each FieldData's values as an array of its type, a FloatVector's already cut
+    into rows of ``dim`` (cut in Spark SQL with ``transform``/``slice``, a batch decoded 4-6x
+    slower: the lambda runs interpreted, once a row). Spark SQL picks each field's FieldData by id,
+    drops an insert whose sizes do not match its rows, and ``arrays_zip`` + ``inline_outer`` make
+    the rows. It reads the benchmark's types (scalars, VarChar, JSON, FloatVector; not nullable).
+
+  Python is the default because neither form is faster on the benchmark's loads (one run each,
+  same command, the machine shared; MB/s of the 19 and 56 MB backlogs, p50 / p99 of the steady
+  10 MB/s, cores): python 1.4 and 3.0 MB/s, 14.94 / 22.18 s, 1.26 / 1.48 cores; jvm 1.6 and 3.1
+  MB/s, 14.93 / 22.79 s, 1.22 / 1.62 cores; at 16 vchannels python 19.73 / 27.71 s (1.36 cores,
+  1,246 MiB), jvm 19.55 / 28.05 s (1.14 cores, 1,930 MiB). Decoding is not where a batch's time
+  goes (below), and the python form is the one whose decoder is DeltaNode's own.
 * **Exactly once**: each table write is an append with Delta's idempotent-write options
   ``txnAppId`` (one id for the query) and ``txnVersion`` = the micro-batch id. Spark's offset log
   records a batch's offsets before it runs, so a batch run again after a crash reads the same
@@ -72,8 +92,9 @@ How it is built, and why (each choice what Spark's and Delta's docs recommend, o
 Where a batch's time goes (JFR of the driver JVM, C1 only, a 30-s steady load): batches of ~9
 inserts took 2.5-2.7 s, most of the JVM's CPU outside Java frames (the Arrow hand-off to and from
 the Python worker, Parquet's encoding of the float arrays) and, in Java, the stream thread planning
-and generating code for each batch (Janino). A reference decoding in the JVM (Spark's
-``from_protobuf`` with Milvus's descriptors, no Python worker) is the next form to measure.
+and generating code for each batch (Janino). Decoding is the small part: 10 inserts of 1,000 x
+768 decode in ~1 s in either form and take 4-5 s to write as Parquet (dictionary encoding and
+compression off or on alike); at 16 vchannels a batch's 8 Delta appends take 12-15 s in both.
 
 Insert -> durable for the reference: a record at offset ``o`` of a topic belongs to the first
 micro-batch whose end offset (Spark's offset log, ``{checkpoint}/offsets/{batch}``) is past ``o``;
@@ -133,6 +154,7 @@ class Spec:
     arrow_batch: int = 64               # spark.sql.execution.arrow.maxRecordsPerBatch (Kafka records in)
     log_level: str = "WARN"
     vector_as: str = "array"            # FloatVector columns: "array" (array<float>, as DeltaNode) or "binary"
+    decode: str = "python"              # "python": mapInArrow with DeltaNode's decoder; "jvm": Java UDFs + Spark SQL
 
 
 def decoder(routes: dict[str, tuple[int, bytes]], arrow_schema_bytes: bytes):
@@ -185,6 +207,80 @@ def decoder(routes: dict[str, tuple[int, bytes]], arrow_schema_bytes: bytes):
     return decode_batches
 
 
+# The "jvm" decode form: Java UDFs (build/jvm/spark-milvus) read the wire format into the columns
+# from_protobuf would give; Spark SQL turns an InsertRequest's columnar FieldData into rows.
+HEADER_UDF, INSERT_UDF = "milvus_header", "milvus_insert"
+HEADER_TYPE = "struct<msg_type:int,shard:string>"
+FIELD_TYPE = ("struct<id:bigint,name:string,dim:bigint,longs:array<bigint>,ints:array<int>,floats:array<float>,"
+              "doubles:array<double>,bools:array<boolean>,strings:array<string>,bytes:array<binary>,"
+              "vectors:array<array<float>>>")
+INSERT_TYPE = (f"struct<shard:string,partition:bigint,segment:bigint,ts:array<bigint>,row_ids:array<bigint>,"
+               f"fields:array<{FIELD_TYPE}>>")
+UDF_CLASS = "deltanode.bench.MilvusDecode"
+
+
+def register_jvm_decoders(spark) -> None:
+    spark.udf.registerJavaFunction(HEADER_UDF, f"{UDF_CLASS}$Header", HEADER_TYPE)
+    spark.udf.registerJavaFunction(INSERT_UDF, f"{UDF_CLASS}$Insert", INSERT_TYPE)
+
+
+def _values(spec, fd):
+    """The array of a FieldData struct that holds ``spec``'s values (a FloatVector's: one array a row)."""
+    from deltanode.wire.schema import DataType
+    slot = {DataType.Bool: "bools", DataType.Int8: "ints", DataType.Int16: "ints", DataType.Int32: "ints",
+            DataType.Int64: "longs", DataType.Float: "floats", DataType.Double: "doubles",
+            DataType.VarChar: "strings", DataType.JSON: "bytes", DataType.FloatVector: "vectors"}.get(spec.data_type)
+    if slot is None or spec.nullable:
+        raise ValueError(f"decode 'jvm' does not read field {spec.name!r} ({spec.type_name}"
+                         f"{', nullable' if spec.nullable else ''}): use decode 'python'")
+    return fd[slot]
+
+
+def _field_of(spec):
+    """The FieldData of ``spec`` in an insert's ``fields``: by id, or by name when it comes without one."""
+    return lambda f: (f["id"] == spec.field_id) | ((f["id"] == 0) & (f["name"] == spec.name))
+
+
+def jvm_rows(raw, routes: dict[str, tuple[int, bytes]], spark_schema):
+    """A batch's Kafka ``value`` column -> insert rows of ``spark_schema`` (the mapInArrow form's),
+    all in the JVM: the header read first to keep inserts of known vchannels, then the insert."""
+    from pyspark.sql import functions as F
+
+    from deltanode.wire.milvus_proto import common_pb2, schema_pb2
+    from deltanode.wire.schema import CollectionLayout, DataType
+    layout = CollectionLayout.from_proto(schema_pb2.CollectionSchema.FromString(next(iter(routes.values()))[1]))
+    header = F.call_function(HEADER_UDF, F.col("value"))
+    msgs = (raw.select("value", header.alias("h"))
+            .where((F.col("h.msg_type") == int(common_pb2.MsgType.Insert)) & F.col("h.shard").isin(list(routes)))
+            .select(F.call_function(INSERT_UDF, F.col("value")).alias("m")))
+    m = F.col("m")
+    n = F.size(m["ts"])
+    fields = {s.name: F.get(F.filter(m["fields"], _field_of(s)), 0) for s in layout.fields}
+    values = {s.name: _values(s, fields[s.name]) for s in layout.fields}
+    valid = m.isNotNull() & (n > 0) & (F.size(m["row_ids"]) == n)
+    for s in layout.fields:
+        valid &= F.size(values[s.name]) == n
+        if s.data_type == DataType.FloatVector:
+            valid &= fields[s.name]["dim"] == s.dim
+    cid = F.create_map(*[F.lit(x) for v, (c, _) in routes.items() for x in (v, c)])[m["shard"]]
+    per_message = msgs.where(valid).select(
+        cid.alias(COLLECTION_COLUMN), m["segment"].alias("_segment_id"), m["partition"].alias("_partition_id"),
+        *[values[s.name].alias(s.name) for s in layout.fields], m["ts"].alias("_ts"), m["row_ids"].alias("_row_id"))
+    return _explode(per_message, layout, spark_schema)
+
+
+def _explode(per_message, layout, spark_schema):
+    """One row per position of a message's arrays (``arrays_zip``, then ``inline_outer``: the
+    optimizer guards ``inline`` with a filter on its input's size, which evaluates the zip a second
+    time; messages are never empty here)."""
+    from pyspark.sql import functions as F
+    columns = [s.name for s in layout.fields] + ["_ts", "_row_id"]
+    rows = per_message.select(COLLECTION_COLUMN, "_segment_id", "_partition_id",
+                              F.arrays_zip(*[F.col(c) for c in columns]).alias("rows"))
+    flat = rows.select(COLLECTION_COLUMN, "_segment_id", "_partition_id", F.inline_outer("rows"))
+    return flat.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in spark_schema.fields])
+
+
 def _schema_groups(collections: list[dict], vector_as: str = "array"):
     """Collections grouped by their insert_log Arrow schema: (arrow schema, routes) per group;
     ``vector_as`` "binary": FloatVector columns as binary (dim x float32, little-endian)."""
@@ -227,7 +323,7 @@ def child(spec: Spec) -> None:
     options = {**spark_defaults(), "spark.ui.enabled": "false", "spark.driver.memory": spec.driver_memory,
                "spark.sql.shuffle.partitions": "2",
                "spark.sql.execution.arrow.maxRecordsPerBatch": str(spec.arrow_batch),
-               "spark.jars": ",".join(_jars("spark-kafka")),
+               "spark.jars": ",".join(_jars("spark-kafka") + (_jars("spark-milvus") if spec.decode == "jvm" else [])),
                "spark.sql.streaming.stopGracefullyOnShutdown": "true",
                # a checkpoint every 100 commits, as DeltaNode's tables get (delta-rs's cadence), not every 10:
                # each checkpoint is a Spark job, and at one commit per table and batch the default would
@@ -244,6 +340,10 @@ def child(spec: Spec) -> None:
                 del options[key]
     spark = configure(SparkSession.builder.appName("sss-reference").config(map=options)).getOrCreate()
     spark.sparkContext.setLogLevel(spec.log_level)
+    if spec.decode == "jvm":
+        if spec.vector_as != "array":
+            raise ValueError("decode 'jvm' writes FloatVectors as array<float> only")
+        register_jvm_decoders(spark)
 
     groups = [(from_arrow_schema(schema), schema.serialize().to_pybytes(), routes, schema)
               for schema, routes in _schema_groups(spec.collections, spec.vector_as)]
@@ -271,7 +371,8 @@ def child(spec: Spec) -> None:
         cached = []
         try:
             for spark_schema, schema_bytes, routes, _ in groups:
-                decoded = raw.mapInArrow(decoder(routes, schema_bytes), spark_schema)
+                decoded = (jvm_rows(raw, routes, spark_schema) if spec.decode == "jvm" else
+                           raw.mapInArrow(decoder(routes, schema_bytes), spark_schema))
                 if spec.fanout == "auto" and len(ids) == 1:
                     append(decoded.drop(COLLECTION_COLUMN), ids[0], batch_id)
                     counts[ids[0]] = -1   # not counted
@@ -853,7 +954,7 @@ def _busy_point(args) -> list[list]:
                                 sent=sent, starting_offsets=starting, broker_pid=kafka.proc.pid,
                                 rows_produced=sum(s.rows for s in sent), fanout=args.fanout,
                                 c1_only=args.c1_only, write_threads=args.write_threads,
-                                vector_as=args.vector_as)
+                                vector_as=args.vector_as, decode=args.decode)
                 rows.append([r.label, f"{r.bytes / 1e6:.0f}", f"{r.mb_per_s:.1f}", f"{r.mb_per_s_total:.1f}", "-",
                              _c(r.cores), _c(r.cores_broker), _m(r.peak_rss), r.batches, r.rows_produced,
                              r.rows_in_delta])
@@ -863,7 +964,7 @@ def _busy_point(args) -> list[list]:
                 r = run_steady(kafka.bootstrap_servers, coll, os.path.join(args.work, "steady"),
                                mb_s=args.steady_mb_s, seconds=args.steady_seconds, message_bytes=size,
                                broker_pid=kafka.proc.pid, fanout=args.fanout, c1_only=args.c1_only,
-                               vector_as=args.vector_as)
+                               vector_as=args.vector_as, decode=args.decode)
                 rows.append(["steady", f"{r.bytes / 1e6:.0f}", f"{r.mb_per_s:.1f}", "-", _fmt_lat(r.latencies),
                              _c(r.cores), _c(r.cores_broker), _m(r.peak_rss), r.batches, r.rows_produced,
                              r.rows_in_delta])
@@ -909,6 +1010,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the JVM's default compilers (C1 and C2) instead of C1 only")
     p.add_argument("--vector-as", choices=["array", "binary"], default="array",
                    help="FloatVector column type: array<float> (as DeltaNode) or binary (as Milvus's binlogs)")
+    p.add_argument("--decode", choices=["python", "jvm"], default=Spec.decode,
+                   help="decode Milvus's messages in Python workers (mapInArrow) or in the JVM (Java UDFs, Spark SQL)")
     args = p.parse_args(argv)
     args.work = args.work or tempfile.mkdtemp(prefix="sss-reference-")
     say(f"work dir {args.work}")
@@ -921,7 +1024,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in [int(x) for x in args.vchannels.split(",")]:
             r = run_scale(n, os.path.join(args.work, f"scale-{n}"), seconds=args.seconds, drain=args.drain,
                           write_threads=args.write_threads, max_offsets=args.max_offsets or None,
-                          fanout=args.fanout, c1_only=args.c1_only, vector_as=args.vector_as)
+                          fanout=args.fanout, c1_only=args.c1_only, vector_as=args.vector_as,
+                          decode=args.decode)
             rows.append([n, r.collections, f"{r.inserts / r.seconds:.0f}", _c(r.cores),
                          " / ".join(_c(c) for c in r.cores_split), _c(r.cores_broker), _c(r.cores_machine),
                          _m(r.rss_peak), _fmt_lat(r.latencies),
