@@ -3,7 +3,8 @@
 
 ``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (local[2], C1 only)
 with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up job, and stops; the JVM
-writes the archive as it exits. ``build/bootstrap.sh`` runs this when the
+writes the archive as it exits; spark-submit's launcher JVM writes its own beside it
+(``jvm.launcher_archive``). ``build/bootstrap.sh`` runs this when the
 archive is missing or was made for another Java or pyspark; ``deltanode.jvm`` says why.
 """
 
@@ -26,9 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from deltanode.jvm import C1_ONLY
+    from deltanode.jvm import C1_ONLY, launcher_archive
     from deltanode.pipeline.warmup import warm_up
 
+    launcher = launcher_archive()
+    if launcher.exists():
+        launcher.unlink()
+    # spark-class splits this variable on spaces and takes no quotes (nor, then, a path with spaces).
+    os.environ["SPARK_LAUNCHER_OPTS"] = f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr -XX:ArchiveClassesAtExit={launcher}"
     t0 = time.monotonic()
     spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -42,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(archive):
         print(f"cds_archive: the JVM wrote no {archive}", file=sys.stderr)
         return 1
+    if not launcher.is_file():   # the launcher starts without one
+        print(f"cds_archive: spark-submit's launcher wrote no {launcher}", file=sys.stderr)
     print(f"cds_archive: {archive} ({os.path.getsize(archive) >> 20} MiB) in {time.monotonic() - t0:.0f} s")
     return 0
 

@@ -73,9 +73,13 @@ def child(args: dict) -> int:
     _emit(status, "process_started")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", "")
-    from pyspark import SparkConf, SparkContext
-
+    from deltanode.datanode.spark import start_spark_context
     from deltanode.jvm import spark_defaults
+
+    # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings;
+    # started, as a DataNode starts it, beside the imports below.
+    started = start_spark_context({**spark_defaults(), "spark.master": args.get("master", "local[2]"),
+                                   "spark.ui.enabled": "false", **args.get("spark_conf", {})}, "deltanode-bench")
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
@@ -85,10 +89,7 @@ def child(args: dict) -> int:
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.milvus_proto import schema_pb2
 
-    # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings.
-    sc = SparkContext.getOrCreate(SparkConf().setAppName("deltanode-bench").setAll(list({
-        **spark_defaults(), "spark.master": args.get("master", "local[2]"), "spark.ui.enabled": "false",
-        **args.get("spark_conf", {})}.items())))
+    sc = started.result()
     sc.setLogLevel("ERROR")
     _emit(status, "spark_context")
     if args.get("warmup", True):  # as a DataNode does with datanode.warmup = true (the default)

@@ -10,10 +10,7 @@ import time
 from ..config import Conf
 from ..gc_settings import tune_for_driver
 from ..logs import flush_logs
-from ..settings import Settings
-from .node import DataNode
-from .progress import ProgressReporter
-from .spark import SPARK_STOP_TIMEOUT, spark_context, stop_spark
+from .spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_context, stop_spark
 
 log = logging.getLogger("deltanode.datanode")
 
@@ -24,9 +21,14 @@ def run(conf: Conf) -> int:
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
+    started = start_spark_context(conf.spark_conf())
+    # The node's modules (pyarrow, deltalake, the pipeline: ~1 s of imports) load while Spark starts.
+    from ..settings import Settings
+    from .node import DataNode
+    from .progress import ProgressReporter
     tune_for_driver()
     settings = Settings.of(conf)
-    sc = spark_context(conf.spark_conf(), settings)
+    sc = spark_context(started, settings)
     node = DataNode(settings, sc)
     reporter = ProgressReporter(settings.node.progress_interval)
     try:

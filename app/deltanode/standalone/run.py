@@ -14,7 +14,7 @@ from ..datacoord.catalog import list_collections
 from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
 from ..datanode.progress import ProgressReporter
-from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, stop_spark
+from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_context, stop_spark
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..gc_settings import tune_for_driver
@@ -84,7 +84,7 @@ def run(conf: Conf) -> int:
         coord = DataCoord.of(settings, client).start()
         group.add("channel assigner", coord.stop)
         log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
-        sc = spark_context(conf.spark_conf(), settings, "deltanode-standalone")
+        sc = spark_context(start_spark_context(conf.spark_conf(), "deltanode-standalone"), settings)
         group.add("spark", lambda: _stop_spark(sc))
         node = DataNode(settings, sc)
         group.add("datanode", node.stop)
