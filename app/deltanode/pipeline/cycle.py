@@ -93,7 +93,8 @@ class CycleRunner:
         readable = [fg for fg in readable if fg.readable] + self.parking.unpark_past(highs)
         averages = self._message_sizes(readable)
         positions = [_position(fg) for fg in readable]
-        limits = replace(self.limits, cycle_messages=self.budget.messages())
+        cap = self.budget.messages()
+        limits = self.limits if cap is None else replace(self.limits, cycle_messages=cap)
         plan = plan_cycle(positions + self.parking.positions(), highs, averages, limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
