@@ -125,7 +125,9 @@ from .procs import TreeSampler, window
 
 APP_ID = "deltanode-bench-structured-streaming"
 COLLECTION_COLUMN = "_collection_id"
-CRASH_ENV = "SSS_CRASH_AFTER_WRITES"   # tests: SIGKILL the process group after this many table writes
+# tests: SIGKILL the process group at the first table write, from this many on, that leaves its
+# batch half written (other tables of the batch still to write)
+CRASH_ENV = "SSS_CRASH_AFTER_WRITES"
 BATCH_BYTES = 256 << 20                # a batch's inserts, as the DataNode's datanode.batch.max.bytes
 
 
@@ -354,15 +356,18 @@ def child(spec: Spec) -> None:
     writes = [0]
     lock = threading.Lock()
 
-    def append(df, collection_id: int, batch_id: int) -> None:
+    def append(df, collection_id: int, batch_id: int, left: list[int] | None = None) -> None:
+        """Append ``df`` to the collection's table as the batch's idempotent write; ``left``: the
+        batch's tables not yet written, this one included (a fan-out's, shared by its threads)."""
         (df.write.format("delta").mode("append")
          .option("txnAppId", APP_ID).option("txnVersion", batch_id)
          .save(table_path(spec.root, collection_id)))
-        if crash_after:
-            with lock:
-                writes[0] += 1
-                if writes[0] >= crash_after:
-                    os.killpg(os.getpgid(0), signal.SIGKILL)
+        with lock:
+            writes[0] += 1
+            if left is not None:
+                left[0] -= 1
+            if crash_after and writes[0] >= crash_after and left is not None and left[0] > 0:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
 
     def each_batch(batch_df, batch_id: int) -> None:
         t0 = time.time()
@@ -385,9 +390,11 @@ def child(spec: Spec) -> None:
                            decoded.groupBy(COLLECTION_COLUMN).count().collect()}
                 counts.update(present)
 
-                def write(cid: int, decoded=decoded) -> None:
+                left = [len(present)]
+
+                def write(cid: int, decoded=decoded, left=left) -> None:
                     append(decoded.filter(F.col(COLLECTION_COLUMN) == cid).drop(COLLECTION_COLUMN).coalesce(1),
-                           cid, batch_id)
+                           cid, batch_id, left)
 
                 with ThreadPoolExecutor(max(1, spec.write_threads)) as pool:
                     for f in [pool.submit(write, cid) for cid in sorted(present)]:

@@ -1,7 +1,7 @@
 """The benchmark's Spark Structured Streaming reference (build/deltanode_bench/structured_streaming.py)
-is exactly once: SIGKILLed after its fifth table write (most runs inside a micro-batch's fan-out:
-some tables committed the batch, others not) and started again, it leaves every row produced in
-its table once."""
+is exactly once: SIGKILLed inside a micro-batch's fan-out (some tables committed the batch, others
+not) and started again, it writes the cut batch to the tables that lacked it and leaves every row
+produced in its table once."""
 
 from __future__ import annotations
 
@@ -75,16 +75,18 @@ def test_sigkill_mid_fanout_then_restart_exactly_once(mq, make_collection, tmp_p
 def run(mq, colls, pchannels, tmp_path):
     expected = collections.Counter(produce(colls, 20))
 
-    # first run: killed (the whole process group, SIGKILL) right after its 5th table write: inside a
-    # batch's fan-out when that batch has rows for more tables than it has written (one at a time)
+    # first run: killed (the whole process group, SIGKILL) at its first table write from the 5th on
+    # that leaves its batch's fan-out half done (tables written one at a time)
     first = sss.Reference(spec(mq, colls, tmp_path, write_threads=1), str(tmp_path / "run1.log"),
                           env={sss.CRASH_ENV: "5"}).start()
     code = first.wait_exit(180)
     assert code == -signal.SIGKILL, first.text()[-3000:]
     uris = [sss.table_path(str(tmp_path / "sss"), c.collection_id) for c in colls]
-    # Which batches each table holds at the kill depends on which collections the first batches
-    # carried (a batch appends only to the tables it has rows for): at least one batch committed.
-    assert any(txn_versions(u) for u in uris)
+    # The cut batch is the last one committed anywhere; a table it has rows for still lacks it.
+    before = {u: txn_versions(u) for u in uris}
+    cut = max(v for versions in before.values() for v in versions)
+    had_cut = {u for u in uris if cut in before[u]}
+    assert had_cut != set(uris), before
 
     # more rows while it is down, then a second run to the end of both pchannels
     expected.update(produce(colls, 5))
@@ -107,3 +109,5 @@ def run(mq, colls, pchannels, tmp_path):
         # the batch cut by the kill, run again: skipped by the tables that had it; each batch once
         versions = txn_versions(sss.table_path(str(tmp_path / "sss"), c.collection_id))
         assert versions == sorted(set(versions))
+    # ... and written to the tables that lacked it
+    assert {u for u in uris if cut in txn_versions(u)} > had_cut
