@@ -215,7 +215,7 @@ class NodeRun:
     dim: int
     t_start: float
     spark_context: float             # SparkContext up
-    spark_ready: float               # its warm-up done (datanode.warmup, in the background)
+    spark_ready: float | None        # its warm-up done (datanode.warmup, in the background; None: not before the stop)
     channels: list[ChannelRun]
     stats: WindowStats | None        # whole run (memory)
     busy: WindowStats | None         # from queries started to last commit (cores)
@@ -346,7 +346,8 @@ class Bench:
                             starts[v], targets[v], node.first("flowgraph_start", vchannel=v)["t"], commits[-1].t,
                             commits, lat.warm_rate(commits, sizes), lat.largest_batch(commits, sizes, starts[v]))
             chans.append(ch)
-        run = NodeRun(label, coll.dim, node.t_start, node.first("spark_context")["t"], node.first("spark_ready")["t"],
+        ready = node.first("spark_ready")   # none when the node stopped before its warm-up ended
+        run = NodeRun(label, coll.dim, node.t_start, node.first("spark_context")["t"], ready["t"] if ready else None,
                       chans, None, None, event_log=node.args["event_log"], samples=node.sampler.samples)
         run.stats = window(node.sampler.samples, node.t_start, run.t_done + 0.25)
         run.t_started = node.first("flowgraphs_started")["t"]
@@ -544,11 +545,11 @@ class Bench:
         out.append(table(["dim", "vch", "msgs", "wire MB", "seconds", "MB/s", "rows/s", "MB/s after 1st commit",
                           "commits", "ref MB/s", "DataNode/ref"], rows))
         out += ["", "Start-up: DataNode process start -> SparkContext up -> first flowgraph started; warm-up = "
-                    "the Python workers' (datanode.warmup, in the background as a DataNode runs it; '-' with "
-                    "--no-warmup)"]
+                    "the Python workers' (datanode.warmup, in the background as a DataNode runs it; '-': off, or not "
+                    "done before the node stopped)"]
         out.append(table(["dim", "run", "context s", "warm-up s", "flowgraph start s"], [
             [r.dim, r.label, secs(r.spark_context - r.t_start),
-             secs(r.spark_ready - r.spark_context) if not a.no_warmup else "-", secs(r.t_query - r.t_start)]
+             secs(r.spark_ready - r.spark_context) if r.spark_ready is not None else "-", secs(r.t_query - r.t_start)]
             for r in self.runs]))
         if self.refs:
             out += ["", "Reference: one plain Python process, consume -> decode -> parquet, same messages, no Spark"]
