@@ -16,8 +16,8 @@ with prints a warning and starts without it.
 
 spark-submit's launcher (the short JVM ``bin/spark-class`` runs to build the driver's command
 line, before the driver's JVM starts) gets C1 only and an archive of its own through
-``SPARK_LAUNCHER_OPTS`` (``launcher_options``): 0.45-0.75 -> 0.10-0.13 s alone, and a DataNode's
-start to its SparkContext ~0.25 s sooner, side by side (docs/benchmarks.md, "Start-up"). Its
+``SPARK_LAUNCHER_OPTS`` (``launcher_options``): a DataNode's start to its SparkContext 0.2-0.35 s
+sooner, side by side (docs/benchmarks.md, "Start-up"). Its
 stdout is the command line spark-class runs, so the JVM's own warnings (an archive made by another
 Java) go to stderr.
 
