@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     if launcher.exists():
         launcher.unlink()
     # spark-class splits this variable on spaces and takes no quotes (nor, then, a path with spaces).
-    os.environ["SPARK_LAUNCHER_OPTS"] = f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr -XX:ArchiveClassesAtExit={launcher}"
+    os.environ["SPARK_LAUNCHER_OPTS"] = (f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr "
+                                         f"-XX:ArchiveClassesAtExit={launcher}")
     t0 = time.monotonic()
     spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
