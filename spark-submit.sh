@@ -59,6 +59,8 @@ PYTHONPATH="$ROOT/app" "$PY" -c \
     "$@" >"$OPTS_FILE" || rc=$?
 [ "$rc" -eq 0 ] || exit "$rc"
 mapfile -d '' -t SPARK_OPTS <"$OPTS_FILE"
+LAUNCHER_OPTS="${SPARK_OPTS[0]}"      # first: spark-submit's launcher JVM (deltanode.jvm.launcher_options)
+SPARK_OPTS=("${SPARK_OPTS[@]:1}")
 
 # The archive the driver and the executors import deltanode from.
 VERSION="$(sed -n 's/^__version__ *= *["'\'']\([^"'\'']*\)["'\''].*/\1/p' "$ROOT/app/deltanode/__init__.py")"
@@ -83,13 +85,9 @@ fi
 export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$PY}"
 export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$PY}"
 # spark-submit's launcher JVM: C1 only, its class archive when bootstrap made one, its own log
-# lines on stderr (its stdout is the command spark-class runs): deltanode.jvm.launcher_options.
-if [ -z "${SPARK_LAUNCHER_OPTS+x}" ]; then
-    SPARK_LAUNCHER_OPTS="-XX:TieredStopAtLevel=1 -Xlog:disable -Xlog:all=warning:stderr"
-    LAUNCHER_JSA="$VENV/share/deltanode/spark-launcher-cds.jsa"
-    [ -f "$LAUNCHER_JSA" ] && SPARK_LAUNCHER_OPTS+=" -XX:SharedArchiveFile=$LAUNCHER_JSA"
-    export SPARK_LAUNCHER_OPTS
-fi
+# lines on stderr (its stdout is the command spark-class runs); a SPARK_LAUNCHER_OPTS of the
+# environment wins.
+export SPARK_LAUNCHER_OPTS="${SPARK_LAUNCHER_OPTS-$LAUNCHER_OPTS}"
 
 # Job control puts spark-submit in its own process group, so a Ctrl-C in the terminal reaches
 # only this script, which asks the Python driver to stop while the JVM is still up.

@@ -352,9 +352,11 @@ def _check_embedded_ports(conf) -> None:
 
 
 def _spark_args_main(argv: Sequence[str]) -> int:
-    """Used by spark-submit.sh: checks the command line and conf before any JVM starts and
-    prints the spark-submit options NUL-separated."""
+    """Used by spark-submit.sh: checks the command line and conf before any JVM starts, then
+    prints NUL-separated the options of spark-submit's launcher JVM (``SPARK_LAUNCHER_OPTS``,
+    ``jvm.launcher_options``) and the spark-submit options."""
     from deltanode.jars import MissingJars
+    from deltanode.jvm import launcher_options
     from deltanode.standalone.services import ServiceError
     try:
         opts = spark_submit_args(argv)
@@ -366,7 +368,7 @@ def _spark_args_main(argv: Sequence[str]) -> int:
     except ServiceError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write("".join(o + "\0" for o in opts))
+    sys.stdout.write("".join(o + "\0" for o in [launcher_options(), *opts]))
     return 0
 
 
