@@ -84,12 +84,13 @@ How it is built, and why (each choice what Spark's and Delta's docs recommend, o
   tables get a checkpoint every 100 versions from delta-rs): a checkpoint is a Spark job, and with a
   commit per table and batch the default would run one per 10 collections of every batch. Stats
   are collected as by default.
-* **Spark**: ``local[2]``, driver heap ``driver_memory`` (1g), the JVM options DeltaNode's Spark gets
-  (``deltanode.jvm.spark_defaults``: C1 only, the class archive when there is one, FAIR scheduling,
-  Unix domain sockets to Python). C1 only measured: a 30-s steady 10 MB/s of 768-dim inserts took
-  p50 / p99 4.55 / 7.14 s with it and 9.15 / 14.47 s with the JVM's default compilers, whose C2
-  threads compiled for most of the run (6.7 s of compile time in 15 s, JFR); ``c2`` (``--c2``) for
-  runs long enough to repay it.
+* **Spark**: ``local[2]``, driver heap ``driver_memory`` (2g: with 1g, the 256-vchannel point's 60-s
+  load ran out of heap in its fourth batch, a catch-up batch at the 256-MB cap), the JVM options
+  DeltaNode's Spark gets (``deltanode.jvm.spark_defaults``: C1 only, the class archive when there is
+  one, FAIR scheduling, Unix domain sockets to Python). C1 only measured: a 30-s steady 10 MB/s of
+  768-dim inserts took p50 / p99 4.55 / 7.14 s with it and 9.15 / 14.47 s with the JVM's default
+  compilers, whose C2 threads compiled for most of the run (6.7 s of compile time in 15 s, JFR);
+  ``c2`` (``--c2``) for runs long enough to repay it.
 
 Where a batch's time goes (JFR of the driver JVM, C1 only, a 30-s steady load): batches of ~9
 inserts took 2.5-2.7 s, most of the JVM's CPU outside Java frames (the Arrow hand-off to and from
@@ -153,7 +154,7 @@ class Spec:
     write_threads: int = 4
     fanout: str = "auto"                # auto: direct for one collection, else cache; or "cache"
     until: dict = field(default_factory=dict)   # topic -> offset: stop once every batch up to it committed
-    driver_memory: str = "1g"
+    driver_memory: str = "2g"
     c1_only: bool = True
     arrow_batch: int = 64               # spark.sql.execution.arrow.maxRecordsPerBatch (Kafka records in)
     log_level: str = "WARN"
