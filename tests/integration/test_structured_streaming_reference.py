@@ -32,8 +32,10 @@ def produce(colls, messages: int) -> dict[int, int]:
         for c in colls:
             for p, v in zip(c.pchannels, c.vchannels):
                 c.producer.insert(p, v, c.collection_id + 1, 1, ROWS)
-    for c in colls:
-        c.producer.flush_producer()
+            # Each collection's producer is a client of its own: flushed in turn, the topics hold the
+            # rounds in order, where unflushed each client's messages could land as one block and a
+            # 60-record batch then hold fewer collections than the kill below needs.
+            c.producer.flush_producer()
     return {c.collection_id: messages * ROWS * len(c.vchannels) for c in colls}
 
 
