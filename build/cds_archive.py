@@ -27,15 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from deltanode.jvm import C1_ONLY, launcher_archive
+    from deltanode.jvm import C1_ONLY, LAUNCHER_BASE, launcher_archive
     from deltanode.pipeline.warmup import warm_up
 
     launcher = launcher_archive()
     if launcher.exists():
         launcher.unlink()
-    # spark-class splits this variable on spaces and takes no quotes (nor, then, a path with spaces).
-    os.environ["SPARK_LAUNCHER_OPTS"] = (f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr "
-                                         f"-XX:ArchiveClassesAtExit={launcher}")
+    # No quotes in this variable (jvm.LAUNCHER_BASE), so no path with spaces either.
+    os.environ["SPARK_LAUNCHER_OPTS"] = f"{LAUNCHER_BASE} -XX:ArchiveClassesAtExit={launcher}"
     t0 = time.monotonic()
     spark = SparkSession.builder.appName("deltanode-cds-archive").config(map={
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",

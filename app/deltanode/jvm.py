@@ -50,12 +50,16 @@ def launcher_archive() -> Path:
     return cds_archive().with_name("spark-launcher-cds.jsa")
 
 
+# spark-submit's launcher JVM: C1 only, its own log lines on stderr (its stdout is the command
+# spark-class runs). spark-class splits SPARK_LAUNCHER_OPTS on spaces and takes no quotes.
+LAUNCHER_BASE = f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr"
+
+
 def launcher_options() -> str:
-    """``SPARK_LAUNCHER_OPTS`` for spark-submit's launcher JVM: C1 only, the archive when bootstrap
-    made one, and the JVM's own log lines on stderr (its stdout is the command spark-class runs)."""
-    options = f"{C1_ONLY} -Xlog:disable -Xlog:all=warning:stderr"
+    """``SPARK_LAUNCHER_OPTS`` for spark-submit's launcher JVM: ``LAUNCHER_BASE``, and the archive
+    when bootstrap made one (``build/cds_archive.py`` records it with the same base)."""
     archive = launcher_archive()
-    return f"{options} -XX:SharedArchiveFile={archive}" if archive.is_file() else options
+    return f"{LAUNCHER_BASE} -XX:SharedArchiveFile={archive}" if archive.is_file() else LAUNCHER_BASE
 
 
 def spark_defaults() -> dict[str, str]:
