@@ -86,6 +86,14 @@ def pulsar_server(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory):
+    """A test CA with server and client certificates (``tls_files.TlsFiles``); the client's CN is
+    ``root``, the user etcd's ``--client-cert-auth`` takes a certificate without a password for."""
+    from .tls_files import make_tls_files
+    return make_tls_files(tmp_path_factory.mktemp("tls"), client_cn="root")
+
+
 @pytest.fixture
 def mq(request) -> Broker:
     """The broker the collections of a test live on: Apache Kafka unless the test asks for another
