@@ -26,8 +26,15 @@ Broker client settings
   Properties DeltaNode must own to stay exactly-once (``KAFKA_RESERVED``) are refused. Secrets
   belong in the environment: ``DELTANODE_MQ_KAFKA_SASL_PASSWORD`` sets ``mq.kafka.sasl.password``
   (lower-cased, ``_`` read as ``.``). Pulsar's authentication and TLS are keys of their own
-  (``mq.pulsar.auth.*``, ``mq.pulsar.tls.*``). ``describe`` masks secret values.
-  Precedence: environment, then file, then default.
+  (``mq.pulsar.auth.*``, ``mq.pulsar.tls.*``), as are etcd's (``etcd.ssl.*``, ``etcd.auth.*``).
+
+Secrets
+  A secret (a password, token, secret key: ``is_secret``) shows as ``****`` wherever the conf is
+  printed. It comes from the environment (above), or from a file: ``<key>.file = path`` (or
+  ``DELTANODE_<KEY>_FILE``) reads the value from that file, a trailing newline removed, as
+  Kubernetes and Docker mount secrets (``etcd.auth.password.file = /run/secrets/etcd-password``).
+
+Precedence: environment, then file, then default.
 
 Relative paths (``storage.root``, ``embedded.data.dir``) resolve
 against the working directory (``base_dir`` of ``load_conf``); values with a URI scheme
@@ -50,14 +57,14 @@ import enum
 import os
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ConfError", "Conf", "Key", "KEYS", "ENV_PREFIX", "COMMON_SPARK_KEYS", "load_conf",
-    "parse_size", "parse_duration", "parse_bool", "parse_hostports", "env_name", "keys_markdown",
+    "parse_size", "parse_duration", "parse_bool", "parse_hostports", "env_name", "is_secret", "keys_markdown",
 ]
 
 ENV_PREFIX = "DELTANODE_"
@@ -75,7 +82,9 @@ KAFKA_RESERVED = {
     "auto.offset.reset": "a lost offset must fail the vchannel, never skip data",
     "enable.partition.eof": "range reads depend on it",
 }
-_SECRET_RE = re.compile(r"(password|secret|token|params|credentials|key)$", re.IGNORECASE)
+_SECRET_RE = re.compile(r"(password|secret|token|params|credentials|key|pem)$", re.IGNORECASE)
+#: ``<secret key>.file`` names a file holding the secret (see module doc).
+SECRET_FILE_SUFFIX = ".file"
 
 #: Spark keys with capitals that environment variables can name (see module doc).
 COMMON_SPARK_KEYS = (
@@ -159,6 +168,21 @@ def _parse_float(text: str) -> float:
         return float(str(text).strip())
     except ValueError:
         raise ValueError(f"{text!r} is not a number") from None
+
+
+def is_secret(key: str) -> bool:
+    """Whether ``key`` holds a secret: masked when shown, and readable from ``<key>.file``. A path
+    key is not one (``etcd.ssl.tls.key`` names the key's file, which is readable only by its owner)."""
+    spec = KEYS.get(key)
+    return bool(_SECRET_RE.search(key)) and (spec is None or spec.type == KeyType.STR)
+
+
+def _secret_of_file_key(key: str) -> str | None:
+    """The secret key a ``<key>.file`` key gives the file of, or None when ``key`` is no such key."""
+    if not key.endswith(SECRET_FILE_SUFFIX):
+        return None
+    stem = key[:-len(SECRET_FILE_SUFFIX)]
+    return stem if (stem in KEYS or stem.startswith(KAFKA_CLIENT_PREFIX)) and is_secret(stem) else None
 
 
 def env_name(key: str) -> str:
@@ -259,9 +283,29 @@ def _k(name: str, type_: KeyType, default: str | None, doc: str, **kw: Any) -> K
     return Key(name, type_, default, doc, **kw)
 
 
+def _etcd_security_keys(prefix: str, who: str) -> list[Key]:
+    """TLS and user keys of an etcd, named after Milvus's ``etcd.ssl.*`` and ``etcd.auth.*``."""
+    return [_k(f"{prefix}{name}", type_, default, f"{who}{doc}") for name, type_, default, doc in (
+        ("ssl.enabled", KeyType.BOOL, "false", "connect to etcd over TLS (Milvus etcd.ssl.enabled)"),
+        ("ssl.tls.ca.cert", KeyType.LOCALPATH, None,
+         "CA certificates (PEM) etcd's server certificate must chain to (Milvus etcd.ssl.tlsCACert); "
+         "unset: the system's"),
+        ("ssl.tls.cert", KeyType.LOCALPATH, None,
+         "client certificate (PEM) for an etcd that asks for one, --client-cert-auth (Milvus etcd.ssl.tlsCert)"),
+        ("ssl.tls.key", KeyType.LOCALPATH, None, "the client certificate's private key (PEM; Milvus etcd.ssl.tlsKey)"),
+        ("ssl.server.name", KeyType.STR, None, "the name etcd's certificate must carry; unset: each endpoint's host"),
+        ("auth.enabled", KeyType.BOOL, "false", "log in to etcd as a user (Milvus etcd.auth.enabled)"),
+        ("auth.username", KeyType.STR, None, "the user to log in as (Milvus etcd.auth.userName); unset: none"),
+        ("auth.password", KeyType.STR, None,
+         f"its password (Milvus etcd.auth.password), a secret: set it with {env_name(prefix + 'auth.password')}, "
+         f"or name a file holding it with {prefix}auth.password.file; unset: none"),
+    )]
+
+
 KEYS: dict[str, Key] = {k.name: k for k in [
     _k("etcd.endpoints", KeyType.HOSTPORTS, "127.0.0.1:2379",
        "etcd client endpoints, comma-separated host:port"),
+    *_etcd_security_keys("etcd.", ""),
     _k("etcd.root", KeyType.STR, "by-dev/meta",
        "etcd key prefix of DeltaNode's meta: sessions, channel watch, catalog (Milvus's MetaRoot layout); "
        "in mirror mode not equal to or inside milvus.meta.root"),
@@ -270,6 +314,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "whose collections are mirrored from its own meta and streams, read only; unset: DeltaNode's own catalog"),
     _k("milvus.etcd.endpoints", KeyType.HOSTPORTS, None,
        "mirror mode: the etcd of that Milvus; unset: etcd.endpoints"),
+    *_etcd_security_keys("milvus.etcd.", "mirror mode, the etcd of milvus.etcd.endpoints (etcd.*'s apply while "
+                                         "that is unset): "),
     _k("milvus.start", KeyType.ENUM, "creation",
        "mirror mode: where a vchannel DeltaNode never committed starts: creation (right after the collection's "
        "CreateCollection message; when the broker no longer holds it, the segments Milvus persisted are imported "
@@ -525,11 +571,12 @@ class Conf:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"Conf(path={self.path!r}, {self.to_dict()!r})"
+        shown = {k: "****" if v is not None and is_secret(k) else v for k, v in self.to_dict().items()}
+        return f"Conf(path={self.path!r}, {shown!r})"
 
 
 def _masked(key: str, value: str) -> str:
-    return "****" if value and _SECRET_RE.search(key) else value
+    return "****" if value and is_secret(key) else value
 
 
 def _to_text(v: Any) -> str:
@@ -588,7 +635,7 @@ def _read_file(path: Path, display: str) -> dict[str, tuple[str, str]]:
             raise ConfError(f"{where}: malformed line {stripped[:60]!r} (expected 'key = value')")
         if key in entries:
             raise ConfError(f"{where}: key {key!r} is set twice (first at {entries[key][1]})")
-        if key not in KEYS and not key.startswith(PASSTHROUGH_PREFIXES):
+        if key not in KEYS and not key.startswith(PASSTHROUGH_PREFIXES) and _secret_of_file_key(key) is None:
             raise ConfError(f"{where}: {_unknown_key_msg(key)}")
         entries[key] = (_strip_value(value, key.startswith(PASSTHROUGH_PREFIXES) and key not in KEYS), where)
     return entries
@@ -596,6 +643,7 @@ def _read_file(path: Path, display: str) -> dict[str, tuple[str, str]]:
 
 def _env_entries(env: Mapping[str, str], passthrough_keys: Iterable[str]) -> dict[str, tuple[str, str]]:
     known = {env_name(k): k for k in KEYS}
+    known.update({env_name(k + SECRET_FILE_SUFFIX): k + SECRET_FILE_SUFFIX for k in KEYS if is_secret(k)})
     spark_names = {env_name(k): k for k in (*COMMON_SPARK_KEYS, *passthrough_keys)}
     out: dict[str, tuple[str, str]] = {}
     for var in sorted(env):
@@ -626,6 +674,7 @@ def _env_entries(env: Mapping[str, str], passthrough_keys: Iterable[str]) -> dic
 
 def _build(entries: Mapping[str, tuple[str, str]], display: str, base_dir: Path,
            path: str | None) -> Conf:
+    entries = _read_secret_files(entries, base_dir)
     values: dict[str, Any] = {}
     raw: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -661,6 +710,40 @@ def _build(entries: Mapping[str, tuple[str, str]], display: str, base_dir: Path,
     return conf
 
 
+def _read_secret_files(entries: Mapping[str, tuple[str, str]], base_dir: Path) -> dict[str, tuple[str, str]]:
+    """``entries`` with each ``<key>.file`` replaced by ``<key>`` and the content of the file it names.
+    A key set both ways is an error, unless one of the two comes from the environment, which wins."""
+    out = dict(entries)
+    for key, (text, where) in entries.items():
+        secret = _secret_of_file_key(key)
+        if secret is None:
+            continue
+        del out[key]
+        if secret in entries:
+            other = entries[secret][1]
+            if other.startswith("env ") != where.startswith("env "):
+                if where.startswith("env "):
+                    out[secret] = _secret_from_file(secret, text, where, base_dir)
+                continue
+            raise ConfError(f"{where}: {key!r} and {secret!r} ({other}) are both set: keep one")
+        out[secret] = _secret_from_file(secret, text, where, base_dir)
+    return out
+
+
+def _secret_from_file(key: str, text: str, where: str, base_dir: Path) -> tuple[str, str]:
+    path = Path(os.path.expanduser(text.strip()))
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        value = path.read_text(encoding="utf-8").rstrip("\r\n")   # an editor's last newline is not the secret's
+    except OSError as e:
+        raise ConfError(f"{where}: cannot read the file of {key!r}, {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfError(f"{where}: the file of {key!r}, {path}, is not UTF-8 text") from None
+    if not value:
+        raise ConfError(f"{where}: the file of {key!r}, {path}, is empty")
+    return value, f"{where} (file {path})"
+
+
 def _check_cross(conf: Conf) -> None:
     def fail(key: str, msg: str) -> None:
         raise ConfError(f"{conf.source(key)}: bad value for {key!r}: {msg}")
@@ -681,6 +764,8 @@ def _check_cross(conf: Conf) -> None:
             fail(blamed, f"etcd.root {conf.get('etcd.root')!r} ({conf.source('etcd.root')}) is {where} Milvus "
                          f"meta root {milvus_root!r} (milvus.meta.root): DeltaNode never writes under Milvus's "
                          f"keys; give it a root of its own, e.g. deltanode/meta")
+    for prefix in ("etcd.", "milvus.etcd."):
+        _check_etcd_security(conf, prefix, fail)
     if conf.get("embedded.etcd"):
         eps = conf.hostports("etcd.endpoints")
         if len(eps) != 1 or eps[0][0] not in _LOOPBACK:
@@ -692,6 +777,37 @@ def _check_cross(conf: Conf) -> None:
             example = "pulsar://127.0.0.1:6650" if conf.get("mq.type") == "pulsar" else "127.0.0.1:9092"
             fail(conf.broker_key, f"{conf.get(conf.broker_key)!r}: with embedded.broker = true it "
                                   f"must be one loopback endpoint, e.g. {example}")
+
+
+def _check_etcd_security(conf: Conf, prefix: str, fail: Callable[[str, str], None]) -> None:
+    """Security keys that would be ignored are errors: a user who set them expects them to apply."""
+    def given(name: str) -> bool:
+        return conf.source(prefix + name) not in ("default", "unset")
+
+    named = [n for n in ("ssl.enabled", "ssl.tls.ca.cert", "ssl.tls.cert", "ssl.tls.key", "ssl.server.name",
+                         "auth.enabled", "auth.username", "auth.password") if given(n)]
+    if prefix == "milvus.etcd." and conf.get("milvus.etcd.endpoints") is None:
+        if named:
+            fail(prefix + named[0], "milvus.etcd.endpoints is unset, so Milvus's etcd is DeltaNode's and etcd.* "
+                                    "apply to it: set etcd.* instead, or set milvus.etcd.endpoints")
+        return
+    endpoints = conf.get(prefix + "endpoints")
+    if not conf.get(prefix + "ssl.enabled"):
+        if any(n.startswith("ssl.") for n in named):
+            fail(prefix + next(n for n in named if n.startswith("ssl.")),
+                 f"{prefix}ssl.enabled is false: set it to true for TLS, or remove the line")
+        if "https://" in endpoints:
+            fail(prefix + "endpoints", f"{endpoints!r} names https:// while {prefix}ssl.enabled is false")
+    if given("ssl.tls.cert") != given("ssl.tls.key"):
+        fail(prefix + ("ssl.tls.key" if given("ssl.tls.cert") else "ssl.tls.cert"),
+             f"a client certificate needs both {prefix}ssl.tls.cert and {prefix}ssl.tls.key")
+    if conf.get(prefix + "auth.enabled"):
+        for name in ("auth.username", "auth.password"):
+            if conf.get(prefix + name) is None:
+                fail(prefix + "auth.enabled", f"true, but {prefix}{name} is unset")
+    elif given("auth.username") or given("auth.password"):
+        fail(prefix + ("auth.username" if given("auth.username") else "auth.password"),
+             f"{prefix}auth.enabled is false: set it to true to log in, or remove the line")
 
 
 def load_conf(path: str | os.PathLike, env: Mapping[str, str] | None = None, *,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Conf
+from .etcd.security import EtcdSecurity
 from .flowgraph.seal_policy import SealSettings
 from .mq.broker import Broker
 from .pipeline.pipeline import PipelineSettings
@@ -37,6 +38,7 @@ class EtcdSettings:
     endpoints: str
     root: str
     session_ttl: float
+    security: EtcdSecurity = EtcdSecurity()   # TLS and login (etcd.ssl.*, etcd.auth.*)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,7 @@ class MirrorSettings:
 
     meta_root: str | None = None
     etcd_endpoints: str | None = None      # None: DeltaNode's etcd
+    etcd_security: EtcdSecurity = EtcdSecurity()   # of etcd_endpoints (milvus.etcd.ssl.*, milvus.etcd.auth.*)
     start: MirrorStart = MirrorStart.CREATION
     storage: StorageLayout | None = None   # Milvus's files, read only (None: nothing can be imported)
     import_batch: int = 8                  # segments a Spark job of an import reads
@@ -109,11 +112,12 @@ class Settings:
     def of(cls, conf: Conf) -> Settings:
         mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"),
                                 etcd_endpoints=conf.get("milvus.etcd.endpoints"),
+                                etcd_security=EtcdSecurity.from_conf(conf, "milvus.etcd."),
                                 start=MirrorStart(conf.get("milvus.start")),
                                 storage=_milvus_storage(conf), import_batch=conf.get("milvus.import.batch"))
         return cls(
             etcd=EtcdSettings(endpoints=conf.get("etcd.endpoints"), root=conf.get("etcd.root"),
-                              session_ttl=conf.get("session.ttl")),
+                              session_ttl=conf.get("session.ttl"), security=EtcdSecurity.from_conf(conf)),
             mirror=mirror,
             pchannels=PchannelSettings(prefix=conf.get("mq.pchannel.prefix"), count=conf.get("mq.pchannel.count")),
             embedded=EmbeddedSettings(etcd=conf.get("embedded.etcd"), broker=conf.get("embedded.broker"),

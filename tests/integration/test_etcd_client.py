@@ -18,11 +18,9 @@ from .support import wait_until
 
 
 def test_parse_endpoints():
-    assert parse_endpoints(" a:1, http://b:2/ ,") == [("a", 1), ("b", 2)]
+    assert parse_endpoints(" a:1, http://b:2/ ,https://c:3") == [("a", 1), ("b", 2), ("c", 3)]
     with pytest.raises(ValueError, match="host:port"):
         parse_endpoints("localhost")
-    with pytest.raises(ValueError, match="TLS"):
-        parse_endpoints("https://a:1")
 
 
 def test_conditional_writes(client, etcd_root):

@@ -297,3 +297,54 @@ def test_storage_root_on_s3_with_its_endpoint_and_credentials(tmp_path):
     assert StorageLayout(str(tmp_path)).delta_options(str(tmp_path)) is None   # a local root needs none
     msg = error(tmp_path, "storage.root = gs://lake/milvus\n")
     assert msg.startswith("FILE:1: bad value for 'storage.root'") and "put-if-absent" in msg
+
+
+def test_etcd_tls_and_login_become_the_security_of_deltanodes_and_milvuss_etcd(tmp_path):
+    (tmp_path / "pw").write_text("s3cret\n")   # as an editor or a mounted secret ends it
+    conf = load(tmp_path, "storage.root = x\netcd.endpoints = https://e1:2379,e2:2379\netcd.ssl.enabled = true\n"
+                          "etcd.ssl.tls.ca.cert = ca.pem\netcd.ssl.tls.cert = c.pem\netcd.ssl.tls.key = k.pem\n"
+                          "etcd.auth.enabled = true\netcd.auth.username = deltanode\netcd.auth.password.file = pw\n"
+                          "milvus.meta.root = by-dev/meta\netcd.root = deltanode/meta\n"
+                          "milvus.etcd.endpoints = m:2379\nmilvus.etcd.auth.enabled = true\n"
+                          "milvus.etcd.auth.username = reader\n",
+                {"DELTANODE_MILVUS_ETCD_AUTH_PASSWORD": "m1lvus"})
+    settings = Settings.of(conf)
+    own, milvus = settings.etcd.security, settings.mirror.etcd_security
+    assert (own.tls, own.ca_cert, own.cert, own.key) == (True, str(tmp_path / "ca.pem"), str(tmp_path / "c.pem"),
+                                                         str(tmp_path / "k.pem"))
+    assert (own.username, own.password, own.keys) == ("deltanode", "s3cret", "etcd.")
+    assert (milvus.tls, milvus.username, milvus.password, milvus.keys) == (False, "reader", "m1lvus", "milvus.etcd.")
+    # Secrets never show: not in --print-conf, not in a repr; the key file's path is no secret.
+    shown = conf.describe() + repr(conf) + repr(settings)
+    assert "s3cret" not in shown and "m1lvus" not in shown
+    assert f"etcd.auth.password = ****  # {tmp_path / 'x.conf'}:9 (file {tmp_path / 'pw'})" in conf.describe()
+    assert f"etcd.ssl.tls.key = {tmp_path / 'k.pem'}" in conf.describe()
+    # The environment's <KEY>_FILE reads a file too, and wins over the conf file's value.
+    (tmp_path / "pw2").write_text("fr0m-env")
+    conf = load(tmp_path, "storage.root = x\netcd.auth.enabled = true\netcd.auth.username = u\n"
+                          "etcd.auth.password = in-file\n", {"DELTANODE_ETCD_AUTH_PASSWORD_FILE": str(tmp_path / "pw2")})
+    assert conf.get("etcd.auth.password") == "fr0m-env"
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("etcd.auth.password = a\netcd.auth.password.file = pw", "'etcd.auth.password.file' and 'etcd.auth.password'"),
+    ("etcd.auth.password.file = missing", "cannot read the file of 'etcd.auth.password'"),
+    ("etcd.auth.enabled = true\netcd.auth.username = u", "'etcd.auth.enabled': true, but etcd.auth.password is unset"),
+    ("etcd.auth.username = u", "'etcd.auth.username': etcd.auth.enabled is false"),
+    ("etcd.ssl.tls.ca.cert = ca.pem", "'etcd.ssl.tls.ca.cert': etcd.ssl.enabled is false"),
+    ("etcd.ssl.enabled = true\netcd.ssl.tls.cert = c.pem", "needs both etcd.ssl.tls.cert and etcd.ssl.tls.key"),
+    ("etcd.endpoints = https://e:2379", "names https:// while etcd.ssl.enabled is false"),
+    ("milvus.etcd.ssl.enabled = true", "milvus.etcd.endpoints is unset, so Milvus's etcd is DeltaNode's"),
+    ("mq.kafka.sasl.password.file = missing", "cannot read the file of 'mq.kafka.sasl.password'"),
+    ("etcd.root.file = x", "unknown key 'etcd.root.file'"),
+])
+def test_etcd_security_keys_that_would_be_ignored_or_cannot_be_read_are_errors(tmp_path, text, expect):
+    assert expect in error(tmp_path, f"storage.root = x\n{text}\n")
+
+
+def test_a_kafka_secret_comes_from_a_file_too(tmp_path):
+    (tmp_path / "kafka-pw").write_text("k4fka\n")
+    conf = load(tmp_path, "storage.root = x\nmq.kafka.sasl.username = u\n",
+                {"DELTANODE_MQ_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "kafka-pw")})
+    assert conf.kafka_client_conf() == {"sasl.username": "u", "sasl.password": "k4fka"}
+    assert "k4fka" not in conf.describe() + repr(conf)

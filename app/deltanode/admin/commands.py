@@ -23,7 +23,7 @@ from ..datacoord.catalogs import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
 from ..etcd import flush_request, keys
-from ..etcd.client import EtcdClient
+from ..etcd.client import EtcdClient, EtcdSecurity
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
@@ -52,7 +52,7 @@ def _fail(message: str) -> int:
 
 
 def _client(conf: Conf) -> EtcdClient:
-    return EtcdClient(conf.get("etcd.endpoints"))
+    return EtcdClient(conf.get("etcd.endpoints"), security=EtcdSecurity.from_conf(conf))
 
 
 def _records(conf: Conf, client: EtcdClient) -> list[CollectionRecord]:

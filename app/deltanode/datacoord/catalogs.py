@@ -15,6 +15,7 @@ def open_catalog(settings: Settings, client: EtcdClient) -> Catalog:
     if mirror.meta_root is None:
         return OwnCatalog(client, settings.etcd.root)
     endpoints = mirror.etcd_endpoints
-    milvus = client if endpoints in (None, settings.etcd.endpoints) else EtcdClient(endpoints)
+    milvus = client if endpoints in (None, settings.etcd.endpoints) else \
+        EtcdClient(endpoints, security=mirror.etcd_security)
     return MilvusCatalog(milvus, mirror.meta_root, own_client=client, own_root=settings.etcd.root,
                          broker=settings.broker, positions=CODECS[settings.broker.kind], start=mirror.start)

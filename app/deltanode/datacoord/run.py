@@ -22,7 +22,7 @@ def run(conf: Conf) -> int:
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     tune_for_driver()
     settings = Settings.of(conf)
-    with EtcdClient(settings.etcd.endpoints) as client:
+    with EtcdClient(settings.etcd.endpoints, security=settings.etcd.security) as client:
         coord = DataCoord.of(settings, client).start()
         try:
             while not signals:

@@ -68,8 +68,9 @@ class DataNode:
 
     def start(self) -> "DataNode":
         settings = self.settings
-        self.client = EtcdClient(settings.etcd.endpoints)
-        self.fence = OwnershipFence(settings.etcd.endpoints, settings.etcd.root, 0, reachability=self.reachability)
+        self.client = EtcdClient(settings.etcd.endpoints, security=settings.etcd.security)
+        self.fence = OwnershipFence(settings.etcd.endpoints, settings.etcd.root, 0, reachability=self.reachability,
+                                    security=settings.etcd.security)
         if settings.node.metrics_port:
             self.metrics = MetricsServer(self.view(), settings.node.metrics_address, settings.node.metrics_port).start()
         self.pipeline = Pipeline(self.sc, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
@@ -89,7 +90,8 @@ class DataNode:
         if mirror.meta_root is None:
             return None
         assert self.client is not None
-        client = EtcdClient(mirror.etcd_endpoints) if mirror.etcd_endpoints else self.client
+        client = EtcdClient(mirror.etcd_endpoints, security=mirror.etcd_security) if mirror.etcd_endpoints \
+            else self.client
         if client is not self.client:
             self._own_clients.append(client)
         return MilvusSource(client=client, meta_root=mirror.meta_root, storage=mirror.storage,
@@ -210,6 +212,8 @@ class DataNode:
                 log.warning("could not remove the status document: %s", exc)
         if self.session is not None:
             self.session.close()
+        if self.fence is not None:
+            self.fence.close()
         for client in self._own_clients:
             client.close()
         if self.client is not None:

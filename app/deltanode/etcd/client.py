@@ -13,13 +13,15 @@ from typing import Any
 import grpc
 from aetcd.utils import prefix_range_end
 
-from deltanode.etcd.errors import EtcdError, EtcdUnavailable
+from deltanode.etcd.errors import EtcdError, EtcdRefused, EtcdUnavailable
 from deltanode.etcd.keepalive import KeepAlive
 from deltanode.etcd.loop import EtcdLoop
 from deltanode.etcd.reachability import Reachability
+from deltanode.etcd.security import EtcdSecurity
 from deltanode.etcd.watch import PrefixWatch, WatchEvent
 
-__all__ = ["EtcdClient", "EtcdError", "EtcdUnavailable", "KeepAlive", "PrefixWatch", "WatchEvent"]
+__all__ = ["EtcdClient", "EtcdError", "EtcdRefused", "EtcdSecurity", "EtcdUnavailable", "KeepAlive", "PrefixWatch",
+           "WatchEvent"]
 
 
 def _b(data: bytes | str) -> bytes:
@@ -29,18 +31,24 @@ def _b(data: bytes | str) -> bytes:
 class EtcdClient:
     """Blocking facade over one etcd cluster.
 
-    ``endpoints`` is a comma-separated list of ``host:port`` (an ``http://`` prefix is
-    accepted); the first one that answers within ``connect_timeout`` is used. Each
-    request must finish within ``request_timeout`` or raises :class:`EtcdUnavailable`.
+    ``endpoints`` is a comma-separated list of ``host:port`` (an ``http://`` or ``https://``
+    prefix is accepted); the first one that answers within ``connect_timeout`` is used, over TLS
+    and logged in as ``security`` says. Each request must finish within ``request_timeout`` or
+    raises :class:`EtcdUnavailable`; etcd refusing the client raises :class:`EtcdRefused`.
     """
 
-    def __init__(self, endpoints: str, *, connect_timeout: float = 5.0,
-                 request_timeout: float = 5.0) -> None:
-        self.loop = EtcdLoop(endpoints, connect_timeout=connect_timeout, request_timeout=request_timeout)
+    def __init__(self, endpoints: str, *, connect_timeout: float = 5.0, request_timeout: float = 5.0,
+                 security: EtcdSecurity = EtcdSecurity()) -> None:
+        self.loop = EtcdLoop(endpoints, connect_timeout=connect_timeout, request_timeout=request_timeout,
+                             security=security)
 
     @property
     def endpoints(self) -> str:
         return self.loop.endpoints
+
+    @property
+    def security(self) -> EtcdSecurity:
+        return self.loop.security
 
     @property
     def endpoint(self) -> str:

@@ -6,16 +6,15 @@ from __future__ import annotations
 def parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
     """``"h1:2379,http://h2:2379"`` -> ``[("h1", 2379), ("h2", 2379)]``, in the given order.
 
-    Only plain-text endpoints are accepted: DeltaNode talks to etcd without TLS.
+    An ``http://`` or ``https://`` prefix is dropped: whether a connection is TLS is ``etcd.ssl.enabled``'s
+    to say (config checks that an ``https://`` endpoint comes with it), as Milvus's etcd.ssl does.
     """
     parsed = []
     for item in endpoints.split(","):
         item = item.strip().rstrip("/")
         if not item:
             continue
-        if item.startswith("https://"):
-            raise ValueError(f"etcd endpoint {item!r}: TLS endpoints are not supported")
-        item = item.removeprefix("http://")
+        item = item.removeprefix("http://").removeprefix("https://")
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError(f"etcd endpoint {item!r} is not of the form host:port")

@@ -1,10 +1,13 @@
 """The ownership check run right before a Delta commit.
 
 The pipeline checks once per cycle, before it commits, for every vchannel it is about to
-commit. This module only uses the standard library: it reads etcd through its JSON gateway
-(``POST /v3/kv/txn``, served by etcd 3.4+), independent of the node's gRPC client and its
-background loop, and decodes the one field it needs from ChannelWatchInfo by hand. A check
-costs one HTTP round trip, and carries the watch keys modified since the last check.
+commit. It asks etcd on a blocking gRPC channel of its own, independent of the node's asyncio
+client and its loop (a loop busy with watches never delays a commit), and decodes the one field
+it needs from ChannelWatchInfo by hand. A check costs one round trip, and carries the watch keys
+modified since the last check. Over TLS and logged in as the node's client is
+(``security.EtcdSecurity``); a check refused for a stale token (etcd restarted) logs in again
+and asks once more. Not etcd's JSON gateway: with ``--client-cert-auth`` it refuses every client
+whose certificate has a common name, which a certificate for Milvus's etcd.ssl has.
 
 The fence refuses a commit only on etcd's answer: the session is gone, the watch key is
 gone or says the channel is being taken away. When etcd cannot be asked, it passes: the
@@ -15,17 +18,18 @@ The fence only makes a node that etcd has told to stop stop sooner.
 
 from __future__ import annotations
 
-import base64
 import functools
-import json
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
+
+import grpc
+from aetcd import rpc
 
 from deltanode.etcd import keys
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.reachability import Reachability
+from deltanode.etcd.security import EtcdSecurity
 from deltanode.wire.varint import read_varint
 
 # datapb.ChannelWatchState values and names, repeated here to keep this module light.
@@ -50,8 +54,13 @@ class OwnershipFence:
     """
 
     def __init__(self, endpoints: str, root: str, node_id: int, timeout: float = 0.5,
-                 reachability: Reachability | None = None, probe_interval: float = 5.0) -> None:
+                 reachability: Reachability | None = None, probe_interval: float = 5.0, *,
+                 security: EtcdSecurity = EtcdSecurity()) -> None:
         self.endpoints = endpoints
+        self.security = security
+        self._credentials = grpc.ssl_channel_credentials(*security.pem_files()) if security.tls else None
+        self._channels: dict[tuple[str, int], grpc.Channel] = {}   # one per endpoint asked, kept open
+        self._token: str | None = None   # the login (security.username), made at the first check
         self.root = root
         self.node_id = node_id
         self.timeout = timeout
@@ -136,7 +145,7 @@ class OwnershipFence:
         the store's revision: unchanged, the view holds as it is (``_unchanged``).
         """
         prefix = keys.channel_watch_prefix(self.root, self.node_id)
-        whole = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}
+        whole = {"key": prefix.encode(), "range_end": _prefix_end(prefix).encode()}
         source = (self.endpoints, prefix)
         with self._lock:
             view = self._view if self._view is not None and self._view.source == source else None
@@ -145,15 +154,16 @@ class OwnershipFence:
                 if unchanged is not None:
                     return unchanged, view.watches
                 revision, (session, changed, counted) = self._txn([
-                    {"key": _b64(self.session_key)},
-                    {**whole, "min_mod_revision": str(view.revision + 1)},
-                    {**whole, "count_only": True}])
+                    rpc.RangeRequest(key=self.session_key.encode()),
+                    rpc.RangeRequest(**whole, min_mod_revision=view.revision + 1),
+                    rpc.RangeRequest(**whole, count_only=True)])
                 watches = {**view.watches, **_kvs(changed)}
-                if revision >= view.revision and len(watches) == int(counted.get("count", 0)):
+                if revision >= view.revision and len(watches) == counted.count:
                     self._view = _View(source=source, revision=revision, watches=watches,
                                        quiet=revision == view.revision)
                     return _session(session), watches
-            revision, (session, listed) = self._txn([{"key": _b64(self.session_key)}, whole])
+            revision, (session, listed) = self._txn([rpc.RangeRequest(key=self.session_key.encode()),
+                                                     rpc.RangeRequest(**whole)])
             self._view = _View(source=source, revision=revision, watches=_kvs(listed), quiet=True)
             return _session(session), self._view.watches
 
@@ -162,29 +172,74 @@ class OwnershipFence:
         read; else None (the caller reads what changed)."""
         if not view.quiet:
             return None
-        revision, (session,) = self._txn([{"key": _b64(self.session_key)}])
+        revision, (session,) = self._txn([rpc.RangeRequest(key=self.session_key.encode())])
         return _session(session) if revision == view.revision else None
 
-    def _txn(self, ranges: list[dict]) -> tuple[int, list[dict]]:
-        """One transaction of range requests through the JSON gateway: the store revision it read
-        at, and each range's response."""
-        body = json.dumps({"success": [{"request_range": r} for r in ranges]}).encode()
+    def _txn(self, ranges: list[rpc.RangeRequest]) -> tuple[int, list[rpc.RangeResponse]]:
+        """One transaction of range requests: the store revision it read at, and each range's response."""
+        request = rpc.TxnRequest(success=[rpc.RequestOp(request_range=r) for r in ranges])
         errors = []
-        for host, port in parse_endpoints(self.endpoints):
-            request = urllib.request.Request(f"http://{host}:{port}/v3/kv/txn", data=body, method="POST",
-                                             headers={"Content-Type": "application/json"})
+        for endpoint in parse_endpoints(self.endpoints):
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    reply = json.load(response)
-            except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
-                errors.append(f"{host}:{port}: {exc}")
+                try:
+                    reply = self._call(endpoint, request)
+                except grpc.RpcError as exc:
+                    if not (self.security.username and exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                            and "auth token" in (exc.details() or "")):
+                        raise
+                    self._token = None   # etcd restarted or the token expired: log in again, once
+                    reply = self._call(endpoint, request)
+            except grpc.RpcError as exc:
+                errors.append(f"{endpoint[0]}:{endpoint[1]}: {exc.code().name} {exc.details()}")
                 continue
-            responses = reply.get("responses", [])
-            if len(responses) != len(ranges) or "revision" not in reply.get("header", {}):
-                raise EtcdNoAnswer(f"etcd at {host}:{port} answered the fence check with {str(reply)[:200]}")
-            return int(reply["header"]["revision"]), [r.get("response_range", {}) for r in responses]
+            if len(reply.responses) != len(ranges):
+                raise EtcdNoAnswer(f"etcd at {endpoint[0]}:{endpoint[1]} answered the fence check with "
+                                   f"{str(reply)[:200]}")
+            return reply.header.revision, [r.response_range for r in reply.responses]
         raise EtcdNoAnswer(f"cannot check channel ownership, etcd is unreachable at "
                            f"{self.endpoints!r}: {'; '.join(errors)}")
+
+    def _call(self, endpoint: tuple[str, int], request: rpc.TxnRequest) -> rpc.TxnResponse:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            target, options = f"{endpoint[0]}:{endpoint[1]}", []
+            if self.security.server_name:
+                options.append(("grpc.ssl_target_name_override", self.security.server_name))
+            channel = grpc.secure_channel(target, self._credentials, options) if self._credentials \
+                else grpc.insecure_channel(target, options)
+            self._channels[endpoint] = channel
+        metadata = None
+        if self.security.username:
+            if self._token is None:
+                try:
+                    self._token = rpc.AuthStub(channel).Authenticate(
+                        rpc.AuthenticateRequest(name=self.security.username, password=self.security.password or ""),
+                        timeout=self.timeout).token
+                except grpc.RpcError as exc:
+                    raise _Refused(exc, f"refused the login of user {self.security.username!r}") from None
+            metadata = (("token", self._token),)
+        return rpc.KVStub(channel).Txn(request, timeout=self.timeout, metadata=metadata)
+
+    def close(self) -> None:
+        """Close the channels; a later check opens them again."""
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+
+class _Refused(grpc.RpcError):
+    """A login refused, as the ``grpc.RpcError`` the check reports, with what was refused in front."""
+
+    def __init__(self, cause: grpc.RpcError, what: str) -> None:
+        super().__init__()
+        self._code, self._details = cause.code(), f"{what}: {cause.details()}"
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,23 +252,17 @@ class _View:
     quiet: bool = False   # etcd's revision had not moved between the last two reads
 
 
-def _kvs(response: dict) -> dict[str, bytes]:
-    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", ""))
-            for kv in response.get("kvs", [])}
+def _kvs(response: rpc.RangeResponse) -> dict[str, bytes]:
+    return {kv.key.decode(): kv.value for kv in response.kvs}
 
 
-def _session(response: dict) -> bytes | None:
-    kvs = response.get("kvs", [])
-    return base64.b64decode(kvs[0].get("value", "")) if kvs else None
+def _session(response: rpc.RangeResponse) -> bytes | None:
+    return response.kvs[0].value if response.kvs else None
 
 
 def _prefix_end(prefix: str) -> str:
     """The end of the key range holding every key that starts with ``prefix`` (ASCII prefixes)."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
 
 
 @functools.lru_cache(maxsize=1 << 16)   # a view's unchanged values come back, check after check

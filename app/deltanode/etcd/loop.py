@@ -19,9 +19,12 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
 import aetcd
+import grpc
 
 from deltanode.etcd.endpoints import parse_endpoints
-from deltanode.etcd.errors import EtcdError, EtcdUnavailable, describe
+from deltanode.etcd.errors import EtcdError, EtcdRefused, EtcdUnavailable, describe
+from deltanode.etcd.secured_client import SecuredClient, is_stale_token
+from deltanode.etcd.security import EtcdSecurity
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +42,14 @@ class Cancellable(Protocol):
 
 class EtcdLoop:
     """The loop thread and the connection to the first of ``endpoints`` (comma-separated
-    ``host:port``, an ``http://`` prefix accepted) that answers within ``connect_timeout``;
-    every ``run`` must finish within ``request_timeout`` or raises :class:`EtcdUnavailable`."""
+    ``host:port``, an ``http://`` or ``https://`` prefix accepted) that answers within
+    ``connect_timeout``, with TLS and a login as ``security`` says; every ``run`` must finish
+    within ``request_timeout`` or raises :class:`EtcdUnavailable`."""
 
-    def __init__(self, endpoints: str, *, connect_timeout: float, request_timeout: float) -> None:
+    def __init__(self, endpoints: str, *, connect_timeout: float, request_timeout: float,
+                 security: EtcdSecurity = EtcdSecurity()) -> None:
         self.endpoints = endpoints
+        self.security = security
         self.request_timeout = request_timeout
         self._closed = False
         self._children: set[Cancellable] = set()  # watches and keep-alives to stop on close()
@@ -63,14 +69,24 @@ class EtcdLoop:
             self.endpoint = f"{host}:{port}"  # named by the errors of this attempt
             try:
                 return self.run(self._open(host, port, timeout), timeout + 1.0), self.endpoint
+            except EtcdRefused:
+                raise   # another endpoint of the same cluster would refuse the same way
             except EtcdError as exc:
                 errors.append(str(exc))
-        raise EtcdUnavailable(f"etcd is not reachable at {self.endpoints!r}: {'; '.join(errors)}")
+        raise EtcdUnavailable(f"etcd is not reachable at {self.endpoints!r} ({self.security.describe()}): "
+                              f"{'; '.join(errors)}")
 
     async def _open(self, host: str, port: int, timeout: float) -> aetcd.Client:
-        client = aetcd.Client(host, port, timeout=self.request_timeout)
+        client = SecuredClient(host, port, security=self.security, timeout=self.request_timeout)
         try:
-            await asyncio.wait_for(client.status(), timeout)
+            try:
+                await asyncio.wait_for(client.status(), timeout)
+                await asyncio.wait_for(client.log_in(), timeout)
+            except (aetcd.ClientError, grpc.aio.AioRpcError) as exc:
+                refused = refusal(exc, f"{host}:{port}", self.security)
+                if refused is not None:
+                    raise refused from None
+                raise
         except BaseException:
             await client.close()
             raise
@@ -94,6 +110,9 @@ class EtcdLoop:
         except (aetcd.ConnectionFailedError, aetcd.ConnectionTimeoutError) as exc:
             raise EtcdUnavailable(f"etcd at {self.endpoint} is unavailable: {describe(exc)}") from exc
         except aetcd.ClientError as exc:
+            refused = refusal(exc, self.endpoint, self.security)
+            if refused is not None:
+                raise refused from exc
             raise EtcdError(f"etcd request to {self.endpoint} failed: {describe(exc)}") from exc
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
@@ -150,6 +169,37 @@ class EtcdLoop:
             log.warning("closing the etcd connection: %s", exc)
         self._closed = True
         self._stop_loop()
+
+
+def refusal(exc: BaseException, endpoint: str, security: EtcdSecurity) -> EtcdRefused | None:
+    """The :class:`EtcdRefused` that ``exc`` amounts to, naming what was refused; None when ``exc`` is
+    no refusal (an outage, a timeout)."""
+    cause = exc if isinstance(exc, grpc.aio.AioRpcError) else exc.__cause__
+    if not isinstance(cause, grpc.aio.AioRpcError):
+        return None
+    code, details = cause.code(), cause.details() or ""
+    lowered, keys = details.lower(), security.keys
+    if is_stale_token(code, details):
+        return None   # logged in again at the next call (secured_client)
+    if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
+        trusted = security.ca_cert or f"the system's trusted CAs ({keys}ssl.tls.ca.cert is unset)"
+        return EtcdRefused(f"etcd at {endpoint}: its TLS certificate is not trusted (it does not chain to "
+                           f"{trusted}, or does not name {security.server_name or 'the endpoint host'}): {details}")
+    if "handshake" in lowered and code == grpc.StatusCode.UNAVAILABLE:
+        return EtcdRefused(f"etcd at {endpoint}: the TLS handshake failed ({security.describe()}): {details}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT and ("authentication failed" in lowered or "user name" in lowered):
+        return EtcdRefused(f"etcd at {endpoint} refused the login of user {security.username!r}: {details}")
+    if code == grpc.StatusCode.FAILED_PRECONDITION and "authentication is not enabled" in lowered:
+        return EtcdRefused(f"etcd at {endpoint} has authentication disabled, yet {keys}auth.enabled is true: "
+                           f"{details}")
+    if code == grpc.StatusCode.PERMISSION_DENIED or "permission denied" in lowered:
+        who = f"user {security.username!r}" if security.username else "an anonymous client"
+        return EtcdRefused(f"etcd at {endpoint} refused {who}: permission denied ({details}); grant it "
+                           f"read and write on etcd.root and read on milvus.meta.root")
+    if code == grpc.StatusCode.UNAUTHENTICATED or "user name is empty" in lowered:
+        return EtcdRefused(f"etcd at {endpoint} asks for a login ({details}): set {keys}auth.enabled, "
+                           f"{keys}auth.username and {keys}auth.password")
+    return None
 
 
 class LoopOwner(Protocol):

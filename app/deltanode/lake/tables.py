@@ -72,10 +72,10 @@ def catalog_tables(conf: Conf) -> list[LakeTable]:
     """The tables of the conf's catalog (DeltaNode's, or the Milvus's with ``milvus.meta.root``),
     read from etcd."""
     from ..datacoord.catalogs import open_catalog
-    from ..etcd.client import EtcdClient
+    from ..etcd.client import EtcdClient, EtcdSecurity
     from ..settings import Settings
     from ..storage.layout import StorageLayout
-    with EtcdClient(conf.get("etcd.endpoints")) as client:
+    with EtcdClient(conf.get("etcd.endpoints"), security=EtcdSecurity.from_conf(conf)) as client:
         catalog = open_catalog(Settings.of(conf), client)
         try:
             records = catalog.collections()

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -123,17 +124,29 @@ def etcd_binary() -> str:
     return path
 
 
+@dataclass(frozen=True, kw_only=True)
+class EtcdServerTls:
+    """TLS of an etcd's client port: its certificate and key, and the CA its clients' certificates
+    must chain to (``--client-cert-auth``: with authentication enabled, a client that does not log
+    in acts as the user its certificate's CN names, as Milvus 2.3 does with etcd.ssl)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
 class EmbeddedEtcd(_Process):
-    """A single-member etcd on loopback, data under ``data_dir``."""
+    """A single-member etcd on loopback, data under ``data_dir``; its client port TLS with ``tls``."""
 
     name = "etcd"
 
     def __init__(self, data_dir: str | Path, client_port: int | None = None,
-                 peer_port: int | None = None) -> None:
+                 peer_port: int | None = None, *, tls: EtcdServerTls | None = None) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
+        self.tls = tls
 
     @property
     def endpoint(self) -> str:
@@ -148,10 +161,13 @@ class EmbeddedEtcd(_Process):
         ensure_port_free(self.peer_port, "etcd peer port")
         binary = etcd_binary()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        tls = [] if self.tls is None else [
+            "--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key),
+            "--trusted-ca-file", str(self.tls.client_ca), "--client-cert-auth"]
         self._spawn([binary, "--name", "deltanode", "--data-dir", str(self.data_dir / "data"),
                      "--listen-client-urls", client, "--advertise-client-urls", client,
                      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                     "--initial-cluster", f"deltanode={peer}"],
+                     "--initial-cluster", f"deltanode={peer}", *tls],
                     self.log_path, self.client_port, timeout=30)

@@ -1,0 +1,154 @@
+"""DeltaNode on an etcd with TLS, client certificates and users (``secured_etcd.SecuredEtcd``): its
+gRPC client and its fence log in and check the server; each bad credential is refused with an
+error naming etcd and what was refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from deltanode.config import env_name
+from deltanode.etcd import keys
+from deltanode.etcd.client import EtcdClient, EtcdRefused
+from deltanode.etcd.fence import OwnershipFence
+from deltanode.standalone.services import free_port
+from deltanode.storage.layout import StorageLayout
+from deltanode.storage.tables import read_table
+
+from .secured_etcd import OWN_PREFIX, PASSWORD, SecuredEtcd
+from .support import wait_until
+from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory, tls_files):
+    with SecuredEtcd(tmp_path_factory.mktemp("secured-etcd"), tls_files) as server:
+        yield server
+
+
+def test_a_logged_in_client_reads_writes_watches_and_keeps_a_lease_within_its_permissions(etcd):
+    root = f"{OWN_PREFIX}client"
+    with EtcdClient(etcd.url, security=etcd.security()) as client:
+        seen: list[str] = []
+        watch = client.watch_prefix(f"{root}/", lambda e: seen.append(e.key))
+        lease = client.grant_lease(5)
+        client.put(f"{root}/a", b"1", lease=lease)
+        assert client.put_if_absent(f"{root}/b", b"2") and client.get(f"{root}/a")[0] == b"1"
+        wait_until(lambda: sorted(seen) == [f"{root}/a", f"{root}/b"], 10)
+        assert client.refresh_lease(lease) > 0
+        watch.cancel()
+        # Outside its prefixes the user is refused, and the error says so (not "unavailable").
+        with pytest.raises(EtcdRefused, match=r"refused user 'deltanode': permission denied"):
+            client.put("elsewhere/k", b"v")
+        with pytest.raises(EtcdRefused, match="permission denied"):
+            client.put("by-dev/meta/k", b"read only")
+
+
+def test_a_wrong_password_an_untrusted_certificate_and_no_login_are_refused_by_name(etcd, tls_files):
+    with pytest.raises(EtcdRefused, match=rf"etcd at {etcd.endpoint} refused the login of user 'deltanode': "
+                                          r".*authentication failed, invalid user ID or password"):
+        EtcdClient(etcd.url, security=etcd.security(password="wrong"))
+    with pytest.raises(EtcdRefused, match=rf"etcd at {etcd.endpoint}: its TLS certificate is not trusted "
+                                          rf"\(it does not chain to {tls_files.other_ca}"):
+        EtcdClient(etcd.url, security=etcd.security(ca_cert=tls_files.other_ca))
+    # The client certificate alone acts as its CN (root here), as Milvus 2.3.5's etcd.ssl does.
+    with EtcdClient(etcd.url, security=etcd.security(username=None)) as as_root:
+        as_root.put("elsewhere/k", b"root may")
+
+
+def test_the_fence_checks_ownership_over_tls_as_the_user_and_logs_in_again_after_etcd_restarts(etcd, tmp_path):
+    root = f"{OWN_PREFIX}fence/meta"
+    with EtcdClient(etcd.url, security=etcd.security()) as client:
+        lease = client.grant_lease(30)
+        client.put(keys.session_key(root, "datanode", 7), b"{}", lease=lease)
+        fence = OwnershipFence(etcd.url, root, 7, timeout=2.0, security=etcd.security())
+        assert fence.check(["v0"]) == {"v0": f"v0 is no longer assigned to DataNode 7 "
+                                             f"({keys.channel_watch_key(root, 7, 'v0')} is gone)"}
+        assert fence.reachable
+        # etcd forgets every login when it restarts: both clients log in again on their own.
+        etcd.stop()
+        etcd.start()
+        assert client.get(keys.session_key(root, "datanode", 7)) is not None
+        fence._view = None   # read the whole prefix again, as after a deletion
+        assert "v0" in fence.check(["v0"]) and fence.reachable, fence.reachability.down_since
+        wrong = OwnershipFence(etcd.url, root, 7, timeout=2.0, security=etcd.security(password="wrong"))
+        assert wrong.check(["v0"]) == {} and not wrong.reachable   # no answer: the commit relies on Delta alone
+        assert "refused the login of user 'deltanode'" in wrong.reachability.error
+
+
+def test_a_watch_keeps_delivering_after_etcd_restarts(etcd):
+    root = f"{OWN_PREFIX}watch"
+    with EtcdClient(etcd.url, security=etcd.security()) as client:
+        seen: list[str] = []
+        lock = threading.Lock()
+
+        def note(event) -> None:
+            with lock:
+                seen.append(event.key)
+        client.watch_prefix(f"{root}/", note)
+        client.put(f"{root}/before", b"1")
+        wait_until(lambda: f"{root}/before" in seen, 10)
+        etcd.stop()
+        etcd.start()
+        with EtcdClient(etcd.url, security=etcd.security()) as other:
+            other.put(f"{root}/after", b"2")
+        wait_until(lambda: f"{root}/after" in seen, 30)
+
+
+@pytest.mark.spark
+def test_standalone_on_the_secured_etcd_commits_every_row_once_and_a_wrong_password_stops_it_at_start(
+        etcd, tmp_path):
+    """``spark-submit.sh standalone`` as a user runs it beside a secured etcd: its password from a
+    file, its DataNode's session, channel watch, fence and the admin commands all logged in."""
+    (tmp_path / "etcd-password").write_text(f"{PASSWORD}\n")
+    env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_EMBEDDED_ETCD="false",
+               DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}standalone-{os.urandom(3).hex()}/meta",
+               DELTANODE_ETCD_AUTH_PASSWORD_FILE=str(tmp_path / "etcd-password"),
+               **{env_name(k): v for k, v in etcd.conf().items()})
+    shown = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf",
+                            "--print-conf"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert "etcd.auth.password = ****" in shown.stdout and PASSWORD not in shown.stdout, shown.stdout[-2000:]
+    proc = start(env, tmp_path / "standalone.log")
+    try:
+        created = create_collection(env, tmp_path, "secured", dim=8)
+        rc, produced = admin(env, "produce", "--collection", "secured", "--messages", "10", "--rows", "100",
+                             "--deletes", "0")
+        assert rc == 0 and produced["rows"] == 1000, produced
+        wait_for_rows(env, "secured", 1000, 120, tmp_path / "standalone.log")
+    finally:
+        assert stop(proc) == 0, (tmp_path / "standalone.log").read_text()[-3000:]
+    proc = start(env, tmp_path / "standalone-2.log")
+    try:
+        rc, more = admin(env, "produce", "--collection", "secured", "--messages", "2", "--rows", "100",
+                         "--deletes", "0")
+        assert rc == 0, more
+        wait_for_rows(env, "secured", 1200, 60, tmp_path / "standalone-2.log")
+        storage = StorageLayout(str(tmp_path / "delta"))
+        pks = read_table(storage, storage.insert_log(created["collection_id"]), include_deleted=True).column("pk")
+        # Each admin produce numbers its keys from 1: every row once, none twice.
+        assert sorted(pks.to_pylist()) == sorted([*range(1, 1001), *range(1, 201)])
+    finally:
+        assert stop(proc) == 0, (tmp_path / "standalone-2.log").read_text()[-3000:]
+    logs = "".join((tmp_path / name).read_text() for name in ("standalone.log", "standalone-2.log"))
+    assert PASSWORD not in logs
+
+    # A wrong password: standalone stops at start with one line naming etcd and the refused login,
+    # and commits nothing (no new table version).
+    (tmp_path / "etcd-password").write_text("not-the-password")
+    versions = _versions(tmp_path / "delta")
+    refused = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1, said[-3000:]
+    assert f"error: etcd at {etcd.endpoint} refused the login of user 'deltanode'" in said, said[-3000:]
+    assert "Traceback" not in said and _versions(tmp_path / "delta") == versions
+    assert not leftovers(tmp_path), "embedded services outlived the refused start"
+
+
+def _versions(delta: Path) -> dict[str, int]:
+    """Each table's number of commits under ``delta``."""
+    return {str(log.parent.relative_to(delta)): len(list(log.glob("*.json"))) for log in delta.rglob("_delta_log")}
