@@ -131,10 +131,11 @@ class MilvusServer:
     def __init__(self, etcd_endpoint: str, broker_address: str, data_dir: Path,
                  root_path: str = "by-dev", *, mq: str = "kafka", pulsar_web_port: int | None = None,
                  start_timeout: float = 180.0, probe_ddl: bool = True, session_ttl: int = 10,
-                 proxy_port: int | None = None) -> None:
+                 proxy_port: int | None = None, config: dict[str, object] | None = None) -> None:
         """``broker_address``: Kafka's bootstrap servers, or Pulsar's service URL
         (``pulsar://host:port``) with ``pulsar_web_port`` its web (admin REST) port.
-        ``proxy_port``: where pymilvus connects (default: a free port, like every other)."""
+        ``proxy_port``: where pymilvus connects (default: a free port, like every other).
+        ``config``: milvus.yaml keys of the caller's (``etcd.ssl.enabled``, ...), set last."""
         if mq not in MQ_TYPES:
             raise ValueError(f"mq must be one of {MQ_TYPES}, not {mq!r}")
         if mq == "pulsar" and (not broker_address.startswith("pulsar://") or not pulsar_web_port):
@@ -149,6 +150,7 @@ class MilvusServer:
         self.start_timeout = start_timeout
         self.probe_ddl = probe_ddl
         self.session_ttl = session_ttl
+        self.extra_config = dict(config or {})
         self.proc: subprocess.Popen | None = None
         self.ports: dict[str, int] = {}
         self.start_seconds: float | None = None
@@ -226,6 +228,7 @@ class MilvusServer:
             "common.session.ttl": self.session_ttl,
             # the QueryNode waits this long (s) at stop to hand its segments over (to nobody)
             "common.gracefulStopTimeout": 3,
+            **self.extra_config,
         }
 
     def _mq_config(self) -> dict[str, object]:

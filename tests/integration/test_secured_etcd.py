@@ -16,17 +16,24 @@ from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdRefused
 from deltanode.etcd.fence import OwnershipFence
 from deltanode.standalone.services import free_port
+from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
+from deltanode.wire.positions import now_ts
 
+from .milvus_client import MilvusClient
+from .milvus_server import MilvusServer
 from .secured_etcd import OWN_PREFIX, PASSWORD, SecuredEtcd
 from .support import wait_until
+from .test_real_milvus import SHARDED, Mirror, sharded_row
 from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
+
+MILVUS_ROOT = f"msec{os.getpid()}"   # the mirrored Milvus's etcd root and topic prefix, apart from the suite's
 
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory, tls_files):
-    with SecuredEtcd(tmp_path_factory.mktemp("secured-etcd"), tls_files) as server:
+    with SecuredEtcd(tmp_path_factory.mktemp("secured-etcd"), tls_files, milvus_prefix=f"{MILVUS_ROOT}/") as server:
         yield server
 
 
@@ -152,3 +159,28 @@ def test_standalone_on_the_secured_etcd_commits_every_row_once_and_a_wrong_passw
 def _versions(delta: Path) -> dict[str, int]:
     """Each table's number of commits under ``delta``."""
     return {str(log.parent.relative_to(delta)): len(list(log.glob("*.json"))) for log in delta.rglob("_delta_log")}
+
+
+@pytest.mark.spark
+def test_a_real_milvus_on_the_secured_etcd_is_mirrored_by_a_user_that_may_only_read_its_meta(etcd, broker, tmp_path):
+    """Milvus 2.3.5 on the etcd over TLS (its etcd.ssl: the client certificate, acting as root); the
+    mirror logged in as ``deltanode``, which may write only its own root and read only Milvus's."""
+    with MilvusServer(etcd.endpoint, broker.bootstrap_servers, tmp_path / "milvus", root_path=MILVUS_ROOT,
+                      config=etcd.milvus_config()) as milvus, MilvusClient(milvus.uri, timeout=120) as mc:
+        made = {"secured": mc.create_collection("secured", SHARDED, shards=2)}
+        mc.insert("secured", [sharded_row(i) for i in range(300)])
+        mc.delete("secured", "id in [1, 2, 3]")
+        mirror = Mirror(etcd, milvus, tmp_path)
+        mirror.env.update({env_name(k): v for k, v in etcd.conf().items()}, DELTANODE_ETCD_ENDPOINTS=etcd.url,
+                          DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}mirror/meta", DELTANODE_ETCD_AUTH_PASSWORD=PASSWORD)
+        mirror.start()
+        try:
+            mc.insert("secured", [sharded_row(i) for i in range(300, 400)])
+            mirror.wait_caught_up(made, now_ts())
+            rows = current_rows(mirror.storage, made["secured"]["collection_id"], "id")
+            assert rows is not None
+            assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
+            assert mc.count("secured") == 397 and not mirror.log_errors()
+        finally:
+            mirror.stop()
+    assert PASSWORD not in mirror.log.read_text()

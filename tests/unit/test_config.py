@@ -322,7 +322,8 @@ def test_etcd_tls_and_login_become_the_security_of_deltanodes_and_milvuss_etcd(t
     # The environment's <KEY>_FILE reads a file too, and wins over the conf file's value.
     (tmp_path / "pw2").write_text("fr0m-env")
     conf = load(tmp_path, "storage.root = x\netcd.auth.enabled = true\netcd.auth.username = u\n"
-                          "etcd.auth.password = in-file\n", {"DELTANODE_ETCD_AUTH_PASSWORD_FILE": str(tmp_path / "pw2")})
+                          "etcd.auth.password = in-file\n",
+                {"DELTANODE_ETCD_AUTH_PASSWORD_FILE": str(tmp_path / "pw2")})
     assert conf.get("etcd.auth.password") == "fr0m-env"
 
 
