@@ -94,7 +94,7 @@ COMMON_SPARK_KEYS = (
     "spark.executor.cores", "spark.executor.instances", "spark.executor.extraJavaOptions",
     "spark.cores.max", "spark.local.dir", "spark.ui.enabled", "spark.ui.port",
     "spark.sql.shuffle.partitions", "spark.pyspark.python", "spark.pyspark.driver.python",
-    "spark.eventLog.enabled", "spark.eventLog.dir", "spark.default.parallelism",
+    "spark.eventLog.enabled", "spark.eventLog.dir", "spark.eventLog.compress", "spark.default.parallelism",
     "spark.driver.defaultJavaOptions", "spark.executor.defaultJavaOptions",
 )
 

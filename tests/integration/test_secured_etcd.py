@@ -4,10 +4,11 @@ error naming etcd and what was refused."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
-from pathlib import Path
+import urllib.request
 
 import pytest
 
@@ -24,7 +25,7 @@ from deltanode.wire.positions import now_ts
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
 from .secured_etcd import OWN_PREFIX, PASSWORD, SecuredEtcd
-from .support import wait_until
+from .support import fresh_root, wait_until
 from .test_real_milvus import SHARDED, Mirror, sharded_row
 from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
 
@@ -107,18 +108,32 @@ def test_a_watch_keeps_delivering_after_etcd_restarts(etcd):
 
 
 @pytest.mark.spark
-def test_standalone_on_the_secured_etcd_commits_every_row_once_and_a_wrong_password_stops_it_at_start(
-        etcd, tmp_path):
-    """``spark-submit.sh standalone`` as a user runs it beside a secured etcd: its password from a
-    file, its DataNode's session, channel watch, fence and the admin commands all logged in."""
+def test_standalone_on_the_secured_etcd_and_s3_commits_every_row_once_without_showing_a_secret(etcd, s3, tmp_path):
+    """``spark-submit.sh standalone`` as a user runs it beside a secured etcd, its tables on S3: the
+    etcd password from a file, the S3 secret from the environment; the DataNode's session, channel
+    watch, fence and the admin commands all log in. Neither secret shows in the logs, in Spark's UI or
+    in its event log: executors get the S3 credentials inside their tasks (pickled with the storage
+    layout), never as Spark properties, and never the etcd password (they never reach etcd). A wrong
+    password then stops standalone at start, naming etcd and the refused login, committing nothing."""
     (tmp_path / "etcd-password").write_text(f"{PASSWORD}\n")
+    ui_port, events = free_port(), tmp_path / "events"
+    events.mkdir()
+    root = fresh_root("secured")
     env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_EMBEDDED_ETCD="false",
                DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}standalone-{os.urandom(3).hex()}/meta",
                DELTANODE_ETCD_AUTH_PASSWORD_FILE=str(tmp_path / "etcd-password"),
-               **{env_name(k): v for k, v in etcd.conf().items()})
+               **{env_name(k): v for k, v in etcd.conf().items()},
+               DELTANODE_STORAGE_ROOT=root, DELTANODE_STORAGE_S3_ENDPOINT=s3.endpoint,
+               DELTANODE_STORAGE_S3_REGION=s3.region, DELTANODE_STORAGE_S3_ACCESS_KEY_ID=s3.access_key_id,
+               DELTANODE_STORAGE_S3_SECRET_ACCESS_KEY=s3.secret_access_key,
+               DELTANODE_SPARK_UI_ENABLED="true", DELTANODE_SPARK_UI_PORT=str(ui_port),
+               DELTANODE_SPARK_EVENTLOG_ENABLED="true", DELTANODE_SPARK_EVENTLOG_DIR=f"file://{events}",
+               DELTANODE_SPARK_EVENTLOG_COMPRESS="false")   # plain JSON lines, to search
+    secrets = (PASSWORD, s3.secret_access_key)
     shown = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf",
                             "--print-conf"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-    assert "etcd.auth.password = ****" in shown.stdout and PASSWORD not in shown.stdout, shown.stdout[-2000:]
+    assert "etcd.auth.password = ****" in shown.stdout and "storage.s3.secret.access.key = ****" in shown.stdout
+    assert not [s for s in secrets if s in shown.stdout], shown.stdout[-2000:]
     proc = start(env, tmp_path / "standalone.log")
     try:
         created = create_collection(env, tmp_path, "secured", dim=8)
@@ -126,6 +141,12 @@ def test_standalone_on_the_secured_etcd_commits_every_row_once_and_a_wrong_passw
                              "--deletes", "0")
         assert rc == 0 and produced["rows"] == 1000, produced
         wait_for_rows(env, "secured", 1000, 120, tmp_path / "standalone.log")
+        # What Spark's UI shows of the application: its properties, system properties, jobs, stages.
+        ui = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+        app = json.loads(urllib.request.urlopen(ui, timeout=10).read())[0]["id"]
+        pages = "".join(urllib.request.urlopen(f"{ui}/{app}/{page}", timeout=10).read().decode()
+                        for page in ("environment", "jobs", "stages", "executors"))
+        assert "spark.master" in pages and not [s for s in secrets if s in pages]
     finally:
         assert stop(proc) == 0, (tmp_path / "standalone.log").read_text()[-3000:]
     proc = start(env, tmp_path / "standalone-2.log")
@@ -134,31 +155,36 @@ def test_standalone_on_the_secured_etcd_commits_every_row_once_and_a_wrong_passw
                          "--deletes", "0")
         assert rc == 0, more
         wait_for_rows(env, "secured", 1200, 60, tmp_path / "standalone-2.log")
-        storage = StorageLayout(str(tmp_path / "delta"))
+        storage = StorageLayout(root, s3)
         pks = read_table(storage, storage.insert_log(created["collection_id"]), include_deleted=True).column("pk")
         # Each admin produce numbers its keys from 1: every row once, none twice.
         assert sorted(pks.to_pylist()) == sorted([*range(1, 1001), *range(1, 201)])
     finally:
         assert stop(proc) == 0, (tmp_path / "standalone-2.log").read_text()[-3000:]
     logs = "".join((tmp_path / name).read_text() for name in ("standalone.log", "standalone-2.log"))
-    assert PASSWORD not in logs
+    event_logs = ["".join(f.read_text() for f in sorted(run.rglob("*")) if f.is_file()) for run in events.iterdir()]
+    assert len(event_logs) == 2 and all("SparkListenerTaskEnd" in text for text in event_logs), os.listdir(events)
+    assert not [s for s in secrets if s in logs + "".join(event_logs)]
 
     # A wrong password: standalone stops at start with one line naming etcd and the refused login,
     # and commits nothing (no new table version).
     (tmp_path / "etcd-password").write_text("not-the-password")
-    versions = _versions(tmp_path / "delta")
+    commits = _commits(s3, root)
     refused = subprocess.run([str(ROOT / "spark-submit.sh"), "standalone", "--conf", "conf/standalone.conf"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     said = refused.stdout + refused.stderr
     assert refused.returncode == 1, said[-3000:]
     assert f"error: etcd at {etcd.endpoint} refused the login of user 'deltanode'" in said, said[-3000:]
-    assert "Traceback" not in said and _versions(tmp_path / "delta") == versions
+    assert "Traceback" not in said and _commits(s3, root) == commits
     assert not leftovers(tmp_path), "embedded services outlived the refused start"
 
 
-def _versions(delta: Path) -> dict[str, int]:
-    """Each table's number of commits under ``delta``."""
-    return {str(log.parent.relative_to(delta)): len(list(log.glob("*.json"))) for log in delta.rglob("_delta_log")}
+def _commits(s3, root: str) -> list[str]:
+    """Every Delta commit file under ``root`` in the S3 fixture's bucket."""
+    prefix = root.split("/", 3)[3]
+    return sorted(o["Key"] for page in s3.boto3().get_paginator("list_objects_v2").paginate(
+        Bucket="deltanode", Prefix=prefix) for o in page.get("Contents", []) if "/_delta_log/" in o["Key"])
+
 
 
 @pytest.mark.spark
