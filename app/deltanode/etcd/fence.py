@@ -135,11 +135,11 @@ class OwnershipFence:
         (``min_mod_revision``) and the prefix's key count, in the same transaction, and apply them
         to the last view. A key deleted since is not among the modified ones, but the view then
         holds more keys than the count, and the whole prefix is read again. At 10,000 vchannels
-        a whole read took 45-70 ms of the driver's CPU and 150-190 ms of wall time (etcd's
-        serialization mostly; docs/benchmarks.md), every cycle.
+        a whole read takes 47-48 ms of the driver's CPU and about 80 ms of wall time
+        (docs/platform.md), which every cycle would pay.
 
-        That read still costs etcd as much as the prefix has keys, whatever it returns: 30-35 ms
-        of its CPU at 10,000 keys, about 150 ms of a loaded cycle's wall time (docs/platform.md).
+        That read still costs etcd as much as the prefix has keys, whatever it returns: 30-40 ms
+        of its CPU at 10,000 keys (docs/platform.md).
         While etcd is quiet (the last read found its revision where the one before left it: no
         write anywhere since), a check first reads the session key alone, whose answer carries
         the store's revision: unchanged, the view holds as it is (``_unchanged``).
