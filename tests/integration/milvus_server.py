@@ -131,11 +131,13 @@ class MilvusServer:
     def __init__(self, etcd_endpoint: str, broker_address: str, data_dir: Path,
                  root_path: str = "by-dev", *, mq: str = "kafka", pulsar_web_port: int | None = None,
                  start_timeout: float = 180.0, probe_ddl: bool = True, session_ttl: int = 10,
-                 proxy_port: int | None = None, config: dict[str, object] | None = None) -> None:
+                 proxy_port: int | None = None, config: dict[str, object] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         """``broker_address``: Kafka's bootstrap servers, or Pulsar's service URL
         (``pulsar://host:port``) with ``pulsar_web_port`` its web (admin REST) port.
         ``proxy_port``: where pymilvus connects (default: a free port, like every other).
-        ``config``: milvus.yaml keys of the caller's (``etcd.ssl.enabled``, ...), set last."""
+        ``config``: milvus.yaml keys of the caller's (``etcd.ssl.enabled``, ...), set last;
+        ``env``: environment variables of the caller's for the server process."""
         if mq not in MQ_TYPES:
             raise ValueError(f"mq must be one of {MQ_TYPES}, not {mq!r}")
         if mq == "pulsar" and (not broker_address.startswith("pulsar://") or not pulsar_web_port):
@@ -151,6 +153,7 @@ class MilvusServer:
         self.probe_ddl = probe_ddl
         self.session_ttl = session_ttl
         self.extra_config = dict(config or {})
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen | None = None
         self.ports: dict[str, int] = {}
         self.start_seconds: float | None = None
@@ -279,6 +282,7 @@ class MilvusServer:
             "LD_LIBRARY_PATH": os.pathsep.join(
                 [str(SHARE / "lib")] +
                 [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]),
+            **self.extra_env,
         })
         t0 = time.monotonic()
         with open(self.log, "ab") as out:

@@ -2,12 +2,20 @@
 
 Milvus uses partition 0 of one topic per pchannel. Driver side: topics and high watermarks;
 executor side: bounded reads of offset ranges (``read_ranges``).
+
+A secured broker (``mq.kafka.security.protocol = SASL_SSL`` and the rest of ``mq.kafka.*``) that
+refuses the client is named at once: librdkafka keeps retrying a refused login or TLS handshake
+as if the broker were merely down, and its requests end in "Broker transport failure" when their
+timeout runs out. The driver's clients take its error callback (``_Refusals``) and stop waiting at
+the first ``_AUTHENTICATION`` or ``_SSL`` error, which the ``BrokerError`` then quotes
+(``refusal_message``).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,13 +74,69 @@ class _Reader:
 
 _idle_readers: dict[tuple, _Reader] = {}   # read_ranges' consumers between reads, per process
 
+REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)   # what retrying never fixes
+WAIT_STEP = 0.25   # seconds: how often a waiting request looks at the errors the client reported
 
-def _client(kind: type, bootstrap: str, settings: Settings | None, own: dict | None = None):
+
+class _Refusals:
+    """A client's ``error_cb``: keeps the first refused login or TLS handshake (librdkafka reports
+    them there, from the client's ``poll``, and only logs them otherwise)."""
+
+    def __init__(self, bootstrap: str, settings: Settings | None) -> None:
+        self.bootstrap, self.settings = bootstrap, settings or {}
+        self.first: KafkaError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        if self.first is None and error.code() in REFUSED:
+            self.first = error
+
+    def check(self, client) -> None:
+        """Serve ``client``'s callbacks; raise BrokerError if the broker refused it."""
+        client.poll(0)   # a consumer here has nothing assigned: poll only serves callbacks
+        if self.first is not None:
+            raise BrokerError(refusal_message(self.bootstrap, self.first, self.settings))
+
+
+def refusal_message(bootstrap: str, error: KafkaError, settings: Settings) -> str:
+    """One line naming the broker, what it refused, and the conf keys to look at, from librdkafka's
+    ``_AUTHENTICATION`` or ``_SSL`` error ("sasl_ssl://host:port/bootstrap: SASL authentication
+    error: ... (after 364ms in state AUTH_REQ)"); the password never appears in it."""
+    detail = re.sub(r"^\S+://\S+: ", "", error.str())
+    detail = re.sub(r" \(after \d+ms in state \w+\)$", "", detail)
+    if error.code() == KafkaError._AUTHENTICATION:
+        user = settings.get("sasl.username")
+        who = f" of user {user!r}" if user else ""
+        detail = detail.removeprefix("SASL authentication error: ")
+        return (f"Kafka broker {bootstrap} refused SASL authentication{who}: {detail}; check "
+                f"mq.kafka.sasl.username and mq.kafka.sasl.password (DELTANODE_MQ_KAFKA_SASL_PASSWORD)")
+    if "certificate verify failed" in detail:
+        ca = settings.get("ssl.ca.location")
+        trusted = f"mq.kafka.ssl.ca.location ({ca})" if ca else "mq.kafka.ssl.ca.location (unset: the system's CAs)"
+        return (f"Kafka broker {bootstrap} is not trusted: TLS certificate verification failed: {detail}; "
+                f"check {trusted}")
+    return f"Kafka broker {bootstrap} refused the TLS connection: {detail}; check the mq.kafka.ssl.* settings"
+
+
+def _list_topics(client, bootstrap: str, timeout: float, refusals: _Refusals):
+    """``client.list_topics``, in steps of ``WAIT_STEP`` so that a refusal ends the wait at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.list_topics(timeout=max(0.01, min(WAIT_STEP, deadline - time.monotonic())))
+        except KafkaException as e:
+            refusals.check(client)
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"Kafka broker {bootstrap} unreachable: {e}") from None
+
+
+def _client(kind: type, bootstrap: str, settings: Settings | None, own: dict | None = None,
+            refusals: _Refusals | None = None):
     """A librdkafka client of ``kind``: DeltaNode's ``own`` properties, then the conf's ``settings``
     (config.KAFKA_RESERVED refuses the ones exactly-once depends on); a property the client
-    refuses is named as the conf key that set it."""
+    refuses is named as the conf key that set it. ``refusals`` becomes its error callback."""
+    callbacks = {} if refusals is None else {"error_cb": refusals}
     try:
-        return kind({"bootstrap.servers": bootstrap, **(own or {}), **(settings or {})})
+        return kind({"bootstrap.servers": bootstrap, **(own or {}), **(settings or {}), **callbacks})
     except KafkaException as e:
         bad = [k for k in (settings or {}) if k in str(e)]
         where = f" (conf key mq.kafka.{bad[0]})" if bad else ""
@@ -82,11 +146,9 @@ def _client(kind: type, bootstrap: str, settings: Settings | None, own: dict | N
 def create_topics(bootstrap: str, topics: list[str], timeout: float = 15.0, *,
                   settings: Settings | None = None) -> list[str]:
     """Create the missing ``topics`` (one partition each); return those that were created."""
-    admin = _client(AdminClient, bootstrap, settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except KafkaException as e:
-        raise BrokerError(f"broker {bootstrap} unreachable: {e}") from None
+    refusals = _Refusals(bootstrap, settings)
+    admin = _client(AdminClient, bootstrap, settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS}, refusals)
+    existing = set(_list_topics(admin, bootstrap, timeout, refusals).topics)
     missing = [t for t in topics if t not in existing]
     if not missing:
         return []
@@ -144,7 +206,8 @@ class Sender:
 def send_all(bootstrap: str, messages: Sequence[tuple[str, bytes]], timeout: float = 30.0, *,
              settings: Settings | None = None) -> list[int]:
     """Send each ``(topic, payload)``, in order per topic; the offset each landed at."""
-    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20})
+    refusals = _Refusals(bootstrap, settings)
+    producer = _client(Producer, bootstrap, settings, {"message.max.bytes": 16 << 20}, refusals)
     offsets: list[int | None] = [None] * len(messages)
     errors: list[str] = []
 
@@ -154,16 +217,27 @@ def send_all(bootstrap: str, messages: Sequence[tuple[str, bytes]], timeout: flo
         else:
             offsets[i] = msg.offset()
 
-    for i, (topic, payload) in enumerate(messages):
-        while True:
-            try:
-                producer.produce(topic, payload, on_delivery=functools.partial(delivered, i))
-                break
-            except BufferError:   # the local queue is full (a batch of thousands): let it drain
-                producer.poll(0.1)
-    topics = sorted({t for t, _ in messages})
-    if producer.flush(timeout) or errors or any(o is None for o in offsets):
-        raise BrokerError(f"could not send to {topics} on {bootstrap}: {errors[:5] or 'timeout'}")
+    try:
+        for i, (topic, payload) in enumerate(messages):
+            while True:
+                try:
+                    producer.produce(topic, payload, on_delivery=functools.partial(delivered, i))
+                    break
+                except BufferError:   # the local queue is full (a batch of thousands): let it drain
+                    producer.poll(0.1)
+                    refusals.check(producer)
+        topics = sorted({t for t, _ in messages})
+        deadline = time.monotonic() + timeout
+        while producer.flush(max(0.0, min(WAIT_STEP, deadline - time.monotonic()))) and time.monotonic() < deadline:
+            refusals.check(producer)
+        if producer.flush(0) or errors or any(o is None for o in offsets):
+            refusals.check(producer)
+            raise BrokerError(f"could not send to {topics} on {bootstrap}: {errors[:5] or 'timeout'}")
+    except BrokerError:
+        producer.purge()   # dropped here: nothing the caller was told failed goes out later
+        producer.poll(0)
+        producer.close()   # and no reconnecting for as long as the error (its traceback) is kept
+        raise
     return [o for o in offsets if o is not None]
 
 
@@ -178,8 +252,10 @@ class Watermarks:
 
     def __init__(self, bootstrap: str, settings: Settings | None = None) -> None:
         self.bootstrap, self._settings = bootstrap, settings
+        self._refusals = _Refusals(bootstrap, settings)
         self._consumer = _client(Consumer, bootstrap, settings, {
-            "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False})
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False},
+            self._refusals)
         self._admin: AdminClient | None = None
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
@@ -203,13 +279,18 @@ class Watermarks:
                 out[key] = future.result(max(0.0, deadline - time.monotonic())).offset
             except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
                 why = f"no answer within {timeout:.0f} s" if isinstance(e, TimeoutError) else str(e)
+                try:
+                    self._refusals.check(self._admin_client())
+                except BrokerError as refused:
+                    why = str(refused)
                 out[key] = BrokerError(f"cannot read the watermark of {tp.topic}[{tp.partition}] from "
                                        f"{self.bootstrap}: {why}")
         return out
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
-            self._admin = _client(AdminClient, self.bootstrap, self._settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS})
+            self._admin = _client(AdminClient, self.bootstrap, self._settings, {"socket.timeout.ms": SOCKET_TIMEOUT_MS},
+                                  self._refusals)
         return self._admin
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
@@ -235,10 +316,7 @@ class Watermarks:
                 f"cannot read the watermarks of {topic}[{partition}] from {self.bootstrap}: {e}") from None
 
     def list_topics(self, timeout: float = 10.0) -> list[str]:
-        try:
-            return sorted(self._consumer.list_topics(timeout=timeout).topics)
-        except KafkaException as e:
-            raise BrokerError(f"broker {self.bootstrap} unreachable: {e}") from None
+        return sorted(_list_topics(self._consumer, self.bootstrap, timeout, self._refusals).topics)
 
     def close(self) -> None:
         self._consumer.close()
