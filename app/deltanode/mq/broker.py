@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from .backend import BrokerBackend, HighWatermarks, Sender
 from .kafka import KafkaBackend
 from .pulsar import PulsarBackend
-from .types import BrokerError, Chunk, Delivered, Gap, OffsetRange
+from .types import BrokerError, BrokerRefused, Chunk, Delivered, Gap, OffsetRange
 
-__all__ = ["Broker", "BrokerError", "BrokerKind", "Chunk", "Delivered", "Gap", "HighWatermarks", "OffsetRange",
-           "Sender"]
+__all__ = ["Broker", "BrokerError", "BrokerKind", "BrokerRefused", "Chunk", "Delivered", "Gap", "HighWatermarks",
+           "OffsetRange", "Sender"]
 
 
 class BrokerKind(enum.StrEnum):

@@ -30,7 +30,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from .types import BrokerError, Chunk, Delivered, OffsetRange
+from .types import BrokerError, BrokerRefused, Chunk, Delivered, OffsetRange
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class _Refusals:
         """Serve ``client``'s callbacks; raise BrokerError if the broker refused it."""
         client.poll(0)   # a consumer here has nothing assigned: poll only serves callbacks
         if self.first is not None:
-            raise BrokerError(refusal_message(self.bootstrap, self.first, self.settings))
+            raise BrokerRefused(refusal_message(self.bootstrap, self.first, self.settings))
 
 
 def refusal_message(bootstrap: str, error: KafkaError, settings: Settings) -> str:

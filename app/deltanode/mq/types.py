@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["BrokerError", "Chunk", "Delivered", "Gap", "OffsetRange"]
+__all__ = ["BrokerError", "BrokerRefused", "Chunk", "Delivered", "Gap", "OffsetRange"]
 
 Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
 Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive messages of one range
@@ -17,6 +17,11 @@ Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive me
 
 class BrokerError(RuntimeError):
     """The broker could not serve a request (unreachable, topic missing, data expired)."""
+
+
+class BrokerRefused(BrokerError):
+    """The broker answered and refused the client: its login, its token or the broker's certificate.
+    Asking again does not help; the message names what to fix."""
 
 
 @dataclass(frozen=True)
