@@ -29,7 +29,8 @@ import pulsar
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at, pulsar_position
 from .kafka import cut_points as even_cut_points
-from .types import BrokerError, Chunk, Delivered, Gap, OffsetRange
+from .pulsar_probe import refusal
+from .types import BrokerError, BrokerRefused, Chunk, Delivered, Gap, OffsetRange
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 # A reader that delivers nothing for this long although its range holds messages is replaced by a
@@ -130,6 +131,7 @@ class Watermarks:
                  settings: Settings | None = None) -> None:
         self.service_url, self.tenant, self.namespace = service_url, tenant, namespace
         self.subscription = f"deltanode-watermarks-{uuid.uuid4().hex[:12]}"
+        self.settings = settings
         self._client = new_client(service_url, settings=settings)
         self._consumers: dict[str, pulsar.Consumer] = {}
 
@@ -142,7 +144,7 @@ class Watermarks:
                     initial_position=pulsar.InitialPosition.Latest)
             last = consumer.get_last_message_id()
         except pulsar.PulsarException as e:
-            raise BrokerError(f"cannot read the last message id of {topic} from {self.service_url}: {e}") from None
+            raise self._error(f"cannot read the last message id of {topic} from {self.service_url}", e) from None
         if last.entry_id() < 0 or last.ledger_id() < 0:
             return 0   # no message yet
         try:
@@ -157,7 +159,7 @@ class Watermarks:
             reader = self._client.create_reader(topic_name(topic, self.tenant, self.namespace),
                                                 pulsar.MessageId.earliest, receiver_queue_size=1)
         except pulsar.PulsarException as e:
-            raise BrokerError(f"cannot read {topic} from {self.service_url}: {e}") from None
+            raise self._error(f"cannot read {topic} from {self.service_url}", e) from None
         try:
             msg = reader.read_next(int(timeout * 1000))
             return position(msg.message_id().ledger_id(), msg.message_id().entry_id())
@@ -167,6 +169,9 @@ class Watermarks:
             raise BrokerError(f"cannot read the first message of {topic} from {self.service_url}: {e}") from None
         finally:
             reader.close()
+
+    def _error(self, what: str, e: pulsar.PulsarException) -> BrokerError:
+        return explain(what, e, self.service_url, self.settings)
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
         """"": a Pulsar topic's name is all the client sees of it."""
@@ -325,20 +330,33 @@ def send_all(service_url: str, messages: Sequence[tuple[str, bytes]], tenant: st
             out.append(position(mid.ledger_id(), mid.entry_id()))
         return out
     except pulsar.PulsarException as e:
-        raise BrokerError(f"could not send to {sorted({p for p, _ in messages})} on {service_url}: {e}") from None
+        raise explain(f"could not send to {sorted({p for p, _ in messages})} on {service_url}", e, service_url,
+                      settings) from None
     finally:
         for producer in producers.values():
             producer.close()
         c.close()
 
 
+def explain(what: str, e: pulsar.PulsarException, service_url: str, settings: Settings | None) -> BrokerError:
+    """``what`` failed with the client's error ``e``: a BrokerRefused when the broker refuses the client
+    (a token it does not accept reaches the client as a timeout, an untrusted certificate as a connect
+    error: ``refusal``), else a BrokerError with the client's error."""
+    found = refusal(service_url, settings, 5.0) if isinstance(e, pulsar.Timeout | pulsar.ConnectError) else None
+    if isinstance(found, BrokerRefused):
+        return BrokerRefused(f"{what}: {found}")
+    return BrokerError(f"{what}: {e}")
+
+
 def ping(service_url: str, topic: str, timeout: float = 5.0, settings: Settings | None = None) -> None:
-    """Raise BrokerError unless the broker answers a lookup of ``topic`` within ``timeout``."""
+    """Raise BrokerError unless the broker answers a lookup of ``topic`` within ``timeout``; the
+    error says what the broker refused when it refused the client (``refusal``)."""
     c = new_client(service_url, max(1, int(timeout)), settings)
     try:
         c.get_topic_partitions(topic)
     except pulsar.PulsarException as e:
-        raise BrokerError(f"Pulsar broker {service_url} unreachable: {e}") from None
+        raise refusal(service_url, settings, timeout) or BrokerError(f"Pulsar broker {service_url} unreachable: {e}"
+                                                                     ) from None
     finally:
         c.close()
 
@@ -350,7 +368,7 @@ class Sender:
 
     def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
                  settings: Settings | None = None) -> None:
-        self.tenant, self.namespace = tenant, namespace
+        self.service_url, self.tenant, self.namespace, self.settings = service_url, tenant, namespace, settings
         self._client = new_client(service_url, settings=settings)
         self._producers: dict[str, pulsar.Producer] = {}
         self._errors: list[str] = []
@@ -358,8 +376,13 @@ class Sender:
     def produce(self, pchannel: str, payload: bytes, on_delivery: Delivered | None = None) -> None:
         producer = self._producers.get(pchannel)
         if producer is None:
-            producer = self._producers[pchannel] = self._client.create_producer(
-                topic_name(pchannel, self.tenant, self.namespace), batching_enabled=False, block_if_queue_full=True)
+            topic = topic_name(pchannel, self.tenant, self.namespace)
+            try:
+                producer = self._producers[pchannel] = self._client.create_producer(
+                    topic, batching_enabled=False, block_if_queue_full=True)
+            except pulsar.PulsarException as e:
+                raise explain(f"cannot send to {topic} on {self.service_url}", e, self.service_url,
+                              self.settings) from None
 
         def sent(result: pulsar.Result, msg_id: pulsar.MessageId) -> None:
             if result != pulsar.Result.Ok:

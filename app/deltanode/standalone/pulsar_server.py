@@ -9,12 +9,31 @@ killed run's ephemeral metadata before Pulsar's own ``PulsarStandaloneStarter`` 
 Metadata live in a RocksDB store and messages in the bookie's ledgers, both under ``data_dir``: topics
 and their messages survive a restart, a SIGKILL included. No functions worker, no stream storage,
 no transaction coordinator; every ledger has one replica (one bookie).
+
+Given a ``PulsarSecurity``, it runs as a production Pulsar is commonly secured (the test suite's
+secured broker; docs/secured-pulsar-notes.md): every connection, on the plain port and on the TLS
+one, authenticates with a JWT signed by the broker's HS256 secret key
+(``AuthenticationProviderToken``); the broker's own internal client and admin client present the
+superuser token; and a second broker port serves TLS with the given certificate. Without one, it
+accepts any client, on plain ports only.
+
+    key = os.urandom(32)
+    security = PulsarSecurity(secret_key=key, superuser_token=make_token(key, "admin"),
+                              tls_cert=server_pem, tls_key=server_key_pem, tls_ca=ca_pem)
+    with EmbeddedApachePulsar(data_dir, security=security) as server:
+        server.tls_service_url              # pulsar+ssl://127.0.0.1:<port>
+        make_token(key, "deltanode")        # a client's token (mq.pulsar.auth.params = token:<jwt>)
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..jars import MissingJars, component_dir, component_jars
@@ -79,6 +98,28 @@ diskUsageWarnThreshold=0.98
 nettyMaxFrameSizeBytes={frame}
 """
 
+# What a PulsarSecurity adds. Token authentication: the provider checks every client's JWT against the
+# secret key (HS256); the broker's internal client (topic policies, namespace setup) and admin client
+# authenticate with the superuser token, which superUserRoles names. TLS: the broker's binary protocol
+# also listens on a TLS port with the server certificate; the broker's own clients stay on the plain
+# port (brokerClientTlsEnabled is false), which requires a token as well. No TLS web port: DeltaNode
+# speaks only the binary protocol, and a second Jetty connector needs more than the 4 HTTP threads
+# the broker has here ("Insufficient configured threads").
+_SECURITY_CONF = """\
+authenticationEnabled=true
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+tokenSecretKey=file://{secret_key}
+superUserRoles={superuser}
+brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
+brokerClientAuthenticationParameters=token:{superuser_token}
+brokerServicePortTls={tls_port}
+tlsCertificateFilePath={tls_cert}
+tlsKeyFilePath={tls_key}
+tlsTrustCertsFilePath={tls_ca}
+tlsAllowInsecureConnection=false
+tlsRequireTrustedClientCertOnConnect=false
+"""
+
 _LOG4J2 = """\
 status = warn
 appender.file.type = File
@@ -110,6 +151,43 @@ _JVM_FLAGS = [
 ]
 
 
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def make_token(secret_key: bytes, subject: str) -> str:
+    """A JWT for role ``subject`` signed with ``secret_key`` (HS256), as ``pulsar tokens create
+    --secret-key ... --subject ...`` makes one: header ``{"alg":"HS256"}``, claim ``sub``, no expiry."""
+    signing_input = (_b64url(json.dumps({"alg": "HS256"}, separators=(",", ":")).encode()) + "."
+                     + _b64url(json.dumps({"sub": subject}, separators=(",", ":")).encode()))
+    signature = hmac.new(secret_key, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PulsarSecurity:
+    """Token authentication and TLS ports for ``EmbeddedApachePulsar``.
+
+    ``secret_key``: the HS256 key the broker verifies tokens with (Pulsar's own
+    ``tokens create-secret-key`` makes 32 random bytes; HS256 needs at least 32). ``superuser_token``:
+    a token of that key whose ``sub`` is the superuser role, for the broker's internal clients and
+    ``_wait_ready``. ``tls_cert``/``tls_key`` (PEM, PKCS#8 key): what the TLS ports present;
+    ``tls_ca``: the CA the broker trusts (it asks clients for no certificate)."""
+
+    secret_key: bytes = field(repr=False)
+    superuser_token: str = field(repr=False)
+    tls_cert: Path
+    tls_key: Path
+    tls_ca: Path
+    superuser: str = "admin"
+
+
+def _private(path: Path) -> None:
+    """Create ``path`` (or keep it) readable and writable by this user only, before a secret goes in."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+
+
 def class_archive() -> Path:
     """The class data sharing archive ``build/pulsar_cds.py`` records beside the Pulsar jars (bootstrap
     makes it once; a new set of jars replaces the directory, and the archive with it)."""
@@ -129,7 +207,8 @@ class EmbeddedApachePulsar(_Process):
     stop_timeout = 30.0   # a graceful stop closes every ledger and the bookie: ~15 s
 
     def __init__(self, data_dir: str | Path, port: int | None = None, *, heap: str = DEFAULT_HEAP,
-                 web_port: int | None = None, jvm_options: tuple[str, ...] = ()) -> None:
+                 web_port: int | None = None, jvm_options: tuple[str, ...] = (),
+                 security: PulsarSecurity | None = None, tls_port: int | None = None) -> None:
         super().__init__()
         self.jvm_options = jvm_options
         self.data_dir = Path(data_dir)
@@ -137,6 +216,15 @@ class EmbeddedApachePulsar(_Process):
         self.heap = heap
         # The web service (admin REST): DeltaNode never uses it; a client that does (Milvus) names it.
         self.web_port = web_port or free_port()
+        # Token authentication and a TLS broker port (None: neither).
+        self.security = security
+        self.tls_port = (tls_port or free_port()) if security else None
+
+    @property
+    def tls_service_url(self) -> str:
+        if self.tls_port is None:
+            raise ValueError("this Pulsar serves no TLS port: it was started without a PulsarSecurity")
+        return f"pulsar+ssl://127.0.0.1:{self.tls_port}"
 
     @property
     def web_url(self) -> str:
@@ -161,7 +249,10 @@ class EmbeddedApachePulsar(_Process):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "standalone.conf"
         ensure_port_free(self.web_port, "Pulsar web service port")
-        conf.write_text(standalone_conf(port=self.port, web_port=self.web_port))
+        secured = self._security_conf()
+        if secured:   # it holds the superuser token: readable by this user only, as the key file
+            _private(conf)
+        conf.write_text(standalone_conf(port=self.port, web_port=self.web_port) + secured)
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.data_dir / "pulsar-broker.log"))
         data = self.data_dir.resolve()
@@ -183,13 +274,31 @@ class EmbeddedApachePulsar(_Process):
                     self.log_path, self.port, timeout=READY_TIMEOUT, cwd=data)
         self._wait_ready()
 
+    def _security_conf(self) -> str:
+        """The broker keys of ``security`` ("" without one); writes the secret key file they name."""
+        sec = self.security
+        if sec is None:
+            return ""
+        assert self.tls_port is not None
+        ensure_port_free(self.tls_port, "Pulsar broker TLS port")
+        key_file = self.data_dir / "token-secret.key"
+        _private(key_file)
+        key_file.write_bytes(sec.secret_key)
+        return _SECURITY_CONF.format(
+            secret_key=key_file.resolve(), superuser=sec.superuser, superuser_token=sec.superuser_token,
+            tls_port=self.tls_port, tls_cert=Path(sec.tls_cert).resolve(),
+            tls_key=Path(sec.tls_key).resolve(), tls_ca=Path(sec.tls_ca).resolve())
+
     def _wait_ready(self) -> None:
         """The broker's port opens seconds before its default namespace exists and its bookie has
         registered: wait until a producer can be created, as Milvus's and DeltaNode's are."""
         import pulsar
         deadline = time.monotonic() + READY_TIMEOUT
         log = pulsar.FileLogger(pulsar.LoggerLevel.Error, str(self.data_dir / "ready-client.log"))
-        client = pulsar.Client(self.service_url, operation_timeout_seconds=5, logger=log)
+        # A secured broker is asked on its plain port with the superuser token: ready there, it is
+        # ready on the TLS port too (one broker serves both).
+        auth = {"authentication": pulsar.AuthenticationToken(self.security.superuser_token)} if self.security else {}
+        client = pulsar.Client(self.service_url, operation_timeout_seconds=5, logger=log, **auth)
         try:
             while True:
                 assert self.proc is not None

@@ -18,6 +18,7 @@ from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_cont
 from ..etcd import keys
 from ..etcd.client import EtcdClient
 from ..gc_settings import tune_for_driver
+from ..mq.broker import BrokerError
 from ..settings import Settings
 from .lifecycle import ServiceGroup
 from .services import ServiceError
@@ -69,12 +70,19 @@ def run(conf: Conf) -> int:
     with ServiceGroup(conf) as group:
         broker = settings.broker
         pchannels = settings.pchannels.names()
-        client = EtcdClient(settings.etcd.endpoints)
+        client = EtcdClient(settings.etcd.endpoints, security=settings.etcd.security)
         group.add("etcd client", client.close)
         if conf.get("embedded.etcd"):
             forget_earlier_sessions(client, settings.etcd.root)
+        try:   # any broker, mirror mode too: one that refuses our credentials or certificate is named now,
+            broker.ping(pchannels[0], timeout=10.0)   # not left to fail every read and TimeTick after start
+        except BrokerError as e:
+            raise ServiceError(str(e)) from None
         if not mirror:
-            created = broker.create_topics(pchannels)
+            try:
+                created = broker.create_topics(pchannels)
+            except BrokerError as e:   # unreachable, or refused our login or TLS: one line and exit 1 (cli)
+                raise ServiceError(str(e)) from None
             if created:
                 log.info("created %d pchannel topics on %s", len(created), broker.address)
                 refuse_lost_topics(client, conf, created)
