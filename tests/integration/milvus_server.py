@@ -60,11 +60,13 @@ PORT_KEYS = ("proxy.port", "proxy.internalPort", "rootCoord.port", "dataCoord.po
              "natsmq.server.port")
 
 
-def render_config(template: str, overrides: dict[str, object]) -> str:
+def render_config(template: str, overrides: dict[str, object], new: frozenset[str] = frozenset()) -> str:
     """``template`` (the wheel's config.yaml.template: block-style YAML with ``{{ key: default }}``
     placeholders) with every placeholder at its default and each dotted key of ``overrides`` set.
     A key whose top-level section the template lacks is appended as a new section; a missing key
-    inside an existing section is an error (a typo would otherwise be silently ignored)."""
+    inside an existing section is an error (a typo would otherwise be silently ignored), unless it
+    is one of ``new``, keys the template leaves out on purpose (``pulsar.authPlugin``): those go
+    first in their section."""
     text = re.sub(r"\{\{([^}:]*)(?::([^}]*))?\}\}",
                   lambda m: (m.group(2) or "").strip(), template)
     pending = dict(overrides)
@@ -82,6 +84,9 @@ def render_config(template: str, overrides: dict[str, object]) -> str:
         if dotted in pending:
             line = f"{m.group(1)}{key}: {_yaml_value(pending.pop(dotted))}"
         out.append(line)
+        if indent == 0:
+            for added in [k for k in pending if k in new and k.split(".")[:-1] == [key]]:
+                out.append(f"  {added.rsplit('.', 1)[1]}: {_yaml_value(pending.pop(added))}")
     sections = {line.split(":", 1)[0] for line in out if re.match(r"^[A-Za-z0-9_]+:", line)}
     misplaced = [k for k in pending if k.split(".", 1)[0] in sections]
     if misplaced:
@@ -268,7 +273,7 @@ class MilvusServer:
         for sub in ("configs", "data", "logs", "run"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(render_config(
-            (SHARE / "config.yaml.template").read_text(), self.config()))
+            (SHARE / "config.yaml.template").read_text(), self.config(), frozenset(self.extra_config)))
         glog = (SHARE / "glog.conf").read_text().replace(
             "--log_dir=logs/", f"--log_dir={self.data_dir / 'logs'}/")
         (self.data_dir / "configs" / "glog.conf").write_text(glog)

@@ -19,9 +19,14 @@ import pytest
 from deltanode.mq.broker import Broker, BrokerRefused
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar, PulsarSecurity, make_token
 from deltanode.standalone.services import free_port
+from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
+from deltanode.wire.positions import now_ts
 
+from .milvus_client import MilvusClient
+from .milvus_server import MilvusServer
+from .test_real_milvus import SHARDED, Mirror, sharded_row
 from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
 
 pytestmark = pytest.mark.spark
@@ -153,3 +158,35 @@ def test_a_token_refused_while_running_is_named_by_the_driver_s_reads_and_sends(
         assert "cannot read the last message id of secured-direct-rootcoord-dml_0" in str(read.value)
     finally:
         watermarks.close()
+
+
+def test_a_real_milvus_on_the_token_pulsar_is_mirrored_over_tls(secured, tls_files, etcd_server, tmp_path):
+    """Milvus 2.3.5 produces with a token of its own (its pulsar.authPlugin and authParams) on the
+    plain port; the mirror follows its pchannels over TLS with DeltaNode's token."""
+    server, key = secured
+    root = f"mpulsar{os.getpid()}"
+    milvus_token = make_token(key, "milvus")
+    with MilvusServer(etcd_server.endpoint, server.service_url, tmp_path / "milvus", root_path=root, mq="pulsar",
+                      pulsar_web_port=server.web_port,
+                      config={"pulsar.authPlugin": "token", "pulsar.authParams": f"token:{milvus_token}"}) as milvus, \
+            MilvusClient(milvus.uri, timeout=120) as mc:
+        made = {"vault": mc.create_collection("vault", SHARDED, shards=2)}
+        mc.insert("vault", [sharded_row(i) for i in range(300)])
+        mc.delete("vault", "id in [1, 2, 3]")
+        mirror = Mirror(etcd_server, milvus, tmp_path)
+        deltanode_token = make_token(key, "deltanode")
+        mirror.env.update(DELTANODE_MQ_PULSAR_SERVICE_URL=server.tls_service_url,
+                          DELTANODE_MQ_PULSAR_TLS_TRUST_CERTS_FILE=str(tls_files.ca),
+                          DELTANODE_MQ_PULSAR_TLS_VALIDATE_HOSTNAME="true", DELTANODE_MQ_PULSAR_AUTH_PLUGIN="token",
+                          DELTANODE_MQ_PULSAR_AUTH_PARAMS=f"token:{deltanode_token}")
+        mirror.start()
+        try:
+            mc.insert("vault", [sharded_row(i) for i in range(300, 400)])
+            mirror.wait_caught_up(made, now_ts())
+            rows = current_rows(mirror.storage, made["vault"]["collection_id"], "id")
+            assert rows is not None
+            assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
+            assert mc.count("vault") == 397 and not mirror.log_errors()
+        finally:
+            mirror.stop()
+    assert deltanode_token not in mirror.log.read_text()
