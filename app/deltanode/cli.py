@@ -267,13 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log.debug("%s: conf %s, running %s.%s", what, args.conf, module_name, func_name)
     from deltanode.etcd.errors import EtcdError  # standard library only
+    from deltanode.mq.types import BrokerError  # standard library only
     from deltanode.standalone.services import ServiceError  # standard library only
     try:
         rc = func(conf, args) if args.command in ("admin", "sql") else func(conf)
     except ConfError as e:
         print(str(e), file=sys.stderr)
         return 2
-    except (ServiceError, EtcdError) as e:   # an etcd that refuses or never answers at start
+    except (ServiceError, EtcdError, BrokerError) as e:   # e.g. an etcd or a broker that refuses us at start
         print(f"{PROG} {what}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

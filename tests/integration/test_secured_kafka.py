@@ -171,6 +171,20 @@ def test_standalone_refused_by_secured_kafka_stops_at_start_in_one_line(secured_
     assert not leftovers(tmp_path), "embedded services outlived the refused start"
 
 
+def test_a_datanode_refused_by_secured_kafka_stops_at_start_in_one_line(secured_kafka, tls_files, tmp_path):
+    """``spark-submit.sh datanode`` (a cluster's DataNode) checks the broker before it registers: a
+    refused login ends it with the same line; a broker that does not answer yet would be waited for."""
+    env = secured_env(tmp_path, secured_kafka, tls_files.ca, "refused-datanode",
+                      DELTANODE_MQ_KAFKA_SASL_PASSWORD="not-the-password")
+    started = time.monotonic()
+    done = subprocess.run([str(ROOT / "spark-submit.sh"), "datanode", "--conf", "conf/standalone.conf"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    said = done.stdout + done.stderr
+    errors = [line for line in said.splitlines() if line.startswith("spark-submit.sh datanode: error: ")]
+    assert done.returncode == 1 and len(errors) == 1 and AUTH_REFUSED in errors[0], said[-3000:]
+    assert "Traceback" not in said and time.monotonic() - started < 90
+
+
 @pytest.mark.parametrize("case", ["wrong password", "untrusted certificate"])
 def test_kafka_clients_name_a_refusal_at_once(secured_kafka, tls_files, case):
     """What ``admin health`` (ping), topic creation and sending see: the refusal, within a second or

@@ -6,13 +6,30 @@ import logging
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from ..config import Conf
 from ..gc_settings import tune_for_driver
 from ..logs import flush_logs
 from .spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_context, stop_spark
 
+if TYPE_CHECKING:
+    from ..settings import Settings
+
 log = logging.getLogger("deltanode.datanode")
+
+
+def check_broker(settings: Settings) -> None:
+    """Stop at start when the broker refuses this node (its login, token or certificate): every read
+    would fail the same way. A broker that does not answer yet is waited for, as a running node
+    waits: it may be starting with the rest of the cluster."""
+    from ..mq.broker import BrokerError, BrokerRefused
+    try:
+        settings.broker.ping(settings.pchannels.names()[0], timeout=10.0)
+    except BrokerRefused:
+        raise
+    except BrokerError as e:
+        log.warning("the broker does not answer yet (%s); starting all the same", e)
 
 
 def run(conf: Conf) -> int:
@@ -28,6 +45,7 @@ def run(conf: Conf) -> int:
     from .progress import ProgressReporter
     tune_for_driver()
     settings = Settings.of(conf)
+    check_broker(settings)
     sc = spark_context(started, settings)
     node = DataNode(settings, sc)
     reporter = ProgressReporter(settings.node.progress_interval)
