@@ -1,5 +1,5 @@
 """DeltaNode on an Apache Pulsar secured as production Pulsars are: token authentication (HS256
-JWTs) on every port and TLS on the one DeltaNode uses (docs/secured-pulsar-notes.md).
+JWTs) on every port and TLS on the one DeltaNode uses (docs/secured-services.md).
 
 One secured broker for the module (``EmbeddedApachePulsar`` with a ``PulsarSecurity``); each
 standalone run uses it as an external broker (``embedded.broker = false``) over

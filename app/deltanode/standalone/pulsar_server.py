@@ -11,7 +11,7 @@ and their messages survive a restart, a SIGKILL included. No functions worker, n
 no transaction coordinator; every ledger has one replica (one bookie).
 
 Given a ``PulsarSecurity``, it runs as a production Pulsar is commonly secured (the test suite's
-secured broker; docs/secured-pulsar-notes.md): every connection, on the plain port and on the TLS
+secured broker; docs/secured-services.md): every connection, on the plain port and on the TLS
 one, authenticates with a JWT signed by the broker's HS256 secret key
 (``AuthenticationProviderToken``); the broker's own internal client and admin client present the
 superuser token; and a second broker port serves TLS with the given certificate. Without one, it
