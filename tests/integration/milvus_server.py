@@ -60,6 +60,19 @@ PORT_KEYS = ("proxy.port", "proxy.internalPort", "rootCoord.port", "dataCoord.po
              "natsmq.server.port")
 
 
+def _dotted_keys(text: str) -> list[str]:
+    """Every key of a block-style YAML text, dotted (``etcd.ssl.enabled``)."""
+    found, stack = [], []
+    for line in text.splitlines():
+        m = re.match(r"^( *)([A-Za-z0-9_]+):", line)
+        if m:
+            while stack and stack[-1][0] >= len(m.group(1)):
+                stack.pop()
+            stack.append((len(m.group(1)), m.group(2)))
+            found.append(".".join(k for _, k in stack))
+    return found
+
+
 def render_config(template: str, overrides: dict[str, object], new: frozenset[str] = frozenset()) -> str:
     """``template`` (the wheel's config.yaml.template: block-style YAML with ``{{ key: default }}``
     placeholders) with every placeholder at its default and each dotted key of ``overrides`` set.
@@ -70,6 +83,7 @@ def render_config(template: str, overrides: dict[str, object], new: frozenset[st
     text = re.sub(r"\{\{([^}:]*)(?::([^}]*))?\}\}",
                   lambda m: (m.group(2) or "").strip(), template)
     pending = dict(overrides)
+    new = new - set(_dotted_keys(text))   # keys the template has are set in place, as any other
     out, stack = [], []  # stack: (indent, key) of the enclosing mappings
     for line in text.splitlines():
         m = re.match(r"^( *)([A-Za-z0-9_]+):(.*)$", line)

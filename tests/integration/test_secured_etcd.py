@@ -17,17 +17,24 @@ from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdRefused
 from deltanode.etcd.fence import OwnershipFence
 from deltanode.standalone.services import free_port
-from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
-from deltanode.wire.positions import now_ts
 
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
 from .secured_etcd import OWN_PREFIX, PASSWORD, SecuredEtcd
 from .support import fresh_root, wait_until
-from .test_real_milvus import SHARDED, Mirror, sharded_row
-from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
+from .test_real_milvus import Mirror, mirror_a_sharded_collection
+from .test_standalone import (
+    ROOT,
+    _env,
+    admin,
+    leftovers,
+    serve_a_collection,
+    start,
+    stop,
+    wait_for_rows,
+)
 
 MILVUS_ROOT = f"msec{os.getpid()}"   # the mirrored Milvus's etcd root and topic prefix, apart from the suite's
 
@@ -136,11 +143,7 @@ def test_standalone_on_the_secured_etcd_and_s3_commits_every_row_once_without_sh
     assert not [s for s in secrets if s in shown.stdout], shown.stdout[-2000:]
     proc = start(env, tmp_path / "standalone.log")
     try:
-        created = create_collection(env, tmp_path, "secured", dim=8)
-        rc, produced = admin(env, "produce", "--collection", "secured", "--messages", "10", "--rows", "100",
-                             "--deletes", "0")
-        assert rc == 0 and produced["rows"] == 1000, produced
-        wait_for_rows(env, "secured", 1000, 120, tmp_path / "standalone.log")
+        created = serve_a_collection(env, tmp_path, "secured", tmp_path / "standalone.log")
         # What Spark's UI shows of the application: its properties, system properties, jobs, stages.
         ui = f"http://127.0.0.1:{ui_port}/api/v1/applications"
         app = json.loads(urllib.request.urlopen(ui, timeout=10).read())[0]["id"]
@@ -193,20 +196,8 @@ def test_a_real_milvus_on_the_secured_etcd_is_mirrored_by_a_user_that_may_only_r
     mirror logged in as ``deltanode``, which may write only its own root and read only Milvus's."""
     with MilvusServer(etcd.endpoint, broker.bootstrap_servers, tmp_path / "milvus", root_path=MILVUS_ROOT,
                       config=etcd.milvus_config()) as milvus, MilvusClient(milvus.uri, timeout=120) as mc:
-        made = {"secured": mc.create_collection("secured", SHARDED, shards=2)}
-        mc.insert("secured", [sharded_row(i) for i in range(300)])
-        mc.delete("secured", "id in [1, 2, 3]")
         mirror = Mirror(etcd, milvus, tmp_path)
         mirror.env.update({env_name(k): v for k, v in etcd.conf().items()}, DELTANODE_ETCD_ENDPOINTS=etcd.url,
                           DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}mirror/meta", DELTANODE_ETCD_AUTH_PASSWORD=PASSWORD)
-        mirror.start()
-        try:
-            mc.insert("secured", [sharded_row(i) for i in range(300, 400)])
-            mirror.wait_caught_up(made, now_ts())
-            rows = current_rows(mirror.storage, made["secured"]["collection_id"], "id")
-            assert rows is not None
-            assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
-            assert mc.count("secured") == 397 and not mirror.log_errors()
-        finally:
-            mirror.stop()
+        mirror_a_sharded_collection(mc, mirror, "secured")
     assert PASSWORD not in mirror.log.read_text()

@@ -19,15 +19,22 @@ import pytest
 from deltanode.mq.broker import Broker, BrokerError
 from deltanode.standalone.kafka_server import EmbeddedKafka, KafkaSecurity
 from deltanode.standalone.services import free_port
-from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import open_table, read_table
-from deltanode.wire.positions import now_ts
 
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
-from .test_real_milvus import SHARDED, Mirror, sharded_row
-from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
+from .test_real_milvus import Mirror, mirror_a_sharded_collection
+from .test_standalone import (
+    ROOT,
+    _env,
+    admin,
+    leftovers,
+    serve_a_collection,
+    start,
+    stop,
+    wait_for_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -103,11 +110,7 @@ def test_standalone_on_sasl_ssl_kafka_serves_every_row_once_across_a_restart(sec
     logs = [tmp_path / "standalone.log", tmp_path / "standalone-2.log"]
     proc = start(env, logs[0])
     try:
-        created = create_collection(env, tmp_path, "vault", dim=8)
-        rc, produced = admin(env, "produce", "--collection", "vault", "--messages", "10", "--rows", "100",
-                             "--deletes", "0")
-        assert rc == 0 and produced["rows"] == 1000, produced
-        wait_for_rows(env, "vault", 1000, 120, logs[0])
+        created = serve_a_collection(env, tmp_path, "vault", logs[0])
         rc, health = admin(env, "health")
         assert rc == 0 and health["broker"] == "up" and health["healthy"] is True, health
     finally:
@@ -217,20 +220,8 @@ def test_a_real_milvus_on_sasl_ssl_kafka_is_mirrored(secured_kafka, tls_files, e
     with MilvusServer(etcd_server.endpoint, secured_kafka.sasl_ssl_bootstrap_servers, tmp_path / "milvus",
                       root_path=root, config=milvus_kafka, env={"SSL_CERT_FILE": str(tls_files.ca)}) as milvus, \
             MilvusClient(milvus.uri, timeout=120) as mc:
-        made = {"vault": mc.create_collection("vault", SHARDED, shards=2)}
-        mc.insert("vault", [sharded_row(i) for i in range(300)])
-        mc.delete("vault", "id in [1, 2, 3]")
         mirror = Mirror(etcd_server, milvus, tmp_path)
         mirror.env.update({k: v for k, v in secured_env(tmp_path, secured_kafka, tls_files.ca, "unused").items()
                            if k.startswith("DELTANODE_MQ_KAFKA_")})
-        mirror.start()
-        try:
-            mc.insert("vault", [sharded_row(i) for i in range(300, 400)])
-            mirror.wait_caught_up(made, now_ts())
-            rows = current_rows(mirror.storage, made["vault"]["collection_id"], "id")
-            assert rows is not None
-            assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
-            assert mc.count("vault") == 397 and not mirror.log_errors()
-        finally:
-            mirror.stop()
+        mirror_a_sharded_collection(mc, mirror, "vault")
     assert PASSWORD not in mirror.log.read_text()

@@ -19,15 +19,22 @@ import pytest
 from deltanode.mq.broker import Broker, BrokerRefused
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar, PulsarSecurity, make_token
 from deltanode.standalone.services import free_port
-from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
-from deltanode.wire.positions import now_ts
 
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
-from .test_real_milvus import SHARDED, Mirror, sharded_row
-from .test_standalone import ROOT, _env, admin, create_collection, leftovers, start, stop, wait_for_rows
+from .test_real_milvus import Mirror, mirror_a_sharded_collection
+from .test_standalone import (
+    ROOT,
+    _env,
+    admin,
+    leftovers,
+    serve_a_collection,
+    start,
+    stop,
+    wait_for_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -60,11 +67,7 @@ def test_standalone_on_a_token_and_tls_pulsar_commits_every_row_once_across_a_re
     storage = StorageLayout(str(tmp_path / "delta"))
     proc = start(env, tmp_path / "standalone.log")
     try:
-        created = create_collection(env, tmp_path, "vault", dim=8)
-        rc, produced = admin(env, "produce", "--collection", "vault", "--messages", "10", "--rows", "100",
-                             "--deletes", "0")
-        assert rc == 0 and produced["rows"] == 1000, produced
-        wait_for_rows(env, "vault", 1000, 120, tmp_path / "standalone.log")
+        created = serve_a_collection(env, tmp_path, "vault", tmp_path / "standalone.log")
         rc, health = admin(env, "health")
         assert rc == 0 and health["broker"] == "up" and health["healthy"] is True, health
     finally:
@@ -170,23 +173,11 @@ def test_a_real_milvus_on_the_token_pulsar_is_mirrored_over_tls(secured, tls_fil
                       pulsar_web_port=server.web_port,
                       config={"pulsar.authPlugin": "token", "pulsar.authParams": f"token:{milvus_token}"}) as milvus, \
             MilvusClient(milvus.uri, timeout=120) as mc:
-        made = {"vault": mc.create_collection("vault", SHARDED, shards=2)}
-        mc.insert("vault", [sharded_row(i) for i in range(300)])
-        mc.delete("vault", "id in [1, 2, 3]")
         mirror = Mirror(etcd_server, milvus, tmp_path)
         deltanode_token = make_token(key, "deltanode")
         mirror.env.update(DELTANODE_MQ_PULSAR_SERVICE_URL=server.tls_service_url,
                           DELTANODE_MQ_PULSAR_TLS_TRUST_CERTS_FILE=str(tls_files.ca),
                           DELTANODE_MQ_PULSAR_TLS_VALIDATE_HOSTNAME="true", DELTANODE_MQ_PULSAR_AUTH_PLUGIN="token",
                           DELTANODE_MQ_PULSAR_AUTH_PARAMS=f"token:{deltanode_token}")
-        mirror.start()
-        try:
-            mc.insert("vault", [sharded_row(i) for i in range(300, 400)])
-            mirror.wait_caught_up(made, now_ts())
-            rows = current_rows(mirror.storage, made["vault"]["collection_id"], "id")
-            assert rows is not None
-            assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
-            assert mc.count("vault") == 397 and not mirror.log_errors()
-        finally:
-            mirror.stop()
+        mirror_a_sharded_collection(mc, mirror, "vault")
     assert deltanode_token not in mirror.log.read_text()

@@ -52,6 +52,16 @@ def create_collection(env, tmp_path: Path, name: str, dim: int) -> dict:
     return created
 
 
+def serve_a_collection(env, tmp_path: Path, name: str, log_path: Path) -> dict:
+    """``admin create-collection`` of a small collection, 1,000 rows produced into it, and the wait
+    until standalone committed them all; the collection as created."""
+    created = create_collection(env, tmp_path, name, dim=8)
+    rc, produced = admin(env, "produce", "--collection", name, "--messages", "10", "--rows", "100", "--deletes", "0")
+    assert rc == 0 and produced["rows"] == 1000, produced
+    wait_for_rows(env, name, 1000, 120, log_path)
+    return created
+
+
 def scrape(port: int, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
