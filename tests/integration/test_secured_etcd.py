@@ -201,3 +201,21 @@ def test_a_real_milvus_on_the_secured_etcd_is_mirrored_by_a_user_that_may_only_r
                           DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}mirror/meta", DELTANODE_ETCD_AUTH_PASSWORD=PASSWORD)
         mirror_a_sharded_collection(mc, mirror, "secured")
     assert PASSWORD not in mirror.log.read_text()
+
+
+@pytest.mark.parametrize("case", ["wrong password", "untrusted certificate"])
+def test_an_admin_command_refused_by_etcd_says_so_in_one_line(etcd, tls_files, tmp_path, case):
+    """What a user sees from the command line: exit 1 and one line naming etcd and what it refused."""
+    (tmp_path / "pw").write_text("not-the-password" if case == "wrong password" else PASSWORD)
+    env = dict(os.environ, DELTANODE_STORAGE_ROOT=str(tmp_path / "delta"),
+               DELTANODE_ETCD_ROOT=f"{OWN_PREFIX}admin/meta", DELTANODE_ETCD_AUTH_PASSWORD_FILE=str(tmp_path / "pw"),
+               **{env_name(k): v for k, v in etcd.conf().items()})
+    if case == "untrusted certificate":
+        env["DELTANODE_ETCD_SSL_TLS_CA_CERT"] = str(tls_files.other_ca)
+    done = subprocess.run([str(ROOT / "spark-submit.sh"), "admin", "show-channels", "--conf", "conf/standalone.conf"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    said = done.stdout + done.stderr
+    expected = ("refused the login of user 'deltanode'" if case == "wrong password"
+                else f"its TLS certificate is not trusted (it does not chain to {tls_files.other_ca}")
+    assert done.returncode == 1 and f"etcd at {etcd.endpoint}" in said and expected in said, said[-2000:]
+    assert "Traceback" not in said and len(said.strip().splitlines()) == 1, said[-2000:]
