@@ -32,7 +32,9 @@ def is_stale_token(code: grpc.StatusCode, details: str | None) -> bool:
 
 
 class _Login:
-    """The token of one user on one channel; logs in when there is none or it went stale."""
+    """The token of one user on one channel; logs in when there is none or it went stale.
+
+    Runs on the etcd loop (driver)."""
 
     def __init__(self, username: str, password: str, timeout: float | None) -> None:
         self.username, self._password, self._timeout = username, password, timeout
@@ -63,6 +65,8 @@ def _with_token(details: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.Cli
 
 class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
                         grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
+    """Puts the login's token on every call of the channel. Runs on the etcd loop (driver)."""
+
     def __init__(self, login: _Login) -> None:
         self._login = login
 
@@ -95,7 +99,9 @@ class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStre
 
 
 class SecuredClient(aetcd.Client):
-    """``aetcd.Client`` whose channel is TLS when ``security.tls`` and logs in as ``security.username``."""
+    """``aetcd.Client`` whose channel is TLS when ``security.tls`` and logs in as ``security.username``.
+
+    Runs on the etcd loop (driver)."""
 
     def __init__(self, host: str, port: int, *, security: EtcdSecurity, timeout: float | None) -> None:
         options = {"grpc.ssl_target_name_override": security.server_name} if security.server_name else {}
