@@ -4,6 +4,7 @@ error naming etcd and what was refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -70,6 +71,10 @@ def test_a_wrong_password_an_untrusted_certificate_and_no_login_are_refused_by_n
     with pytest.raises(EtcdRefused, match=rf"etcd at {etcd.endpoint}: its TLS certificate is not trusted "
                                           rf"\(it does not chain to {tls_files.other_ca}"):
         EtcdClient(etcd.url, security=etcd.security(ca_cert=tls_files.other_ca))
+    with pytest.raises(EtcdRefused, match=r"its TLS certificate does not name elsewhere.example"):
+        EtcdClient(etcd.url, security=dataclasses.replace(etcd.security(), server_name="elsewhere.example"))
+    with EtcdClient(etcd.url, security=dataclasses.replace(etcd.security(), server_name="localhost")):
+        pass   # a name the certificate carries, whatever host is connected to
     # The client certificate alone acts as its CN (root here), as Milvus 2.3.5's etcd.ssl does.
     with EtcdClient(etcd.url, security=etcd.security(username=None)) as as_root:
         as_root.put("elsewhere/k", b"root may")

@@ -216,6 +216,8 @@ class OwnershipFence:
                         rpc.AuthenticateRequest(name=self.security.username, password=self.security.password or ""),
                         timeout=self.timeout).token
                 except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:   # not etcd's answer to the login
+                        raise
                     raise _Refused(exc, f"refused the login of user {self.security.username!r}") from None
             metadata = (("token", self._token),)
         return rpc.KVStub(channel).Txn(request, timeout=self.timeout, metadata=metadata)

@@ -185,6 +185,10 @@ def refusal(exc: BaseException, endpoint: str, security: EtcdSecurity) -> EtcdRe
         trusted = security.ca_cert or f"the system's trusted CAs ({keys}ssl.tls.ca.cert is unset)"
         return EtcdRefused(f"etcd at {endpoint}: its TLS certificate is not trusted (it does not chain to "
                            f"{trusted}, or does not name {security.server_name or 'the endpoint host'}): {details}")
+    if "hostname verification" in lowered:
+        return EtcdRefused(f"etcd at {endpoint}: its TLS certificate does not name "
+                           f"{security.server_name or 'the endpoint host'} (set {keys}ssl.server.name to a name "
+                           f"it carries): {details}")
     if "handshake" in lowered and code == grpc.StatusCode.UNAVAILABLE:
         return EtcdRefused(f"etcd at {endpoint}: the TLS handshake failed ({security.describe()}): {details}")
     if code == grpc.StatusCode.INVALID_ARGUMENT and ("authentication failed" in lowered or "user name" in lowered):
