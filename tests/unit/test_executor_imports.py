@@ -26,3 +26,29 @@ def test_the_executor_package_imports_no_driver_module():
     assert "deltanode.executor.task" in loaded and "deltanode.executor.delete_marks" in loaded
     driver = sorted(m for m in loaded if m.startswith(DRIVER_ONLY))
     assert not driver, f"the executor package imports driver modules: {driver}"
+
+
+def _imported(module_file: Path) -> set[str]:
+    """The deltanode modules a file imports, resolved to absolute names (static: its import lines)."""
+    import ast
+    package = ".".join(module_file.relative_to(APP).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(module_file.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            name = ".".join(p for p in (base, node.module or "") if p)
+            found.add(name)
+            found.update(f"{name}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("deltanode.")}
+
+
+def test_storage_imports_neither_the_executor_nor_the_driver_s_stages():
+    """Storage is the bottom layer: the executor writes through it, the driver commits through it;
+    it imports neither (its path helpers live in storage.written_files)."""
+    above = ("deltanode.executor", "deltanode.pipeline", "deltanode.flowgraph", "deltanode.datanode",
+             "deltanode.datacoord", "deltanode.standalone", "deltanode.admin")
+    wrong = {f"{f.relative_to(APP)}: {m}" for f in (APP / "deltanode" / "storage").glob("*.py")
+             for m in _imported(f) if m.startswith(above)}
+    assert not wrong, f"storage imports modules above it: {sorted(wrong)}"

@@ -32,6 +32,7 @@ from ..storage import json_codec
 from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
 from ..storage.object_store import StoreOptions
 from ..storage.pk_bloom import INLINE_MAX_KEYS, PkBloom
+from ..storage.written_files import table_roots
 from . import plain_parquet
 
 ROW_GROUP_BYTES = 4 << 20
@@ -405,23 +406,6 @@ class BinlogWriter:
         """Give up every file (the task failed for this vchannel): what was written is deleted."""
         for f in self._files():
             f.discard()
-
-
-def table_roots(storage: StorageLayout, collection_id: int) -> dict[TableKind, str]:
-    """The root of each table kind's files."""
-    return {TableKind.INSERT: storage.insert_log(collection_id), TableKind.DELETE: storage.delta_log(collection_id),
-            TableKind.REPLAYED_DELETES: storage.delta_log(collection_id), TableKind.QUARANTINE: storage.quarantine()}
-
-
-def delete_written(storage: StorageLayout, root: str, entry: FileEntry) -> None:
-    """Delete a written file, and its bloom filter if it is an insert binlog; missing ones are no error."""
-    fs, base = storage.filesystem(root)
-    paths = [entry.path, pk_bloom_path(entry.path)] if entry.table == TableKind.INSERT else [entry.path]
-    for path in paths:
-        try:
-            fs.delete_file(f"{base}/{path}")
-        except FileNotFoundError:
-            pass
 
 
 def write_segment_file(storage: StorageLayout, collection_id: int, insert_schema: pa.Schema, pk: str,

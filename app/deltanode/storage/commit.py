@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..executor.binlog_writer import delete_written, table_roots
 from ..faults import crash_point
 from ..records import FileEntry, FileMark, TableKind
 from . import json_codec
@@ -38,6 +37,7 @@ from .actions import AddFile, RemoveFile
 from .channel_state import STATES_KEY, ChannelState
 from .delta_log import DeltaLog, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout
+from .written_files import delete_written, table_roots
 
 log = logging.getLogger(__name__)
 SIDE_TABLES = (TableKind.DELETE, TableKind.QUARANTINE)   # committed before insert_log, in this order
