@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
-from .mq.broker import Broker
 from .storage.deletion_vectors import DeletionVector
 from .storage.layout import StorageLayout
+
+if TYPE_CHECKING:   # a task's broker; the records themselves load no broker client
+    from .mq.broker import Broker
 
 # A primary key's value: int (an Int64 key) or str (a VarChar key). One type in a collection, so
 # keys compare with each other; a union would not say that to mypy.

@@ -52,3 +52,14 @@ def test_storage_imports_neither_the_executor_nor_the_driver_s_stages():
     wrong = {f"{f.relative_to(APP)}: {m}" for f in (APP / "deltanode" / "storage").glob("*.py")
              for m in _imported(f) if m.startswith(above)}
     assert not wrong, f"storage imports modules above it: {sorted(wrong)}"
+
+
+def test_the_shared_records_load_no_client_library():
+    """``records`` crosses the driver/executor line both ways: importing it loads no broker, etcd or
+    Spark client (a task's ``Broker`` is a type there; the task module brings the client it uses)."""
+    code = (f"import sys; sys.path.insert(0, {str(APP)!r}); import deltanode.records; "
+            "print('\\n'.join(sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    clients = sorted(m for m in loaded if m.split(".")[0] in ("confluent_kafka", "pulsar", "_pulsar", "grpc", "aetcd",
+                                                              "pyspark", "deltalake", "boto3"))
+    assert "deltanode.records" in loaded and not clients, f"deltanode.records loads client libraries: {clients}"
