@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -33,6 +33,7 @@ from .pulsar_probe import refusal
 from .types import BrokerError, BrokerRefused, Chunk, Delivered, Gap, OffsetRange
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
+PROBE_INTERVAL = 30.0    # seconds between two refusal probes of one Watermarks (the driver's, every cycle)
 # A reader that delivers nothing for this long although its range holds messages is replaced by a
 # new one at the same position, before the stall timeout would fail the vchannel.
 RECREATE_AFTER = 5.0
@@ -134,6 +135,7 @@ class Watermarks:
         self.settings = settings
         self._client = new_client(service_url, settings=settings)
         self._consumers: dict[str, pulsar.Consumer] = {}
+        self._probed: tuple[float, BrokerError | None] | None = None   # (when, what refusal said)
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         try:
@@ -171,7 +173,15 @@ class Watermarks:
             reader.close()
 
     def _error(self, what: str, e: pulsar.PulsarException) -> BrokerError:
-        return explain(what, e, self.service_url, self.settings)
+        return explain(what, e, self.service_url, self.settings, self._probe)
+
+    def _probe(self) -> BrokerError | None:
+        """``refusal``, asked at most once per ``PROBE_INTERVAL``: while a broker is down, every
+        topic of every cycle fails, and each probe may wait its whole timeout."""
+        now = time.monotonic()
+        if self._probed is None or now - self._probed[0] >= PROBE_INTERVAL:
+            self._probed = (now, refusal(self.service_url, self.settings, 5.0))
+        return self._probed[1]
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
         """"": a Pulsar topic's name is all the client sees of it."""
@@ -338,11 +348,14 @@ def send_all(service_url: str, messages: Sequence[tuple[str, bytes]], tenant: st
         c.close()
 
 
-def explain(what: str, e: pulsar.PulsarException, service_url: str, settings: Settings | None) -> BrokerError:
+def explain(what: str, e: pulsar.PulsarException, service_url: str, settings: Settings | None,
+            probe: Callable[[], BrokerError | None] | None = None) -> BrokerError:
     """``what`` failed with the client's error ``e``: a BrokerRefused when the broker refuses the client
     (a token it does not accept reaches the client as a timeout, an untrusted certificate as a connect
-    error: ``refusal``), else a BrokerError with the client's error."""
-    found = refusal(service_url, settings, 5.0) if isinstance(e, pulsar.Timeout | pulsar.ConnectError) else None
+    error: ``refusal``, or ``probe`` when given), else a BrokerError with the client's error."""
+    found = None
+    if isinstance(e, pulsar.Timeout | pulsar.ConnectError):
+        found = probe() if probe is not None else refusal(service_url, settings, 5.0)
     if isinstance(found, BrokerRefused):
         return BrokerRefused(f"{what}: {found}")
     return BrokerError(f"{what}: {e}")
