@@ -1,7 +1,7 @@
 """Command line of DeltaNode: ``./spark-submit.sh SUBCOMMAND --conf FILE [...]``.
 
-Parsing and ``--help`` need nothing but the standard library; the code behind each
-subcommand is imported only when it runs:
+Parsing (``cli_parser``) and ``--help`` need nothing but the standard library; the code behind
+each subcommand is imported only when it runs:
 
   standalone  -> deltanode.standalone.run.run(conf) -> int
   datanode    -> deltanode.datanode.run.run(conf) -> int
@@ -23,12 +23,10 @@ import sys
 from collections.abc import Sequence
 
 from deltanode import __version__
-from deltanode.config import ENV_PREFIX, ConfError, load_conf
-from deltanode.jvm import spark_defaults
+from deltanode.cli_parser import PROG, build_parser
+from deltanode.config import ConfError, load_conf
 from deltanode.logs import setup_logging
-
-PROG = "spark-submit.sh"
-DEFAULT_STANDALONE_CONF = "conf/standalone.conf"
+from deltanode.spark_options import spark_options
 
 RUNNERS = {
     "standalone": "deltanode.standalone.run",
@@ -38,161 +36,7 @@ RUNNERS = {
 ADMIN_MODULE = "deltanode.admin.commands"
 SQL_MODULE = "deltanode.lake.sql_command"
 
-_ENV_HELP = f"""\
-Conf files hold `key = value` lines (# starts a comment); spark.* keys are passed to Spark.
-Environment variables override keys: {ENV_PREFIX}<KEY> with the key upper-cased and dots as
-underscores, e.g. {ENV_PREFIX}STORAGE_ROOT=/data/delta, {ENV_PREFIX}SPARK_MASTER='local[4]'.
-Use --print-conf to see the effective values and where each came from."""
-
 log = logging.getLogger("deltanode")
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    pass
-
-
-def _common(p: argparse.ArgumentParser, *, default_conf: str | None, admin: bool = False) -> None:
-    if admin:
-        # Accepted before or after the admin COMMAND: SUPPRESS keeps an absent option from
-        # overwriting the one given before the command (checked in parse_args).
-        p.add_argument("--conf", metavar="FILE", default=argparse.SUPPRESS,
-                       help="conf file (required; before or after COMMAND)")
-        p.add_argument("--print-conf", action="store_true", default=argparse.SUPPRESS,
-                       help="print the effective configuration with the source of each value, then exit")
-        return
-    if default_conf:
-        p.add_argument("--conf", metavar="FILE", default=default_conf,
-                       help=f"conf file (default: {default_conf})")
-    else:
-        p.add_argument("--conf", metavar="FILE", required=True, help="conf file (required)")
-    p.add_argument("--print-conf", action="store_true",
-                   help="print the effective configuration with the source of each value, "
-                        "then exit")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=_Formatter,
-        description="DeltaNode: the Milvus DataNode write path on Apache Spark, persisting to "
-                    "Delta Lake.\nEach subcommand runs under spark-submit with the packaged "
-                    "build/dist/deltanode-<version>.zip.",
-        epilog=_ENV_HELP)
-    parser.add_argument("--version", action="version", version=f"deltanode {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
-
-    p = sub.add_parser(
-        "standalone", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="everything on this machine: embedded etcd and broker (as configured), "
-             "channel assigner, one DataNode on local Spark",
-        description="Start, on loopback, etcd (embedded.etcd = true), the broker of mq.type "
-                    "(embedded.broker = true: Apache Kafka), a channel assigner and one DataNode with "
-                    "local Spark. Reports progress while running; Ctrl-C or SIGTERM stops "
-                    "everything cleanly.")
-    _common(p, default_conf=DEFAULT_STANDALONE_CONF)
-
-    p = sub.add_parser(
-        "datanode", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="one DataNode: watches its channels in etcd and writes them to Delta tables",
-        description="Run one DataNode against the configured etcd and message queue "
-                    "(no embedded services). Its Spark application uses the spark.* keys of the "
-                    "conf file (spark.master, executor sizes, ...).")
-    _common(p, default_conf=None)
-
-    p = sub.add_parser(
-        "datacoord", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="the channel assigner: assigns DML channels to live DataNodes through etcd",
-        description="Run the channel assigner (the DataCoord part that hands channels to "
-                    "DataNodes) against the configured etcd (no embedded services).")
-    _common(p, default_conf=None)
-
-    p = sub.add_parser(
-        "sql", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="Spark SQL over the lake: each collection is a table; one JSON object per result row",
-        description="Run QUERY with Spark SQL (delta-spark) over the collections' current rows, deletes "
-                    "and upserts applied. Each collection of the catalog is a table named after it (with "
-                    "milvus.meta.root set: Milvus's names, db.collection for a database other than the "
-                    "default one). Prints one JSON object per result row on stdout, vectors as arrays "
-                    "and JSON fields as JSON; Spark's logs and errors go to stderr. Exit 2 when the "
-                    "query does not parse or names an unknown table. Needs etcd (the catalog) and "
-                    "storage.root; the conf's spark.* keys shape the session (docs/spark-sql.md).")
-    _common(p, default_conf=None)
-    p.add_argument("query", metavar="QUERY", nargs="?",
-                   help='the query, e.g. "SELECT count(*) FROM demo"')
-
-    p = sub.add_parser(
-        "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
-        help="administration: create-collection, show-collections, show-channels, show-segments, flush, health, "
-             "produce",
-        description="Administrative commands against the configured etcd, message queue and "
-                    "storage.")
-    p.add_argument("--conf", metavar="FILE", default=None, help="conf file (required; before or after COMMAND)")
-    p.add_argument("--print-conf", action="store_true",
-                   help="print the effective configuration with the source of each value, then exit")
-    admin = p.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
-
-    a = admin.add_parser("create-collection", formatter_class=_Formatter,
-                         help="create a collection from a JSON schema and assign its channels",
-                         description="Create a collection: its schema (JSON file), its shards "
-                                     "(virtual channels), and their assignment.")
-    a.add_argument("--name", required=True, metavar="N", help="collection name")
-    a.add_argument("--schema", required=True, metavar="FILE.json", help="schema as JSON")
-    a.add_argument("--shards", type=int, default=1, metavar="K",
-                   help="number of shards (virtual channels), default 1")
-    a.add_argument("--count", type=int, default=1, metavar="C",
-                   help="create C collections named N_0 .. N_{C-1} with this schema in one go (one catalog "
-                        "read, one broadcast, 64 records per etcd transaction; prints a list), default 1")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("show-collections", formatter_class=_Formatter,
-                         help="list the collections DeltaNode persists (in mirror mode: the Milvus's)",
-                         description="List the collections of the catalog (with milvus.meta.root set: every "
-                                     "collection of that Milvus) with their vchannels, state, fields, the rows "
-                                     "DeltaNode committed, and any start gap (milvus.start = checkpoint).")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("show-channels", formatter_class=_Formatter,
-                         help="list channels, their DataNode and checkpoint",
-                         description="List the DML channels with their assigned DataNode, "
-                                     "watch state and checkpoint.")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("show-segments", formatter_class=_Formatter,
-                         help="list the segments of a collection",
-                         description="List the segments of a collection with row counts "
-                                     "and state.")
-    a.add_argument("--collection", required=True, metavar="N", help="collection name")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("flush", formatter_class=_Formatter,
-                         help="seal a collection's segments and wait until they are Flushed",
-                         description="Milvus's Flush: seal every segment of the collection at a flush "
-                                     "timestamp (now), through etcd to the DataNodes serving its "
-                                     "vchannels; each records its sealed segments Flushed once its "
-                                     "checkpoint passes that timestamp. Waits for it in Delta and prints "
-                                     "the Flushed segments; exit 1 if a vchannel has not flushed in time.")
-    a.add_argument("--collection", required=True, metavar="N", help="collection name or ID")
-    a.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="seconds to wait for every vchannel (60)")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("produce", formatter_class=_Formatter,
-                         help="send demo Milvus insert traffic to a collection",
-                         description="Send InsertRequests with random rows (and a TimeTick per "
-                                     "pchannel every 200 ms, as rootcoord does) to every shard of a "
-                                     "collection, as a Milvus proxy would; for trying DeltaNode out.")
-    a.add_argument("--collection", required=True, metavar="N", help="collection name")
-    a.add_argument("--messages", type=int, default=100, metavar="M", help="InsertRequests to send (100)")
-    a.add_argument("--rows", type=int, default=1000, metavar="R", help="rows per InsertRequest (1000)")
-    a.add_argument("--deletes", type=int, default=10, metavar="D",
-                   help="primary keys to delete afterwards (10)")
-    _common(a, default_conf=None, admin=True)
-
-    a = admin.add_parser("health", formatter_class=_Formatter,
-                         help="check etcd, the message queue, storage and live DataNodes",
-                         description="Check that etcd, the message queue and storage answer and "
-                                     "list the live sessions; exit 0 when healthy.")
-    _common(a, default_conf=None, admin=True)
-    return parser
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -255,10 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(e), file=sys.stderr)
         return 2
     if args.print_conf:
-        import deltanode
-        print(f"# deltanode {__version__} from {os.path.dirname(deltanode.__file__)}")
-        print(f"# conf file: {args.conf}")
-        print(conf.describe())
+        _print_conf(args, conf)
         return 0
     setup_logging(conf.get("log.level"))
     module_name, func_name = _resolve(args)
@@ -266,6 +107,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         return 2
     log.debug("%s: conf %s, running %s.%s", what, args.conf, module_name, func_name)
+    return _run(func, conf, args, what)
+
+
+def _print_conf(args: argparse.Namespace, conf) -> None:
+    import deltanode
+    print(f"# deltanode {__version__} from {os.path.dirname(deltanode.__file__)}")
+    print(f"# conf file: {args.conf}")
+    print(conf.describe())
+
+
+def _run(func, conf, args: argparse.Namespace, what: str) -> int:
+    """Call the subcommand's function; its errors become one line on stderr and an exit code."""
     from deltanode.etcd.errors import EtcdError  # standard library only
     from deltanode.mq.types import BrokerError  # standard library only
     from deltanode.standalone.services import ServiceError  # standard library only
@@ -298,59 +151,24 @@ def spark_submit_args(argv: Sequence[str]) -> list[str]:
     if args.command == "standalone" and not args.print_conf:
         _check_embedded_ports(conf)
     out: list[str] = []
-    for key, value in spark_options(args, conf).items():
+    for key, value in spark_options(args.command, conf).items():
         out += ["--conf", f"{key}={value}"]
     return out
-
-
-def spark_options(args: argparse.Namespace, conf) -> dict[str, str]:
-    """The Spark conf of a subcommand: every spark.* key of the conf (after environment
-    overrides), then ``jvm.spark_defaults()`` the conf leaves unset, spark.app.name =
-    deltanode-SUBCOMMAND, and the Delta jars bootstrap fetched after any ``spark.jars`` of the
-    conf (``lake.spark``: every Spark that DeltaNode starts can read its tables with delta-spark)."""
-    from deltanode.lake.spark import with_delta_jars
-    spark = conf.spark_conf()
-    for key, value in spark_defaults().items():
-        spark.setdefault(key, value)
-    spark.setdefault("spark.app.name", f"deltanode-{args.command}")
-    if "spark.pyspark.python" in spark and spark.get("spark.submit.deployMode", "client") == "client":
-        # The executors' Python (``./env/bin/python`` from spark.archives, README "On a cluster")
-        # is no path here: the driver, in this process's place, runs on this interpreter.
-        spark.setdefault("spark.pyspark.driver.python", sys.executable)
-    if spark["spark.master"].startswith("yarn"):
-        _check_hadoop_conf_dir()
-        # Spark puts the Unix sockets to its Python workers in java.io.tmpdir, which YARN sets to the
-        # container's directory, deep in the NodeManager's local dirs: past the 107 bytes a socket's
-        # path may have ("AF_UNIX path too long"). /tmp is on every host.
-        spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
-    return with_delta_jars(spark)
-
-
-def _check_hadoop_conf_dir() -> None:
-    """spark.master = yarn: spark-submit finds the ResourceManager in ``HADOOP_CONF_DIR`` (or
-    ``YARN_CONF_DIR``). Without one it refuses, after a JVM started; with a directory lacking
-    yarn-site.xml it asks 0.0.0.0:8032 again and again. Both are told before any JVM starts."""
-    dirs = [os.environ[var] for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if os.environ.get(var)]
-    if not dirs:
-        raise ConfError("spark.master = yarn: set HADOOP_CONF_DIR (or YARN_CONF_DIR) to the directory of the "
-                        "cluster's yarn-site.xml and core-site.xml, which name its ResourceManager")
-    if not any(os.path.isfile(os.path.join(d, "yarn-site.xml")) for d in dirs):
-        raise ConfError(f"spark.master = yarn: no yarn-site.xml in {' or '.join(dirs)} (HADOOP_CONF_DIR / "
-                        f"YARN_CONF_DIR); without it Spark looks for a ResourceManager at 0.0.0.0:8032")
 
 
 def _check_embedded_ports(conf) -> None:
     """Fail before a JVM starts when a port of an embedded service is taken (standalone checks
     again when it starts them)."""
+    from deltanode.standalone.embedded_settings import EmbeddedSettings
     from deltanode.standalone.services import PortInUseError, ensure_port_free
-    for flag, key, what in (("embedded.etcd", "etcd.endpoints", "etcd client port"),
-                            ("embedded.broker", conf.broker_key, "broker port")):
-        if conf.get(flag):
-            port = (conf.hostports(key) if key == "etcd.endpoints" else conf.broker_hostports())[0][1]
+    embedded = EmbeddedSettings.of(conf)
+    for started, port, what in ((embedded.etcd, embedded.etcd_port, "etcd client port"),
+                                (embedded.broker, embedded.broker_port, "broker port")):
+        if started:
             try:
-                ensure_port_free(port, what)
+                ensure_port_free(port.port, what)
             except PortInUseError as e:
-                raise PortInUseError(f"{e} (set by {key} at {conf.source(key)})") from None
+                raise PortInUseError(f"{e} ({port.origin})") from None
 
 
 def _spark_args_main(argv: Sequence[str]) -> int:

@@ -1,11 +1,10 @@
 """Log format and levels of a DeltaNode process (``log.level``), and the thread that writes its lines.
 
 A thread that logs only formats its record and queues it; one writer thread writes what has
-queued in one go. A stream handler's lock is held across the write, and the writer must take
-the GIL back after it: with the pipeline, the channel watchers and the etcd loop all logging
-(a line per vchannel assigned, loaded and watched while 10,000 vchannels were handed out),
-threads queued on that lock for 10% of a standalone driver's samples, and the node watched
-about 200 vchannels a second (docs/benchmarks.md, issue 24).
+queued in one go. A stream handler would hold its lock across the write and take the GIL back
+after it, so the threads that log a lot at once (the pipeline, the channel watchers and the
+etcd loop, a line per vchannel assigned, loaded and watched) would queue on that lock and
+slow the watching of many vchannels down (docs/platform.md).
 """
 
 from __future__ import annotations

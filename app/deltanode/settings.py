@@ -3,22 +3,24 @@
 ``config.Conf`` reads and checks a conf file key by key; the components take these frozen
 sections instead, so each knows the few values it uses by name and type, and the conf keys are
 read in this one place (plus the broker's and the storage's own ``from_conf``, which carry
-client settings and credentials that never show in a repr).
+client settings and credentials that never show in a repr, and ``EmbeddedSettings.of``, which
+the command line uses before any JVM starts). Making them loads no Spark: the sections of the
+pipeline live in Spark-free modules (``pipeline.pipeline_settings``, ``pipeline.plan``).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from pathlib import Path
 
 from .config import Conf
 from .etcd.security import EtcdSecurity
 from .flowgraph.seal_policy import SealSettings
 from .mq.broker import Broker
-from .pipeline.pipeline import PipelineSettings
+from .pipeline.pipeline_settings import PipelineSettings
 from .pipeline.plan import Limits
 from .pipeline.sync_policy import SyncSettings
+from .standalone.embedded_settings import EmbeddedSettings
 from .storage.compaction import CompactionSettings
 from .storage.layout import StorageLayout
 from .storage.object_store import StoreOptions
@@ -69,15 +71,6 @@ class PchannelSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
-class EmbeddedSettings:
-    """What ``standalone`` starts itself."""
-
-    etcd: bool
-    broker: bool
-    data_dir: Path
-
-
-@dataclass(frozen=True, kw_only=True)
 class NodeSettings:
     """A DataNode process: its session, metrics, progress reports and Spark warm-up."""
 
@@ -120,8 +113,7 @@ class Settings:
                               session_ttl=conf.get("session.ttl"), security=EtcdSecurity.from_conf(conf)),
             mirror=mirror,
             pchannels=PchannelSettings(prefix=conf.get("mq.pchannel.prefix"), count=conf.get("mq.pchannel.count")),
-            embedded=EmbeddedSettings(etcd=conf.get("embedded.etcd"), broker=conf.get("embedded.broker"),
-                                      data_dir=Path(conf.get("embedded.data.dir"))),
+            embedded=EmbeddedSettings.of(conf),
             node=NodeSettings(address=conf.get("datanode.address"), metrics_port=conf.get("metrics.port"),
                               metrics_address=conf.get("metrics.address"),
                               progress_interval=conf.get("standalone.progress.interval"),

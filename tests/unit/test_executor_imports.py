@@ -63,3 +63,13 @@ def test_the_shared_records_load_no_client_library():
     clients = sorted(m for m in loaded if m.split(".")[0] in ("confluent_kafka", "pulsar", "_pulsar", "grpc", "aetcd",
                                                               "pyspark", "deltalake", "boto3"))
     assert "deltanode.records" in loaded and not clients, f"deltanode.records loads client libraries: {clients}"
+
+
+def test_the_settings_load_no_spark():
+    """Reading the conf into ``Settings`` loads no Spark: the sections of the pipeline live in Spark-free
+    modules (``pipeline.pipeline_settings``, ``pipeline.plan``), apart from the pipeline that runs Spark jobs."""
+    code = (f"import sys; sys.path.insert(0, {str(APP)!r}); import deltanode.settings; "
+            "print('\\n'.join(sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    spark = sorted(m for m in loaded if m.split(".")[0] in ("pyspark", "py4j"))
+    assert "deltanode.settings" in loaded and not spark, f"deltanode.settings loads Spark: {spark[:5]}"

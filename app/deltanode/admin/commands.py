@@ -1,4 +1,6 @@
-"""``./spark-submit.sh admin ...``: each command prints JSON on stdout and returns an exit code."""
+"""``./spark-submit.sh admin ...``: each command prints JSON on stdout and returns an exit code.
+
+Each command takes the ``Conf`` the command line loaded and reads it through ``Settings``."""
 
 from __future__ import annotations
 
@@ -23,20 +25,18 @@ from ..datacoord.catalogs import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
 from ..etcd import flush_request, keys
-from ..etcd.client import EtcdClient, EtcdSecurity
+from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..milvus_import.progress import import_progress, summary
-from ..mq.broker import Broker, BrokerError
+from ..mq.broker import BrokerError
 from ..settings import Settings
 from ..storage import meta
 from ..storage.channel_state import SegmentState
 from ..storage.delta_log import DeltaLog
-from ..storage.layout import StorageLayout
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.milvus_proto import schema_pb2
-from ..wire.names import pchannel_name
 from ..wire.positions import now_ts
 from ..wire.schema import FIRST_USER_FIELD_ID, DataType, SchemaError, load_schema_file
 
@@ -51,22 +51,22 @@ def _fail(message: str) -> int:
     return 1
 
 
-def _client(conf: Conf) -> EtcdClient:
-    return EtcdClient(conf.get("etcd.endpoints"), security=EtcdSecurity.from_conf(conf))
+def _client(settings: Settings) -> EtcdClient:
+    return EtcdClient(settings.etcd.endpoints, security=settings.etcd.security)
 
 
-def _records(conf: Conf, client: EtcdClient) -> list[CollectionRecord]:
+def _records(settings: Settings, client: EtcdClient) -> list[CollectionRecord]:
     """The collections of the conf's catalog (DeltaNode's, or the mirrored Milvus's)."""
-    catalog = open_catalog(Settings.of(conf), client)
+    catalog = open_catalog(settings, client)
     try:
         return catalog.collections()
     finally:
         catalog.close()
 
 
-def _refuse_in_mirror_mode(conf: Conf, what: str) -> str | None:
+def _refuse_in_mirror_mode(settings: Settings, what: str) -> str | None:
     """Why ``what`` cannot be done against a mirrored Milvus (None outside mirror mode)."""
-    root = conf.get("milvus.meta.root")
+    root = settings.mirror.meta_root
     if root is None:
         return None
     return (f"{what}: the collections are mirrored from the Milvus whose meta is at {root} (milvus.meta.root); "
@@ -74,7 +74,8 @@ def _refuse_in_mirror_mode(conf: Conf, what: str) -> str | None:
 
 
 def create_collection(conf: Conf, args: argparse.Namespace) -> int:
-    if (why := _refuse_in_mirror_mode(conf, "create-collection")) is not None:
+    settings = Settings.of(conf)
+    if (why := _refuse_in_mirror_mode(settings, "create-collection")) is not None:
         return _fail(why)
     if args.count < 1:
         return _fail(f"--count must be at least 1, got {args.count}")
@@ -82,9 +83,9 @@ def create_collection(conf: Conf, args: argparse.Namespace) -> int:
     try:
         schema = load_schema_file(args.schema, names[0])
         new = [NewCollection(name=name, schema=_renamed(schema, name), shards=args.shards) for name in names]
-        with _client(conf) as client:
-            records = create_collections(client, conf.get("etcd.root"), Broker.from_conf(conf), new,
-                                         conf.get("mq.pchannel.prefix"), conf.get("mq.pchannel.count"))
+        with _client(settings) as client:
+            records = create_collections(client, settings.etcd.root, settings.broker, new,
+                                         settings.pchannels.prefix, settings.pchannels.count)
     except (SchemaError, CatalogError, EtcdError, ValueError) as e:
         return _fail(str(e))
     docs = [{"name": r.name, "collection_id": r.collection_id, "vchannels": r.vchannels, "pchannels": r.pchannels}
@@ -114,11 +115,12 @@ def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWa
 
 
 def show_channels(conf: Conf, args: argparse.Namespace) -> int:
-    storage = StorageLayout.from_conf(conf)
+    settings = Settings.of(conf)
+    storage = settings.storage
     try:
-        with _client(conf) as client:
-            watches = _watch_keys(client, conf.get("etcd.root"))
-            records = _records(conf, client)
+        with _client(settings) as client:
+            watches = _watch_keys(client, settings.etcd.root)
+            records = _records(settings, client)
     except EtcdError as e:
         return _fail(str(e))
     rows = []
@@ -144,10 +146,10 @@ class AdminError(RuntimeError):
     """A request that cannot be answered; the message goes to stderr."""
 
 
-def _collection(conf: Conf, name_or_id: str) -> CollectionRecord:
+def _collection(settings: Settings, name_or_id: str) -> CollectionRecord:
     try:
-        with _client(conf) as client:
-            record = find_record(_records(conf, client), name_or_id)
+        with _client(settings) as client:
+            record = find_record(_records(settings, client), name_or_id)
     except EtcdError as e:
         raise AdminError(str(e)) from None
     if record is None:
@@ -157,11 +159,12 @@ def _collection(conf: Conf, name_or_id: str) -> CollectionRecord:
 
 def show_collections(conf: Conf, args: argparse.Namespace) -> int:
     """Every collection of the catalog (in mirror mode: of the Milvus), with what DeltaNode made of it."""
-    storage = StorageLayout.from_conf(conf)
+    settings = Settings.of(conf)
+    storage = settings.storage
     try:
-        with _client(conf) as client:
-            records = _records(conf, client)
-            gaps = read_gaps(client, conf.get("etcd.root"))
+        with _client(settings) as client:
+            records = _records(settings, client)
+            gaps = read_gaps(client, settings.etcd.root)
     except (EtcdError, CatalogError) as e:
         return _fail(str(e))
     rows = []
@@ -187,9 +190,10 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
 
 
 def show_segments(conf: Conf, args: argparse.Namespace) -> int:
-    storage = StorageLayout.from_conf(conf)
+    settings = Settings.of(conf)
+    storage = settings.storage
     try:
-        record = _collection(conf, args.collection)
+        record = _collection(settings, args.collection)
     except AdminError as e:
         return _fail(str(e))
     binlogs = meta.segment_binlogs(storage, record.collection_id)
@@ -227,14 +231,15 @@ def _flush_pending(state, flush_ts: int) -> str | None:
 def flush(conf: Conf, args: argparse.Namespace) -> int:
     """Milvus's Flush: seal the collection's segments at a flush ts (now), have each vchannel
     record them Flushed once its checkpoint passes it, and wait for that in Delta."""
-    if (why := _refuse_in_mirror_mode(conf, "flush")) is not None:
+    settings = Settings.of(conf)
+    if (why := _refuse_in_mirror_mode(settings, "flush")) is not None:
         return _fail(why)
-    storage = StorageLayout.from_conf(conf)
+    storage = settings.storage
     try:
-        record = _collection(conf, args.collection)
+        record = _collection(settings, args.collection)
         flush_ts = now_ts()
-        with _client(conf) as client:
-            key = flush_request.flush_key(conf.get("etcd.root"), record.collection_id)
+        with _client(settings) as client:
+            key = flush_request.flush_key(settings.etcd.root, record.collection_id)
             client.put(key, flush_request.encode(flush_ts))
     except (AdminError, EtcdError) as e:
         return _fail(str(e))
@@ -264,13 +269,14 @@ def flush(conf: Conf, args: argparse.Namespace) -> int:
 def produce(conf: Conf, args: argparse.Namespace) -> int:
     from ..mq.milvus_producer import MilvusProducer, Proxy, ticker
     from ..wire.schema import CollectionLayout
-    if (why := _refuse_in_mirror_mode(conf, "produce")) is not None:
+    settings = Settings.of(conf)
+    if (why := _refuse_in_mirror_mode(settings, "produce")) is not None:
         return _fail(why)
     try:
-        record = _collection(conf, args.collection)
+        record = _collection(settings, args.collection)
     except AdminError as e:
         return _fail(str(e))
-    broker = Broker.from_conf(conf)
+    broker = settings.broker
     producer = MilvusProducer(Proxy(broker), CollectionLayout.from_proto(record.schema), record.collection_id,
                               record.name)
     stop = threading.Event()
@@ -310,12 +316,13 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
     """etcd, the broker, and each DataNode: as etcd sees it (its channels' watch states) and as it
     sees itself (its status document: failing vchannels, etcd unreachable since), so that the
     answer stays useful while etcd is down. Healthy: the broker answers and a DataNode persists."""
+    settings = Settings.of(conf)
     report: dict = {"etcd": "down", "broker": "down", "datanodes": []}
-    root = conf.get("etcd.root")
+    root = settings.etcd.root
     now = time.time()
-    statuses = read_statuses(StorageLayout.from_conf(conf), now)
+    statuses = read_statuses(settings.storage, now)
     try:
-        with _client(conf) as client:
+        with _client(settings) as client:
             report["etcd"] = "up"
             watches = _watch_keys(client, root)
             for node_id in sorted(list_sessions(client, root, "datanode")):
@@ -338,7 +345,7 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
                       "sessions_lost": st.sessions_lost})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
     try:
-        Broker.from_conf(conf).ping(pchannel_name(conf.get("mq.pchannel.prefix"), 0), timeout=5.0)
+        settings.broker.ping(settings.pchannels.names()[0], timeout=5.0)
         report["broker"] = "up"
     except BrokerError as e:
         report["broker_error"] = str(e)

@@ -41,9 +41,9 @@ def session_options(conf: Conf, args: argparse.Namespace, warehouse: str) -> dic
     defaults, the Delta jars), delta-spark's SQL settings, and for a one-off query no UI and
     Spark's log at ERROR unless the conf says otherwise. ``warehouse``: where a Milvus
     database's views go (a directory that goes with the process)."""
-    from ..cli import spark_options
+    from ..spark_options import spark_options
     from .spark import with_delta_sql
-    options = with_delta_sql(spark_options(args, conf))
+    options = with_delta_sql(spark_options(args.command, conf))
     for key, value in {"spark.ui.enabled": "false", "spark.log.level": "ERROR", "spark.driver.memory": "1g",
                        "spark.sql.warehouse.dir": warehouse}.items():
         options.setdefault(key, value)

@@ -72,13 +72,13 @@ def catalog_tables(conf: Conf) -> list[LakeTable]:
     """The tables of the conf's catalog (DeltaNode's, or the Milvus's with ``milvus.meta.root``),
     read from etcd."""
     from ..datacoord.catalogs import open_catalog
-    from ..etcd.client import EtcdClient, EtcdSecurity
+    from ..etcd.client import EtcdClient
     from ..settings import Settings
-    from ..storage.layout import StorageLayout
-    with EtcdClient(conf.get("etcd.endpoints"), security=EtcdSecurity.from_conf(conf)) as client:
-        catalog = open_catalog(Settings.of(conf), client)
+    settings = Settings.of(conf)
+    with EtcdClient(settings.etcd.endpoints, security=settings.etcd.security) as client:
+        catalog = open_catalog(settings, client)
         try:
             records = catalog.collections()
         finally:
             catalog.close()
-    return lake_tables(records, StorageLayout.from_conf(conf))
+    return lake_tables(records, settings.storage)

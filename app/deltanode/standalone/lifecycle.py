@@ -1,6 +1,6 @@
 """Start and stop the pieces of a standalone run as one group.
 
-    with ServiceGroup(conf) as group:          # embedded etcd / broker as configured
+    with ServiceGroup(settings.embedded) as group:   # embedded etcd / broker as configured
         group.add("datanode", datanode.stop)   # anything else, stopped before the services
         while not group.wait(interval):
             group.check()                      # restarts a service that died
@@ -11,7 +11,7 @@ a stop request within half a second (the handler itself only records it: a handl
 logged or set an Event could deadlock on a lock the interrupted main thread held);
 ``stop()`` stops everything in reverse order of start, restores the handlers and is safe to
 call twice. A port that is already taken raises PortInUseError at once, naming the port and
-the conf key that chose it.
+the conf key that chose it (``EmbeddedPort``).
 
 A standalone run never stops itself: an embedded process that exits is started again by
 ``check()`` on the same ports and data directory, with a backoff (the DataNode rides out the
@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any
 
 from deltanode.config import Conf
+from deltanode.standalone.embedded_settings import EmbeddedPort, EmbeddedSettings
 from deltanode.standalone.kafka_server import EmbeddedKafka
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
 from deltanode.standalone.services import EmbeddedEtcd, PortInUseError, ServiceError
@@ -48,8 +49,9 @@ RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)   # seconds before restarting a se
 class ServiceGroup:
     """Embedded etcd and broker (when configured) plus registered components."""
 
-    def __init__(self, conf: Conf, *, handle_signals: bool = True) -> None:
-        self.conf = conf
+    def __init__(self, settings: EmbeddedSettings | Conf, *, handle_signals: bool = True) -> None:
+        """``settings``: ``Settings.embedded`` (a ``Conf`` is read into one)."""
+        self.settings = settings if isinstance(settings, EmbeddedSettings) else EmbeddedSettings.of(settings)
         self.handle_signals = handle_signals
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
@@ -66,7 +68,7 @@ class ServiceGroup:
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.conf.get("embedded.data.dir"))
+        return self.settings.data_dir
 
     # -- start / stop
     def start(self) -> "ServiceGroup":
@@ -76,31 +78,31 @@ class ServiceGroup:
         if self.handle_signals:
             self._install_signals()
         try:
-            if self.conf.get("embedded.etcd"):
-                _, port = self.conf.hostports("etcd.endpoints")[0]
-                etcd = EmbeddedEtcd(self.data_dir / "etcd", client_port=port)
-                self._start_process(etcd, "etcd.endpoints")
+            embedded = self.settings
+            if embedded.etcd:
+                etcd = EmbeddedEtcd(self.data_dir / "etcd", client_port=embedded.etcd_port.port)
+                self._start_process(etcd, embedded.etcd_port)
                 self.etcd = etcd
-            if self.conf.get("embedded.broker"):
-                _, port = self.conf.broker_hostports()[0]
+            if embedded.broker:
+                port = embedded.broker_port.port
                 broker: EmbeddedKafka | EmbeddedApachePulsar
-                heap = f'{max(self.conf.get("embedded.broker.heap") >> 20, 64)}m'
-                if self.conf.get("mq.type") == "pulsar":
+                heap = f"{max(embedded.broker_heap >> 20, 64)}m"
+                if embedded.broker_kind == "pulsar":
                     broker = EmbeddedApachePulsar(self.data_dir / "pulsar", port, heap=heap)
                 else:
                     broker = EmbeddedKafka(self.data_dir / "kafka", port, heap=heap)
-                self._start_process(broker, self.conf.broker_key)
+                self._start_process(broker, embedded.broker_port)
                 self.broker = broker
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _start_process(self, proc, key: str) -> None:
+    def _start_process(self, proc, port: EmbeddedPort) -> None:
         try:
             proc.start()
         except PortInUseError as e:
-            raise PortInUseError(f"{e} (set by {key} at {self.conf.source(key)})") from None
+            raise PortInUseError(f"{e} ({port.origin})") from None
         except ServiceError:
             proc.stop()
             raise

@@ -36,20 +36,21 @@ class LostTopics(ServiceError):
     """The broker no longer has the pchannel topics of collections in the catalog."""
 
 
-def refuse_lost_topics(client: EtcdClient, conf: Conf, created: list[str]) -> None:
+def refuse_lost_topics(client: EtcdClient, settings: Settings, created: list[str]) -> None:
     """Raise LostTopics when a topic the broker had to create carries a collection of the catalog.
 
     Its messages are gone, and its vchannels' positions (checkpoints in Delta, seek positions in
     etcd) point into the old topic: reading the new one would fail while it is shorter and then
     skip its first messages up to those offsets without a word. A broker whose data directory
     was removed (or an external one replaced) comes here."""
-    lost = sorted({p for r in list_collections(client, conf.get("etcd.root")) for p in r.pchannels} & set(created))
+    root = settings.etcd.root
+    lost = sorted({p for r in list_collections(client, root) for p in r.pchannels} & set(created))
     if lost:
-        data, storage = str(conf.get("embedded.data.dir")), str(conf.get("storage.root"))
+        data, storage = str(settings.embedded.data_dir), str(settings.storage.root)
         remove = data if storage.startswith(data.rstrip("/") + "/") else f"{data} and {storage}"
         raise LostTopics(
-            f"the {conf.get('mq.type')} broker has lost the topics {', '.join(lost)}, which carry collections of the "
-            f"catalog under {conf.get('etcd.root')}; reading new topics from the old positions would skip "
+            f"the {settings.broker.kind} broker has lost the topics {', '.join(lost)}, which carry collections of the "
+            f"catalog under {root}; reading new topics from the old positions would skip "
             f"messages. To start over, remove {remove}")
 
 
@@ -67,12 +68,12 @@ def run(conf: Conf) -> int:
     tune_for_driver()
     settings = Settings.of(conf)
     mirror = settings.mirror.enabled
-    with ServiceGroup(conf) as group:
+    with ServiceGroup(settings.embedded) as group:
         broker = settings.broker
         pchannels = settings.pchannels.names()
         client = EtcdClient(settings.etcd.endpoints, security=settings.etcd.security)
         group.add("etcd client", client.close)
-        if conf.get("embedded.etcd"):
+        if settings.embedded.etcd:
             forget_earlier_sessions(client, settings.etcd.root)
         try:   # any broker, mirror mode too: one that refuses our credentials or certificate is named now,
             broker.ping(pchannels[0], timeout=10.0)   # not left to fail every read and TimeTick after start
@@ -85,14 +86,15 @@ def run(conf: Conf) -> int:
                 raise ServiceError(str(e)) from None
             if created:
                 log.info("created %d pchannel topics on %s", len(created), broker.address)
-                refuse_lost_topics(client, conf, created)
+                refuse_lost_topics(client, settings, created)
             if settings.timetick_interval > 0:
                 ticker = TimeTicker(broker, pchannels, settings.timetick_interval).start()
                 group.add("timeticks", ticker.stop)
         coord = DataCoord.of(settings, client).start()
         group.add("channel assigner", coord.stop)
-        log.info("starting Spark (%s)", conf.spark_conf().get("spark.master", "local[2]"))
-        sc = spark_context(start_spark_context(conf.spark_conf(), "deltanode-standalone"), settings)
+        spark = conf.spark_conf()   # spark.* keys, handed to Spark untouched
+        log.info("starting Spark (%s)", spark.get("spark.master", "local[2]"))
+        sc = spark_context(start_spark_context(spark, "deltanode-standalone"), settings)
         group.add("spark", lambda: _stop_spark(sc))
         node = DataNode(settings, sc)
         group.add("datanode", node.stop)
@@ -108,7 +110,7 @@ def run(conf: Conf) -> int:
                 # meanwhile (Pulsar creates topics on first use: none to create there).
                 created = broker.create_topics(pchannels)
                 if created:
-                    refuse_lost_topics(client, conf, created)
+                    refuse_lost_topics(client, settings, created)
             if not node.poll():
                 log.info("stopping (Spark stopped)")
                 break

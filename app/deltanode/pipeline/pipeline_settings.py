@@ -1,0 +1,20 @@
+"""The pipeline's settings (``Settings.pipeline``), apart from the pipeline so that reading the
+conf loads no Spark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..flowgraph.seal_policy import SealSettings
+from ..storage.compaction import CompactionSettings
+from .plan import Limits
+from .sync_policy import SyncSettings
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    limits: Limits = Limits()
+    sync: SyncSettings = SyncSettings()
+    trigger_interval: float = 1.0
+    compaction: CompactionSettings = CompactionSettings()
+    seal: SealSettings = SealSettings()
