@@ -1,5 +1,5 @@
 """What a message queue must offer DeltaNode: one implementation per broker protocol
-(``kafka.KafkaBackend``, ``pulsar.PulsarBackend``), chosen once by ``broker.Broker``.
+(``kafka.KafkaBackend``, ``pulsar.PulsarBackend``), made once per process and broker by ``broker.connect``.
 
 Driver side: watermarks to plan a cycle's ranges, where a range may be cut among tasks,
 topics to create, a message to send, a ping. Executor side: the messages of ranges.
@@ -50,8 +50,8 @@ class Sender(Protocol):
 
 
 class BrokerBackend(Protocol):
-    """One broker protocol, bound to a broker's address and client settings. Picklable: tasks
-    carry it to the executors inside a ``Broker``."""
+    """One broker protocol, bound to a broker's address and client settings. Tasks carry the
+    ``Broker`` record, never its backend: each process makes its own (``broker.connect``)."""
 
     def watermarks(self) -> HighWatermarks:
         """Runs on the driver."""

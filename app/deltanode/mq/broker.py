@@ -5,10 +5,14 @@ high watermark) to plan a cycle's offset ranges; on the executors, the messages 
 ranges, in order, with the failure of one range reported apart from the others. Positions
 are 64-bit integers that grow with every message (Kafka offsets; Pulsar message ids mapped
 as docs/pulsar.md says). The catalog, the admin commands and standalone also create topics,
-send a message and learn its position, and check that the broker answers. ``Broker`` is
-small and picklable: tasks carry it, with the client settings a secured broker needs (SASL,
-TLS, tokens), so executors reach the broker as the driver does. What differs between the
-protocols lives in their ``backend.BrokerBackend``, which ``Broker`` picks once.
+send a message and learn its position, and check that the broker answers.
+
+``Broker`` is the broker's address and client settings only (SASL, TLS, tokens): a small,
+hashable, picklable record that tasks carry, so executors reach the broker as the driver does.
+What differs between the protocols lives in their ``backend.BrokerBackend``; ``connect`` gives
+the one of a ``Broker`` from a per-process cache, so every task a Python worker runs (each
+unpickles its own ``Broker``) shares it, and the clients it keeps between reads. Importing this
+module loads no client library: ``connect`` imports the protocol's module on first use.
 """
 
 from __future__ import annotations
@@ -18,12 +22,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .backend import BrokerBackend, HighWatermarks, Sender
-from .kafka import KafkaBackend
-from .pulsar import PulsarBackend
 from .types import BrokerError, BrokerRefused, Chunk, Delivered, Gap, OffsetRange
 
 __all__ = ["Broker", "BrokerError", "BrokerKind", "BrokerRefused", "Chunk", "Delivered", "Gap", "HighWatermarks",
-           "OffsetRange", "Sender"]
+           "OffsetRange", "Sender", "connect"]
 
 
 class BrokerKind(enum.StrEnum):
@@ -39,6 +41,8 @@ PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls
 
 @dataclass(frozen=True)
 class Broker:
+    """Where the broker is and how to log in; its methods run on ``connect(self)``."""
+
     kind: BrokerKind            # "kafka" or "pulsar" are accepted too
     address: str                # Kafka bootstrap servers, or a Pulsar service URL
     tenant: str = "public"      # Pulsar topics: persistent://{tenant}/{namespace}/{pchannel}
@@ -46,18 +50,9 @@ class Broker:
     # Client settings: librdkafka properties (mq.kafka.*), or Pulsar's auth, TLS and receiver queue
     # (mq.pulsar.auth.*, mq.pulsar.tls.*, ..., without the prefix). Kept out of repr: they may hold secrets.
     client: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    _backend: BrokerBackend = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        kind = BrokerKind(self.kind)
-        match kind:
-            case BrokerKind.PULSAR:
-                backend: BrokerBackend = PulsarBackend(address=self.address, tenant=self.tenant,
-                                                       namespace=self.namespace, settings=self.settings)
-            case BrokerKind.KAFKA:
-                backend = KafkaBackend(address=self.address, settings=self.settings)
-        object.__setattr__(self, "kind", kind)   # frozen: set once, here
-        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "kind", BrokerKind(self.kind))   # frozen: set once, here; an unknown kind fails
 
     @classmethod
     def from_conf(cls, conf) -> Broker:
@@ -76,30 +71,51 @@ class Broker:
 
     def watermarks(self) -> HighWatermarks:
         """Runs on the driver."""
-        return self._backend.watermarks()
+        return connect(self).watermarks()
 
     def read_ranges(self, ranges: list[OffsetRange]) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
         """Runs on executors: ``(i, chunk)`` of ``ranges[i]`` in offset order, or ``(i, BrokerError)`` once;
         ``(i, Gap)`` last when the range ended in a gap of positions."""
-        return self._backend.read_ranges(ranges)
+        return connect(self).read_ranges(ranges)
 
     def cut_points(self, first: int, end: int, parts: int, high: int) -> list[int]:
         """Runs on the driver: up to ``parts - 1`` positions inside [first, end) where a read can start,
         to share one range among tasks; ``high``: the topic's high watermark (Kafka: evenly; Pulsar:
         only inside the ledger of its last message)."""
-        return self._backend.cut_points(first, end, parts, high)
+        return connect(self).cut_points(first, end, parts, high)
 
     def create_topics(self, pchannels: list[str]) -> list[str]:
         """Create the missing pchannel topics; those created (Pulsar creates topics on first use)."""
-        return self._backend.create_topics(pchannels)
+        return connect(self).create_topics(pchannels)
 
     def send_all(self, messages: Sequence[tuple[str, bytes]]) -> list[int]:
         """Send each ``(pchannel, payload)``, in order per pchannel; the position each landed at."""
-        return self._backend.send_all(messages)
+        return connect(self).send_all(messages)
 
     def sender(self) -> Sender:
-        return self._backend.sender()
+        return connect(self).sender()
 
     def ping(self, probe_topic: str, timeout: float = 5.0) -> None:
         """Raise BrokerError unless the broker answers (``probe_topic``: a pchannel, Pulsar needs one)."""
-        self._backend.ping(probe_topic, timeout)
+        connect(self).ping(probe_topic, timeout)
+
+
+# Per process, by broker: equal records (a task's unpickled copy, the driver's own) share one backend.
+_backends: dict[Broker, BrokerBackend] = {}
+
+
+def connect(broker: Broker) -> BrokerBackend:
+    """The backend of ``broker`` in this process, made on first use."""
+    found = _backends.get(broker)
+    if found is None:
+        found = _backends.setdefault(broker, _new_backend(broker))   # two threads at once: one backend wins
+    return found
+
+
+def _new_backend(broker: Broker) -> BrokerBackend:
+    if broker.kind == BrokerKind.PULSAR:
+        from .pulsar import PulsarBackend
+        return PulsarBackend(address=broker.address, tenant=broker.tenant, namespace=broker.namespace,
+                             settings=broker.settings)
+    from .kafka import KafkaBackend
+    return KafkaBackend(address=broker.address, settings=broker.settings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["BrokerError", "BrokerRefused", "Chunk", "Delivered", "Gap", "OffsetRange"]
+__all__ = ["BrokerError", "BrokerRefused", "Chunk", "Delivered", "Gap", "OffsetRange", "even_cut_points"]
 
 Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
 Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive messages of one range
@@ -42,3 +42,9 @@ class Gap:
     message lies between the range's last one and ``position`` (a Pulsar ledger boundary)."""
 
     position: int
+
+
+def even_cut_points(first: int, end: int, parts: int) -> list[int]:
+    """``parts - 1`` offsets cutting [first, end) into pieces of about equal messages, for a broker
+    where a read can start at any offset."""
+    return [first + (end - first) * i // parts for i in range(1, parts)]
