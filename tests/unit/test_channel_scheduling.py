@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from deltanode.datacoord.channel_manager import ChannelSpec, _Pass
+from deltanode.datacoord.channel_policy import ChannelSpec, PassState
 from deltanode.datanode.channel_watch import SerialQueues
 
 
@@ -59,7 +59,7 @@ def test_a_failing_task_does_not_stop_its_queue():
 
 
 def test_least_loaded_prefers_fewest_channels_then_lowest_id():
-    p = _Pass(specs={}, load={3: 1, 5: 0, 4: 0})
+    p = PassState(specs={}, load={3: 1, 5: 0, 4: 0})
     assert p.least_loaded() == 4
     p.moved(None, 4)
     assert p.least_loaded() == 5
@@ -69,10 +69,10 @@ def test_least_loaded_prefers_fewest_channels_then_lowest_id():
 
 
 def test_least_loaded_falls_back_to_the_excluded_node_when_it_is_alone():
-    assert _Pass(specs={}, load={7: 3}).least_loaded(exclude=7) == 7
-    assert _Pass(specs={}, load={}).least_loaded() is None
+    assert PassState(specs={}, load={7: 3}).least_loaded(exclude=7) == 7
+    assert PassState(specs={}, load={}).least_loaded() is None
 
 
 def test_only_known_undropped_channels_are_live():
-    p = _Pass(specs={"a": ChannelSpec("a", 1), "b": ChannelSpec("b", 1, dropped=True)}, load={})
+    p = PassState(specs={"a": ChannelSpec("a", 1), "b": ChannelSpec("b", 1, dropped=True)}, load={})
     assert p.live("a") and not p.live("b") and not p.live("unknown")

@@ -197,8 +197,8 @@ def create_collections(client: EtcdClient, root: str, broker: Broker, new: Seque
                        pchannel_prefix: str, pchannel_count: int) -> list[CollectionRecord]:
     """Create ``new`` as rootcoord does, in one go: one read of the catalog, one block of IDs, the
     pchannels least used first, one broadcast of their CreateCollection messages (the start
-    positions), then the records, ``RECORDS_PER_TXN`` to an etcd transaction. One at a time,
-    each creation read the whole catalog: 500 collections took 24 s, and 5,000 would take hours.
+    positions), then the records, ``RECORDS_PER_TXN`` to an etcd transaction. Created one at a
+    time, each collection would read the whole catalog, and thousands of them would take hours.
 
     Checked before anything is written: names (safe, unique, not taken by a live collection)
     and shard counts. A failed transaction leaves the records of the earlier ones created (the

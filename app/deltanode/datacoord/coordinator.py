@@ -89,10 +89,10 @@ class DataCoord:
     def recovery(self, vchannel: str) -> VchannelInfo:
         """Where ``vchannel`` resumes, from the collection's insert_log followed up to now.
 
-        Not a table opened for the call: while 10,000 new vchannels were handed out, the second
-        shard of each collection found its table created by the node's watch of the first, and
-        opening it with delta-rs held the assignments to 64 a second for seconds at a time
-        (docs/benchmarks.md, issue 24)."""
+        Not a table opened for the call: when many vchannels are handed out at once, the second
+        shard of each collection finds its table just created by the node's watch of the first,
+        and opening it with delta-rs costs more than the assignment itself (docs/platform.md, "etcd
+        3.4 (channel watches and hand-outs)")."""
         self._refresh()
         record = self._records[vchannel]
         insert_log = self._logs[record.collection_id]
