@@ -52,6 +52,27 @@ class Lane(enum.StrEnum):
     CATCH_UP = "catch-up"
 
 
+class TaskErrorKind(enum.StrEnum):
+    """What failed a vchannel in a task. The driver fails it with the ``FailureKind`` of the same
+    name (``pipeline.failures.task_failure``): the kind is the executor's word, never guessed from
+    the message."""
+
+    BROKER = "broker"            # the broker could not serve the range it read
+    ROUTER = "router"            # its router raised (a step, or closing its binlog files)
+    MARK_FAILED = "mark"         # marking its deletes raised, or their Spark job failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskError:
+    """Why a task failed a vchannel: its kind, and the message of the error behind it."""
+
+    kind: TaskErrorKind
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReplayState:
     """The replay filter's sets while it is active (``executor.replay_filter``): S, the flushed
@@ -72,6 +93,17 @@ class ReplayState:
 
 # -- a cycle's task ------------------------------------------------------------------------
 
+@dataclass(frozen=True, kw_only=True)
+class RangeKey:
+    """An offset range of a pchannel partition, as the driver finds a read's plan by it
+    (``ReadRange.key``, ``ReadStats.key``)."""
+
+    pchannel: str
+    partition: int
+    first: int
+    end: int
+
+
 @dataclass(frozen=True)
 class ReadRange:
     pchannel: str
@@ -88,8 +120,8 @@ class ReadRange:
         return self.end - self.first
 
     @property
-    def key(self) -> tuple[str, int, int, int]:
-        return self.pchannel, self.partition, self.first, self.end
+    def key(self) -> RangeKey:
+        return RangeKey(pchannel=self.pchannel, partition=self.partition, first=self.first, end=self.end)
 
 
 @dataclass(frozen=True)
@@ -111,13 +143,57 @@ class RouteContext:
     sealed: dict[int, int] = field(default_factory=dict)   # segment -> ts after which it takes no row
 
 
-# A vchannel's routing context as ``RouteContexts`` carries it: RouteContext's fields without the
-# pchannel and partition (its range's), in their order; an empty set or dict is None.
-RouteRow: TypeAlias = tuple[str, int, str, int, int, frozenset[int] | None, frozenset[int] | None, bool,
-                            ReplayState | None, int, int, int, dict[int, int] | None]
-# Its fields after the start offset: what seldom changes from one cycle to the next.
-RouteTail: TypeAlias = tuple[int, frozenset[int] | None, frozenset[int] | None, bool, ReplayState | None, int, int,
-                             int, dict[int, int] | None]
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RouteKept:
+    """A vchannel's routing context but its start, as ``RouteContexts`` carries it: RouteContext's
+    fields without the pchannel and partition (its range's); an empty set or dict is None. What
+    seldom changes from one cycle to the next: a flowgraph keeps it while its state does not
+    change (``flowgraph.route_rows``)."""
+
+    vchannel: str
+    collection_id: int
+    collection_name: str
+    seek_ts: int = 0
+    dropped_segments: frozenset[int] | None = None
+    dropped_partitions: frozenset[int] | None = None
+    collection_dropped: bool = False
+    replay: ReplayState | None = None
+    delete_watermark: int = 0
+    quarantine_watermark: int = 0
+    flush_ts: int = 0
+    sealed: dict[int, int] | None = None
+    # The fields above in their order, made once: ``RouteContexts.from_rows`` reads one attribute
+    # of each row's part instead of twelve.
+    columns: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", (
+            self.vchannel, self.collection_id, self.collection_name, self.seek_ts, self.dropped_segments,
+            self.dropped_partitions, self.collection_dropped, self.replay, self.delete_watermark,
+            self.quarantine_watermark, self.flush_ts, self.sealed))
+
+    def at(self, start: int) -> RouteRow:
+        """``RouteRow(start=start, kept=self)``, made without RouteRow's ``__init__``: a frozen
+        dataclass's sets each field through ``object.__setattr__``, which costs the driver several
+        times as much, and it makes a row for every readable vchannel every cycle
+        (``deltanode_bench.idle_cycle``)."""
+        row = _new_row(RouteRow)
+        _set_start(row, start)
+        _set_kept(row, self)
+        return row
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RouteRow:
+    """A vchannel's routing context for one cycle: its start offset, which moves from cycle to
+    cycle, and the rest, kept from cycle to cycle (made by ``RouteKept.at``)."""
+
+    start: int        # the vchannel's next offset: earlier messages are not its own
+    kept: RouteKept
+
+
+# RouteRow's slots, set by ``RouteKept.at``.
+_new_row, _set_start, _set_kept = object.__new__, vars(RouteRow)["start"].__set__, vars(RouteRow)["kept"].__set__
 
 
 @dataclass(frozen=True)
@@ -125,8 +201,8 @@ class RouteContexts:
     """The routing contexts of a task's vchannels, as columns (``RouteRow``'s fields, one tuple each).
 
     A task at 10,000 vchannels carries 5,000 contexts, most of them a name and a few integers:
-    as RouteContext objects they took 8.2 ms to pickle and 13.0 ms to load, as columns 0.8 and
-    0.6 ms (docs/platform.md). The executor makes a RouteContext only for the vchannels a
+    as columns they pickle and load about ten times faster than as RouteContext objects
+    (docs/platform.md, "Spark 4.2"). The executor makes a RouteContext only for the vchannels a
     message comes for (``executor.contexts``).
     """
 
@@ -146,15 +222,20 @@ class RouteContexts:
 
     @classmethod
     def from_rows(cls, rows: list[RouteRow]) -> RouteContexts:
-        return cls(*zip(*rows)) if rows else cls()
+        if not rows:
+            return cls()
+        vchannels, collection_ids, collection_names, *rest = zip(*[r.kept.columns for r in rows])
+        return cls(vchannels, collection_ids, collection_names, tuple([r.start for r in rows]), *rest)
 
     @classmethod
     def of(cls, contexts: list[RouteContext]) -> RouteContexts:
         """Packed from RouteContext objects (their pchannel and partition are their range's)."""
-        return cls.from_rows([(c.vchannel, c.collection_id, c.collection_name, c.start, c.seek_ts,
-                               c.dropped_segments or None, c.dropped_partitions or None, c.collection_dropped,
-                               c.replay, c.delete_watermark, c.quarantine_watermark, c.flush_ts, c.sealed or None)
-                              for c in contexts])
+        return cls.from_rows([RouteRow(start=c.start, kept=RouteKept(
+            vchannel=c.vchannel, collection_id=c.collection_id, collection_name=c.collection_name, seek_ts=c.seek_ts,
+            dropped_segments=c.dropped_segments or None, dropped_partitions=c.dropped_partitions or None,
+            collection_dropped=c.collection_dropped, replay=c.replay, delete_watermark=c.delete_watermark,
+            quarantine_watermark=c.quarantine_watermark, flush_ts=c.flush_ts, sealed=c.sealed or None))
+            for c in contexts])
 
     def context(self, i: int, pchannel: str, partition: int) -> RouteContext:
         """The ``i``-th vchannel's RouteContext, its range being of ``pchannel``'s ``partition``."""
@@ -245,7 +326,7 @@ class Portion:
     events: tuple[ControlEvent, ...] = ()
     stats: PortionStats = PortionStats()
     replay: ReplayState | None = None   # the replay filter at ``end`` while it is active
-    error: str | None = None       # the vchannel failed in this task; nothing of it is kept
+    error: TaskError | None = None   # the vchannel failed in this task; nothing of it is kept
     tickless: int = 0              # pack order: messages read without a TimeTick to end at; nothing done
     sealed: tuple[int, ...] = ()   # segments it sealed at the context's flush ts (their rows reach it)
 
@@ -256,9 +337,9 @@ class ReadStats:
 
     A task returns a ``Portion`` only for the vchannels of the range that saw a message of their
     own (``routed``): the others' portion is their part of the range and its last TimeTick,
-    which ``idle_portion`` makes where the output is read. At 10,000 vchannels most of a cycle's
-    portions are such, and pickling them both ways cost more than everything else the driver
-    unpickled (docs/benchmarks.md)."""
+    which ``idle_portion`` makes where the output is read. At many vchannels most of a cycle's
+    portions are such, and pickling them both ways would cost more than everything else the
+    driver unpickles (``deltanode_bench.idle_cycle`` measures this)."""
 
     pchannel: str
     first: int
@@ -267,7 +348,7 @@ class ReadStats:
     bytes: int = 0
     dml_messages: int = 0
     dml_bytes: int = 0
-    error: str | None = None       # the broker could not serve the range; its vchannels fail
+    error: TaskError | None = None   # the broker could not serve the range; its vchannels fail
     next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)
     tick: int = 0                  # the ts of the range's last TimeTick (0: none)
     tick_offset: int = -1          # and its offset
@@ -275,9 +356,9 @@ class ReadStats:
     partition: int = 0
 
     @property
-    def key(self) -> tuple[str, int, int, int]:
-        """The range it read: pchannel, partition, first and end offsets (as ``ReadRange.key``)."""
-        return self.pchannel, self.partition, self.first, self.end
+    def key(self) -> RangeKey:
+        """The range it read (as ``ReadRange.key``)."""
+        return RangeKey(pchannel=self.pchannel, partition=self.partition, first=self.first, end=self.end)
 
     def idle_portion(self, vchannel: str, start: int) -> Portion:
         """The portion of a vchannel of the range not in ``routed``, whose next offset was ``start``:
@@ -351,7 +432,7 @@ class MarkResult:
     files_read: int = 0
     files_skipped: int = 0                     # by their key range or bloom filter
     seconds: float = 0.0
-    error: str | None = None
+    error: TaskError | None = None             # marking failed: the vchannel fails
     stale: str | None = None                   # a candidate file was gone (compacted): marked again next cycle
 
 

@@ -129,8 +129,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         storage = StorageLayout(args.work_dir or scratch)
         failures = FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None)
-        runner = _IdleRunner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
-                             registry, failures, dict, threading.Event())
+        runner = _IdleRunner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
+                             limits=Limits(), seal=SealSettings(), registry=registry, failures=failures, flushes=dict,
+                             stopping=threading.Event())
         highs = runner.watermarks = _Highs()   # type: ignore[assignment]
         runner.busy = args.busy
         syncs = SyncManager(None, storage, SyncSettings(), None, lambda *a, **k: None, 16, 2)  # type: ignore[arg-type]

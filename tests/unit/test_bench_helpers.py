@@ -364,3 +364,33 @@ def test_the_neighbour_burst_and_peers_options_are_checked_before_anything_runs(
     for bad in (["--burn", "2"], ["--scale-burst", "fast"], ["--scale-repeat", "0"], ["--peers", "--mq", "pulsar"]):
         with pytest.raises(SystemExit):
             parse_args(bad)
+
+
+def test_each_scale_conf_is_a_variant_of_conf_lines_and_a_bad_one_is_refused():
+    a = parse_args(["--scale", "10000", "--scale-conf", "", "--scale-conf", "datanode.warmup=false; log.level=DEBUG"])
+    assert a.scale_confs == ((), ("datanode.warmup = false", "log.level = DEBUG"))
+    assert parse_args(["--scale", "256"]).scale_confs == ((),)
+    for bad in ("datanode.warmup", "=false"):
+        with pytest.raises(SystemExit):
+            parse_args(["--scale", "256", "--scale-conf", bad])
+
+
+def test_the_load_s_first_cycles_that_read_messages_are_shown_beside_the_medians():
+    from deltanode_bench.scale import _phases
+
+    def line(clock: str, messages: int, cycle: float, cpu: float) -> str:
+        return (f"2026-11-29 {clock},000 INFO deltanode.pipeline.cycle: cycle 7: 2 range(s) in 2 task(s), "
+                f"{messages} messages, 1.0 MB: 50 rows, 0 deletes, 0 quarantined; 1 commit(s) for 1 vchannel(s); "
+                f"{cycle:.3f} s (plan 0.010, job 0.200, apply 0.010, commits 0.050; tasks 0.300 s, their CPU "
+                f"{cpu:.3f} s, broker wait 0.100 s)")
+
+    import time as _time
+    t0 = _time.mktime(_time.strptime("2026-11-29 10:00:00", "%Y-%m-%d %H:%M:%S"))
+    text = "\n".join([line("09:59:59", 100, 9.0, 9.0),       # before the load: not counted
+                      line("10:00:01", 0, 0.1, 0.0),         # read no message: not a first pass
+                      line("10:00:02", 100, 1.2, 0.6), line("10:00:03", 100, 0.9, 0.4), line("10:00:04", 200, 0.9, 0.5),
+                      line("10:00:05", 100, 0.3, 0.1), line("10:00:06", 100, 0.3, 0.1)])
+    f = _phases(text, t0, t0 + 60)
+    assert f is not None and f.cycles == 6
+    assert f.first_cycle == pytest.approx(1.0)
+    assert f.first_cpu_ms_per_message == pytest.approx(1e3 * 1.5 / 400)

@@ -51,9 +51,10 @@ def test_a_pchannel_without_a_watermark_fails_its_vchannels_and_the_cycle_reads_
             fg.load(None, Watermarks(), time.monotonic())
             registry.add(fg)
     storage = StorageLayout(str(tmp_path))
-    runner = _Runner(None, storage, Broker("kafka", "127.0.0.1:1"), Limits(), SealSettings(),  # type: ignore[arg-type]
-                     registry, FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None), dict,
-                     threading.Event())
+    runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
+                     limits=Limits(), seal=SealSettings(), registry=registry,
+                     failures=FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None), flushes=dict,
+                     stopping=threading.Event())
     runner.watermarks = _Highs()   # type: ignore[assignment]
     members = registry.begin_cycle()
     report = CycleReport(1)

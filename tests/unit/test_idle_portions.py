@@ -9,7 +9,7 @@ from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
-from deltanode.records import Portion, PortionStats, ReadRange, RouteContext
+from deltanode.records import Portion, PortionStats, ReadRange, RouteContext, TaskError, TaskErrorKind
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -67,5 +67,6 @@ def test_a_broker_error_fails_the_idle_vchannels_too(tmp_path):
     dispatcher = dispatch(tmp_path, [tick(100)])
     dispatcher.broker_failed("partition gone")
     portions, read = dispatcher.finish()
-    assert portions == [] and read.error == "partition gone"
-    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 11, error="partition gone")
+    gone = TaskError(kind=TaskErrorKind.BROKER, message="partition gone")
+    assert portions == [] and read.error == gone
+    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 11, error=gone)

@@ -8,9 +8,9 @@ from dataclasses import replace
 from deltanode.flowgraph.seal_policy import SealSettings
 from deltanode.flowgraph.tick_cursor import TickCursor
 from deltanode.flowgraph.vchannel import VchannelFlowgraph
-from deltanode.pipeline.parking import GROUP, Parking
+from deltanode.pipeline.parking import GROUP, CursorSpan, Parking
 from deltanode.pipeline.plan import Limits, Position, plan_cycle
-from deltanode.records import ReadStats
+from deltanode.records import RangeKey, ReadStats, TaskError, TaskErrorKind
 from deltanode.storage.channel_state import SegmentMeta, SegmentState
 from deltanode.storage.commit import Watermarks
 from deltanode.wire.datapb import VchannelInfo
@@ -32,7 +32,12 @@ def flowgraph(cid: int, shard: int = 0) -> VchannelFlowgraph:
 def ticks(first: int, end: int, tick: int = 0, tick_offset: int = -1, routed: frozenset[str] = frozenset(),
           error: str | None = None) -> ReadStats:
     return ReadStats(PCHANNEL, first, end, messages=end - first, bytes=60 * (end - first), tick=tick,
-                     tick_offset=tick_offset, routed=routed, error=error)
+                     tick_offset=tick_offset, routed=routed,
+                     error=TaskError(kind=TaskErrorKind.BROKER, message=error) if error is not None else None)
+
+
+def range_key(first: int, end: int) -> RangeKey:
+    return RangeKey(pchannel=PCHANNEL, partition=0, first=first, end=end)
 
 
 def parked(n: int) -> tuple[Parking, list[VchannelFlowgraph]]:
@@ -54,14 +59,14 @@ def test_a_parked_vchannel_catches_up_to_the_state_of_reading_one_range_at_a_tim
     cursor = parking.cursors()[0]
     spans = [(10, 20, 1005, 18), (20, 30, 0, -1), (30, 45, 1010, 40), (45, 50, 0, -1)]
     for first, end, tick, at in spans:
-        parking.settle([ticks(first, end, tick, at)], {(PCHANNEL, 0, first, end): cursor.key},
+        parking.settle([ticks(first, end, tick, at)], {range_key(first, end): cursor.key},
                        {cursor.key: (moving.vchannel,)}, {PCHANNEL: 60.0})
         assert alone.read_ticks(first, end, tick if at >= first else 0, 0.0, 60.0)
     assert cursor.offset == 50 and moving.parked
     assert replace(moving.working, batches=0) == replace(alone.working, batches=0)
     assert moving.working.checkpoint_offset == 50 and moving.working.checkpoint_ts == 1010
-    assert [(b.start, b.end, b.idle) for b in moving.pending] == [(0, 50, True)] == \
-        [(b.start, b.end, b.idle) for b in alone.pending]
+    assert [(b.start, b.end, b.idle) for b in moving.batches.pending] == [(0, 50, True)] == \
+        [(b.start, b.end, b.idle) for b in alone.batches.pending]
 
 
 def test_a_member_parked_later_takes_only_the_ticks_read_after_it_parked():
@@ -86,7 +91,7 @@ def test_a_member_with_a_message_of_its_own_leaves_at_the_offset_its_read_starte
     key = cursor.key
     names = tuple(fg.vchannel for fg in fgs)
     general = parking.settle([ticks(10, 20, 1005, 15, routed=frozenset({fgs[1].vchannel}))],
-                             {(PCHANNEL, 0, 10, 20): key}, {key: names}, {PCHANNEL: 60.0})
+                             {range_key(10, 20): key}, {key: names}, {PCHANNEL: 60.0})
     assert general == {key: [fgs[1].vchannel]}
     assert not fgs[1].parked and fgs[1].working.checkpoint_offset == 10   # its portion starts there
     assert fgs[0].parked and fgs[0].working.checkpoint_offset == 20 and fgs[0].working.checkpoint_ts == 1005
@@ -95,7 +100,7 @@ def test_a_member_with_a_message_of_its_own_leaves_at_the_offset_its_read_starte
 def test_a_failed_read_sends_every_member_the_general_way():
     parking, fgs = parked(2)
     key = parking.cursors()[0].key
-    general = parking.settle([ticks(10, 20, error="broker down")], {(PCHANNEL, 0, 10, 20): key},
+    general = parking.settle([ticks(10, 20, error="broker down")], {range_key(10, 20): key},
                              {key: tuple(fg.vchannel for fg in fgs)}, {})
     assert general == {key: [fg.vchannel for fg in fgs]}
     assert not any(fg.parked for fg in fgs) and all(fg.working.checkpoint_offset == 10 for fg in fgs)
@@ -108,7 +113,7 @@ def test_a_commit_a_flush_request_or_a_release_takes_a_member_off():
     sync = fgs[0].sync()
     assert sync.end == 20
     fgs[0].committed_sync(sync, Watermarks(insert=20), 1.0)
-    assert not fgs[0].parked and fgs[0].pending == []
+    assert not fgs[0].parked and fgs[0].batches.pending == []
     members = {fg.vchannel: fg for fg in fgs[1:]}
     parking.prepare(members, {})
     parking.prepare(members, {fgs[1].collection_id: 1005})
@@ -123,7 +128,7 @@ def test_only_what_ticks_can_only_move_parks():
     fg.route_row()
     sealed = fg.working.copy()
     sealed.segments[5] = SegmentMeta(5, 1, SegmentState.SEALED, sealed_ts=900)
-    fg.working = sealed
+    fg.batches.state = sealed
     assert not fg.read_ticks(0, 10, 1000, 0.0)     # a Sealed segment waits for a tick: the general path
     parking.park(fg)
     assert not fg.parked
@@ -145,7 +150,8 @@ def test_a_cursor_plans_as_one_position_and_its_members_get_their_rows():
                       {PCHANNEL: 60.0}, Limits())
     assert [r.members for r in plan.ranges] == [(f"{GROUP}{PCHANNEL}[0]", busy.vchannel)]
     ranges, spans = parking.expand(plan.ranges)
-    assert ranges[0].members == (busy.vchannel, *(fg.vchannel for fg in fgs)) and spans == {(PCHANNEL, 0): (4, 30, 1)}
+    assert ranges[0].members == (busy.vchannel, *(fg.vchannel for fg in fgs))
+    assert spans == {(PCHANNEL, 0): CursorSpan(first=4, end=30, own=1)}
     rows: dict = {}
     starts: dict = {}
     loads: dict = {}
@@ -163,7 +169,7 @@ def test_a_tick_that_reaches_a_seal_policy_sends_the_members_back_to_the_policie
     fg = flowgraph(100)
     growing = fg.working.copy()
     growing.segments[5] = SegmentMeta(5, 1, SegmentState.GROWING, num_rows=50, start_offset=0, start_ts=1000 << 18)
-    fg.working = growing
+    fg.batches.state = growing
     fg.route_row()
     assert fg.seal_due(settings) == []                  # no tick yet; due from 2.0 s on
     assert fg.read_ticks(0, 10, 1500 << 18, 0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from deltanode.flowgraph.state_update import advance
 from deltanode.flowgraph.vchannel import VchannelFlowgraph
-from deltanode.records import FileEntry, Portion, PortionStats, SegmentStats, TableKind
+from deltanode.records import FileEntry, Portion, PortionStats, RouteKept, RouteRow, SegmentStats, TableKind
 from deltanode.storage.channel_state import SegmentState
 from deltanode.storage.commit import Watermarks
 from deltanode.wire.datapb import VchannelInfo
@@ -40,18 +40,18 @@ def test_idle_batches_take_the_place_of_the_idle_one_before_them():
     fg = flowgraph()
     for i in range(1, 6):
         read(fg, 10 * i, 100 + i)
-    assert [(b.start, b.end, b.idle) for b in fg.pending] == [(0, 50, True)]
+    assert [(b.start, b.end, b.idle) for b in fg.batches.pending] == [(0, 50, True)]
     assert fg.working.checkpoint_offset == 50 and fg.working.checkpoint_ts == 105
-    assert fg.pending[0].state is fg.working and not fg.urgent and fg.pending_since is None
+    assert fg.batches.pending[0].state is fg.working and not fg.urgent and fg.batches.pending_since is None
     # A batch with rows is kept apart; the idle ones after it merge among themselves.
     read(fg, 60, 200, rows=5)
     read(fg, 70, 201)
     read(fg, 80, 202)
-    assert [(b.start, b.end, b.idle) for b in fg.pending] == [(0, 50, True), (50, 60, False), (60, 80, True)]
+    assert [(b.start, b.end, b.idle) for b in fg.batches.pending] == [(0, 50, True), (50, 60, False), (60, 80, True)]
     sync = fg.sync()
     assert sync.end == 80 and [f.rows for f in sync.files] == [5] and sync.state.rows == 5
     fg.committed_sync(sync, Watermarks(insert=80), 2.0)
-    assert fg.pending == [] and fg.committed is sync.state
+    assert fg.batches.pending == [] and fg.committed is sync.state
 
 
 def test_a_batch_of_ticks_only_moves_the_checkpoint_and_shares_the_segments():
@@ -83,10 +83,10 @@ def test_ticks_read_without_a_portion_leave_what_the_general_path_leaves():
         assert fast.read_ticks(first, end, tick, 1.0, 60.0)
         general.apply(advance(general.working, [Portion(VCHANNEL, first, end, stats=PortionStats(tick))]), 1.0, 60.0)
         assert fast.working == general.working and fast.working.segments is not None
-        assert [(b.start, b.end, b.idle, b.state) for b in fast.pending] == \
-            [(b.start, b.end, b.idle, b.state) for b in general.pending]
-        assert (fast.consumed, fast.read_size, fast.pending_since) == \
-            (general.consumed, general.read_size, general.pending_since)
+        assert [(b.start, b.end, b.idle, b.state) for b in fast.batches.pending] == \
+            [(b.start, b.end, b.idle, b.state) for b in general.batches.pending]
+        assert (fast.batches.consumed, fast.batches.read_size, fast.batches.pending_since) == \
+            (general.batches.consumed, general.batches.read_size, general.batches.pending_since)
     assert fast.working.checkpoint_offset == 30 and fast.working.checkpoint_ts == 120
 
 
@@ -96,22 +96,24 @@ def test_ticks_that_can_change_the_state_take_the_general_path():
     assert not fg.read_ticks(9, 20, 150, 1.0)      # not where it stands: a range error, told by advance
     sealed = fg.working.copy()
     sealed.segments[100].state, sealed.segments[100].sealed_ts = SegmentState.SEALED, 120
-    fg.working = sealed
+    fg.batches.state = sealed
     assert not fg.read_ticks(10, 20, 150, 1.0)     # a Sealed segment waits for a tick
     flushing = fg.working.copy()
     flushing.segments[100].state, flushing.flush_ts = SegmentState.GROWING, 140
-    fg.working = flushing
+    fg.batches.state = flushing
     assert not fg.read_ticks(10, 20, 150, 1.0)     # a flush in progress
-    assert fg.working is flushing and [b.end for b in fg.pending] == [10]
+    assert fg.working is flushing and [b.end for b in fg.batches.pending] == [10]
 
 
-def fresh_route_row(fg: VchannelFlowgraph) -> tuple:
-    """``route_row`` made whole from the flowgraph's state, as before it kept a part."""
+def fresh_route_row(fg: VchannelFlowgraph) -> RouteRow:
+    """``route_row`` made whole from the flowgraph's state, nothing kept."""
     w, wm = fg.working, fg.watermarks
-    return (fg.vchannel, fg.collection_id, fg.schema.name, w.checkpoint_offset, w.seek_ts,
-            frozenset(w.dropped_segments()) or None, frozenset(w.dropped_partitions) or None,
-            w.collection_dropped, w.replay, wm.delete or 0, wm.quarantine or 0, w.flush_ts,
-            w.sealed_segments() or None)
+    return RouteRow(start=w.checkpoint_offset, kept=RouteKept(
+        vchannel=fg.vchannel, collection_id=fg.collection_id, collection_name=fg.schema.name, seek_ts=w.seek_ts,
+        dropped_segments=frozenset(w.dropped_segments()) or None,
+        dropped_partitions=frozenset(w.dropped_partitions) or None, collection_dropped=w.collection_dropped,
+        replay=w.replay, delete_watermark=wm.delete or 0, quarantine_watermark=wm.quarantine or 0,
+        flush_ts=w.flush_ts, sealed=w.sealed_segments() or None))
 
 
 def test_the_routing_row_follows_every_change_of_the_state_and_watermarks():
@@ -123,17 +125,18 @@ def test_the_routing_row_follows_every_change_of_the_state_and_watermarks():
     assert rows[-1] == fresh_route_row(fg)
     assert fg.read_ticks(10, 20, 110, 2.0)          # ticks only: the start moves, the rest is kept
     rows.append(fg.route_row())
-    assert rows[-1] == fresh_route_row(fg) and rows[-1][3] == 20 and rows[-1][4:] == rows[-2][4:]
+    assert rows[-1] == fresh_route_row(fg) and rows[-1].start == 20 and rows[-1].kept is rows[-2].kept
     assert fg.request_flush(115)                    # the segment sealed for a flush
     rows.append(fg.route_row())
-    assert rows[-1] == fresh_route_row(fg) and rows[-1][11] == 115 and rows[-1][12] == {100: 115}
+    assert rows[-1] == fresh_route_row(fg) and rows[-1].kept.flush_ts == 115 and rows[-1].kept.sealed == {100: 115}
     read(fg, 30, 120)                               # the flush's tick: Flushed, the flush over
     rows.append(fg.route_row())
-    assert rows[-1] == fresh_route_row(fg) and rows[-1][11] == 0
+    assert rows[-1] == fresh_route_row(fg) and rows[-1].kept.flush_ts == 0
     sync = fg.sync()
     fg.committed_sync(sync, Watermarks(insert=30, delete=25, quarantine=27), 3.0)   # new watermarks
     rows.append(fg.route_row())
-    assert rows[-1] == fresh_route_row(fg) and rows[-1][9:11] == (25, 27)
+    assert rows[-1] == fresh_route_row(fg) and (rows[-1].kept.delete_watermark, rows[-1].kept.quarantine_watermark) == \
+        (25, 27)
     assert all(a != b for a, b in zip(rows, rows[1:]))   # every step changed the row
 
 
@@ -143,7 +146,7 @@ def test_a_vchannel_is_ticks_only_until_it_reads_rows_and_again_once_they_are_co
     assert fg.uncommitted and fg.ticks_only
     read(fg, 20, 110, rows=5)
     read(fg, 30, 120)
-    assert not fg.ticks_only and fg.pending_since is not None
+    assert not fg.ticks_only and fg.batches.pending_since is not None
     sync = fg.sync()
     fg.committed_sync(sync, Watermarks(insert=30), 2.0)
     read(fg, 40, 130)

@@ -155,7 +155,7 @@ def deltanode_kept(log: list[Msg], seek_ts: int, flushed: dict[int, int], unflus
     files, batches = [], 0
     while fg.next_offset < len(log):
         first = fg.next_offset
-        end = min(len(log), first + max(sizes.randint(1, 25), fg.min_range))
+        end = min(len(log), first + max(sizes.randint(1, 25), fg.batches.min_range))
         dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, end, (VCHANNEL,), splittable=False),
                                         TaskContexts(RouteContexts.from_rows([fg.route_row()])),
                                         lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))

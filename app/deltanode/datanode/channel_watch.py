@@ -57,8 +57,9 @@ class ChannelWatcher:
                  tickle_interval: float = 15.0, workers: int = 32) -> None:
         """``workers``: how many watches run at once (``datanode.watch.workers``). A watch mostly
         waits (on its files, and on etcd for its answer), and the more wait together, the more
-        answers share a transaction (``watch_answers``): one transaction per answer, 10,000 new
-        vchannels were watched in 36.4 / 36.7 s with 8 workers, 27.0 s with 32."""
+        answers share a transaction (``watch_answers``), so handing out thousands of new vchannels
+        at once goes faster with more workers (docs/platform.md, "etcd 3.4 (channel watches and
+        hand-outs)")."""
         self.node_id = node_id
         self._client = client
         self._handler = handler
@@ -124,7 +125,7 @@ class ChannelWatcher:
 
     def _watch_channel(self, vchannel: str, event: WatchEvent, info: ChannelWatchInfo) -> None:
         version = event.version
-        with self._owned_lock:   # not owned(): a copy of 10,000 names per event was 4% of a watch's GIL
+        with self._owned_lock:   # not owned(): it copies 10,000 names, per event
             running = vchannel in self._owned
         if running:
             ok = True  # already running (the coordinator repeated itself): confirm, as Milvus does
@@ -204,8 +205,8 @@ class _TickleClock:
     bump gets the next ``progress`` value, with a compare-version-and-swap (written on change
     only, as Milvus does). :meth:`end` returns the version the key has after the watch's last
     bump, which the final answer must be swapped against. One thread serves every watch: a
-    thread per watch, started and joined while the pipeline's threads held the GIL, cost tens
-    of milliseconds a watch, and 10,000 vchannels took a minute to be watched.
+    thread per watch, started and joined while the pipeline's threads hold the GIL, costs tens
+    of milliseconds a watch, a minute for 10,000 vchannels.
     """
 
     def __init__(self, client: EtcdClient, interval: float) -> None:

@@ -62,9 +62,14 @@ class DataNodeCollector(Collector):
         self.view = view
 
     def collect(self) -> Iterable[Metric]:
-        v = self.view
-        snaps = v.snapshots()
+        snaps = self.view.snapshots()
         now = time.time()
+        yield from self._vchannels(snaps, now)
+        yield from self._node(snaps, now)
+
+    def _vchannels(self, snaps: list[Snapshot], now: float) -> Iterable[Metric]:
+        """A series per vchannel of each family: what it read, what it committed, its lag and health."""
+        v = self.view
         labels = ["vchannel", "collection"]
 
         def counter(name: str, doc: str) -> CounterMetricFamily:
@@ -107,6 +112,9 @@ class DataNodeCollector(Collector):
         yield from committed.values()
         yield from (lag_s, lag_m, up, failures)
 
+    def _node(self, snaps: list[Snapshot], now: float) -> Iterable[Metric]:
+        """The node's own gauges: its vchannels, session, pipeline and etcd."""
+        v = self.view
         node_id = v.node_id()
         yield _gauge("deltanode_node_vchannels", "Vchannels this DataNode serves", len(snaps))
         yield _gauge("deltanode_node_vchannels_running", "Of them, running",

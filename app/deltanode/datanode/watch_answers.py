@@ -2,11 +2,11 @@
 
 An answer is a compare-version-and-swap of the vchannel's key (MEP 7). Each is a write that
 etcd makes durable before it replies, so answers written one by one, from the watchers'
-threads, came to a transaction each and 17 ms of waiting each: a node handed 10,000 new
-vchannels at once answered about 280 a second, its watchers waiting on etcd for 61% of their
-time (py-spy; docs/benchmarks.md, issue 24). Here the answers waiting at a moment go out
-together: one transaction comparing every key's version, and when one key moved meanwhile
-(the coordinator took it back), each answer of that batch alone, so that only that one fails.
+threads, cost a transaction and its disk sync each, and a node handed 10,000 new vchannels at
+once spends most of its watchers' time waiting on etcd (docs/platform.md, "etcd 3.4 (channel
+watches and hand-outs)"). The answers waiting at a moment therefore go out together: one
+transaction comparing every key's version, and when one key moved meanwhile (the coordinator
+took it back), each answer of that batch alone, so that only that one fails.
 """
 
 from __future__ import annotations

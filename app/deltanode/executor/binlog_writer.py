@@ -117,9 +117,8 @@ class _File:
 
     Nothing touches the storage until the first row group is full or the file is closed. A file
     of one row group (every binlog of a live vchannel's cycle) is encoded in memory and written in
-    one go at ``close``: a 50-row binlog cost 0.275 ms of CPU streamed through the parquet writer
-    into a local file (about 40 system calls) and 0.246 ms this way (medians of 12 rounds, side by
-    side, docs/platform.md). A larger one streams its row groups into the file as before.
+    one go at ``close``, in a few system calls instead of about 40, a tenth less CPU for a 50-row
+    binlog (docs/platform.md). A larger one streams its row groups into the file.
     """
 
     def __init__(self, fs: pafs.FileSystem, base: str, table: TableKind, rel: str, fmt: _FileFormat,
@@ -157,8 +156,8 @@ class _File:
         """``whole``: a file of one row group, written at once. Unless ``lasting``, that is a live
         cycle's binlog: its add action carries the min/max readers skip files by, and it is
         short-lived (the compactor rewrites a segment's small files into a lasting one), so it is
-        written without parquet column statistics: 0.164 -> 0.151 ms for a 50-row binlog
-        (docs/platform.md)."""
+        written without parquet column statistics, which cost a tenth of a 50-row binlog's
+        writing (docs/platform.md)."""
         # A dictionary pays off only for the constant columns: _ts and _row_id are unique per row.
         stats = [] if whole and not self.lasting else list(self.fmt.stat_cols)
         return pq.ParquetWriter(sink, self.fmt.schema, compression=self.fmt.compression,
@@ -190,11 +189,10 @@ class _File:
         """The pending pieces as one row group: its columns (the schema's, in its order) and
         rows, counted, with their stats and keys kept.
 
-        The constant columns are shared arrays (``_repeated``; a numpy array made for each took 13 us),
-        the stats and keys are taken from the pieces' arrays, and an Int64 key is kept as the
-        numpy array its bounds came from, which its filter takes as it is: a 50-row binlog's group
-        63 -> 42 us, its close (this, the parquet file, its filter and stats) 0.41 -> 0.34 ms
-        (``deltanode_bench.task_cpu`` on tmpfs, docs/benchmarks.md)."""
+        The constant columns are shared arrays (``_repeated``: a numpy array made for each costs
+        more than the group's other work), the stats and keys are taken from the pieces' arrays,
+        and an Int64 key is kept as the numpy array its bounds came from, which its filter takes
+        as it is (``deltanode_bench.task_cpu``; docs/benchmarks.md, "Where the time went")."""
         if not self._pending:
             return None
         n, pieces = self._pending_rows, self._pending
@@ -308,7 +306,7 @@ class _CollectionFiles:
     """What every writer of one collection shares in a Python worker: its tables' roots,
     filesystems and file formats. Made once per collection and worker
     (``_collection_files``): a task makes a writer per vchannel with a message, about one per
-    message at the 1,000-vchannel point, and making these for each took 26 of its 37 µs."""
+    message at the 1,000-vchannel point, and making these for each would be most of its cost."""
 
     insert_schema: pa.Schema
     delete_schema: pa.Schema

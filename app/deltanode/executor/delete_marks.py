@@ -28,16 +28,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey
+from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TaskError, TaskErrorKind
 from ..storage.deletion_vectors import inline, positions
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.pk_bloom import PkBloom
 
 ALL_PARTITIONS = -1
 # Kept per Python worker, by file (files never change): the same files are candidates cycle after
-# cycle. Bloom filters take 1.2 bytes a row; a file's key and ``_ts`` columns 16 bytes a row (an
-# Int64 key), and reading them was 2.7 ms of a mark task per candidate file of 1,000 rows and
-# half of its time (build/bench.sh --deletes).
+# cycle, and reading a file's key and ``_ts`` columns is about half of a mark task's time (the
+# deletes benchmark, build/bench.sh --deletes, measures this). Bloom filters take 1.2 bytes a row;
+# a file's key and ``_ts`` columns 16 bytes a row (an Int64 key).
 BLOOM_CACHE_BYTES = 128 << 20
 KEY_CACHE_BYTES = 256 << 20
 
@@ -165,7 +165,7 @@ def mark(task: MarkTask) -> MarkResult:
         return _mark(task, started)
     except Exception as e:  # noqa: BLE001 - the vchannel fails alone, with the reason
         return MarkResult(vchannel=task.vchannel, seconds=time.monotonic() - started,
-                          error=f"{type(e).__name__}: {e}")
+                          error=TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"{type(e).__name__}: {e}"))
 
 
 def _mark(task: MarkTask, started: float) -> MarkResult:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..records import Portion, ReadRange, ReadStats, RouteContext
+from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError, TaskErrorKind
 from . import decode
 from .contexts import TaskContexts
 from .route import VchannelRouter
@@ -40,10 +40,10 @@ class PchannelDispatcher:
         self._by_name: dict[str, list[str]] = {}
         self._ticked = [r for r in map(self._router, (v for v in self._first if v in contexts.ticked))
                         if r.needs_ticks]
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, TaskError] = {}
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
-        self.error: str | None = None
+        self.error: TaskError | None = None   # the broker could not serve the range
         self.next_position: int | None = None   # the broker's next message, past a gap after the range
 
     def _router(self, vchannel: str) -> VchannelRouter:
@@ -111,10 +111,11 @@ class PchannelDispatcher:
         try:
             step(self._router(vchannel))
         except Exception as e:  # noqa: BLE001 - one vchannel's failure must not stop the others
-            self._failed[vchannel] = f"{type(e).__name__}: {e}"
+            self._failed[vchannel] = _router_error(e)
 
-    def broker_failed(self, error: str) -> None:
-        self.error = error
+    def broker_failed(self, message: str) -> None:
+        """The broker could not serve the range: every vchannel of it fails."""
+        self.error = TaskError(kind=TaskErrorKind.BROKER, message=message)
 
     def finish(self) -> tuple[list[Portion], ReadStats]:
         """The portions of the routed vchannels, and the range's stats (the others' portions: see
@@ -130,8 +131,12 @@ class PchannelDispatcher:
             try:
                 portions.append(r.finish(ts if at >= first else 0))
             except Exception as e:  # noqa: BLE001 - e.g. a binlog file that cannot be closed
-                portions.append(r.fail(f"{type(e).__name__}: {e}"))
+                portions.append(r.fail(_router_error(e)))
         p = self.piece
         return portions, ReadStats(p.pchannel, p.first, p.end, self.messages, self.bytes, self.dml_messages,
                                    self.dml_bytes, self.error, self.next_position, ts, at, frozenset(self._routers),
                                    p.partition)
+
+
+def _router_error(e: Exception) -> TaskError:
+    return TaskError(kind=TaskErrorKind.ROUTER, message=f"{type(e).__name__}: {e}")

@@ -2,14 +2,12 @@
 
 Why: at 1,000 and 10,000 vchannels a cycle writes about one small binlog (one 50-row insert)
 per vchannel with data, and pyarrow's ``ParquetWriter`` spends most of such a file on its own
-set-up: its constructor, ``write_table`` and ``close`` took 38% of the Python workers'
-samples at the 10,000-vchannel point (py-spy), 0.15-0.25 ms for a 50-row x 128-dim file, of
-which the encoding of its 26 KB is a small part. Encoded here, such a file takes 0.08-0.09
-ms, and a task's CPU per insert routed and written fell from 0.39-0.41 to 0.28-0.33 ms
-(``deltanode_bench.task_cpu`` on tmpfs, docs/benchmarks.md); then to 0.18-0.19 ms by taking
-the writer's arrays without a Table (no copy of a one-chunk column, no flatten of a list array
-that is not a slice, pages joined once) and keeping footers and page headers. This module
-writes the file: one data page per column, PLAIN values, RLE levels, no compression and no
+set-up (its constructor, ``write_table`` and ``close``), of which the encoding of a 50-row x
+128-dim file's 26 KB is a small part. Encoded here, from the writer's arrays without a Table (no
+copy of a one-chunk column, no flatten of a list array that is not a slice, pages joined once)
+and with footers and page headers kept, such a file costs about a third of what pyarrow's
+writer does (``deltanode_bench.task_cpu``; docs/benchmarks.md, "Where the time went"). This
+module writes the file: one data page per column, PLAIN values, RLE levels, no compression and no
 statistics (a live binlog's add action carries its min/max, and the compactor writes the
 files it merges a segment's small ones into with every option).
 
@@ -157,7 +155,7 @@ class PlainEncoder:
 
     The footer's parts that are the same in every file are encoded once (``head``, ``tail``,
     each leaf's ``meta_head``); a file adds its sizes, offsets and counts (building every
-    field for each file took 0.13-0.16 ms, as long as pyarrow's whole writer), and a footer
+    field for each file costs as much as pyarrow's whole writer), and a footer
     is kept for the next file of the same row count and page sizes: with fixed-width columns
     (an Int64 key, vectors) that is every live binlog of one insert.
     """

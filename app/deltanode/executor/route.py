@@ -1,6 +1,6 @@
 """One vchannel's filters and writes within a task: the ddNode and write path of its flowgraph.
 
-Runs on executors. The dispatcher (``pipeline.dispatch``) parses each pchannel message once
+Runs on executors. The dispatcher (``executor.dispatch``) parses each pchannel message once
 and hands it to the routers of the vchannels it concerns; a router applies the vchannel's
 filters (seek position, collection dropped, dropped partition/segment, replay filter),
 decodes the rows into Arrow and writes them as binlogs, and records control events. Anything
@@ -30,6 +30,7 @@ from ..records import (
     QuarantineRow,
     ReplayState,
     RouteContext,
+    TaskError,
 )
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
@@ -243,7 +244,7 @@ class VchannelRouter:
                        dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
                        replay, sealed=tuple(self.newly_sealed))
 
-    def fail(self, error: str) -> Portion:
+    def fail(self, error: TaskError) -> Portion:
         """The vchannel failed in this task: its files are deleted, its portion carries the error."""
         if self._writer is not None:
             self._writer.abort()

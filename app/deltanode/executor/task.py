@@ -32,8 +32,9 @@ def run_pickled_task(spec: bytes) -> bytes:
     """Runs on an executor: ``run_task`` on a spec pickled with ``pickle``, its output pickled the same way.
 
     Spark would pickle specs and outputs with cloudpickle, whose pickler runs a Python hook for
-    every object: 5,000 routing contexts took 14.0 ms to pickle with it and 6.7 ms with ``pickle``
-    (docs/platform.md). Records (``records.py``) are plain classes that ``pickle`` handles.
+    every object: a task's thousands of routing contexts pickle about twice as fast with ``pickle``
+    (docs/platform.md measures this). Records (``records.py``) are plain classes that ``pickle``
+    handles.
     """
     return pickle.dumps(run_task(pickle.loads(spec)), protocol=pickle.HIGHEST_PROTOCOL)
 

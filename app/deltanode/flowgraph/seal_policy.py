@@ -94,9 +94,8 @@ def first_due_ms(state: ChannelState, settings: SealSettings) -> float:
     state's Growing segments: 0 when one is due by size, inf when none can be by time. The
     policies only read the segments and the clock, so while the segments stay the same object
     (a state is never changed in place) the clock alone decides, and ``seal_by_policies`` need
-    not run before then: at 10,000 idle vchannels it ran for each, every cycle (22 ms of an idle
-    cycle's ~295 under cProfile, ``deltanode_bench.idle_cycle --profile``). A millisecond early,
-    for float rounding."""
+    not run before then, which spares an idle cycle running them for every vchannel
+    (``deltanode_bench.idle_cycle --profile``). A millisecond early, for float rounding."""
     if not settings.by_policies:
         return math.inf
     due = math.inf

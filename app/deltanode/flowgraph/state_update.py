@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from ..records import EventKind, FileEntry, Portion, PortionStats, TableKind
+from ..records import ControlEvent, EventKind, FileEntry, Portion, PortionStats, ReplayState, TableKind
 from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST
 
@@ -20,8 +20,10 @@ class BatchRangeError(RuntimeError):
     """The portions of a batch do not continue the vchannel's offsets contiguously."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class BatchOutcome:
+    """What one batch did to a vchannel: its state after, its offsets and what a commit of it carries."""
+
     state: ChannelState           # the working state after the batch
     start: int
     end: int
@@ -89,9 +91,8 @@ def moves_by_ticks(state: ChannelState) -> bool:
 
 def _ticks_only(state: ChannelState, portions: list[Portion]) -> bool:
     """Whether the batch only moves the checkpoint: its portions saw TimeTicks and other
-    vchannels' messages, and no tick can change the state. Most batches of an idle vchannel:
-    at 10,000 vchannels the general path (a copy of the state and its segments) was most of the
-    cycle's 0.3-0.5 s apply."""
+    vchannels' messages, and no tick can change the state. Most batches of an idle vchannel are
+    such, and they skip the general path's copy of the state and its segments (``advance_ticks``)."""
     return (all(not p.files and not p.segments and not p.events and not p.sealed and p.replay is None
                 and p.stats == PortionStats(p.stats.max_tick) for p in portions)
             and moves_by_ticks(state))
@@ -106,11 +107,45 @@ def advance_ticks(state: ChannelState, end: int, tick: int, since: int) -> Batch
     moved.checkpoint_offset, moved.batches = end, state.batches + 1
     if tick > state.checkpoint_ts:
         moved.checkpoint_ts = tick
-    return BatchOutcome(moved, since, end, (), _NOTHING_DROPPED, 0, 0, 0, 0, True, False)
+    return BatchOutcome(state=moved, start=since, end=end, files=(), newly_dropped=_NOTHING_DROPPED,
+                        inserted_rows=0, deleted_rows=0, quarantined=0, dml_messages=0, idle=True, urgent=False)
 
 
 def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
     """The state after ``portions`` (error-free, retracted): segment counts, flush/drop events, checkpoint."""
+    portions = _in_order(state, portions)
+    start, end = portions[0].first, portions[-1].end
+    if _ticks_only(state, portions):
+        return advance_ticks(state, end, max(p.stats.max_tick for p in portions), start)
+    new = state.copy()
+    _count_rows(new, portions, end)
+    _seal_after_flush_request(new, portions)
+    before_dropped = state.dropped_segments()
+    events = sorted((e for p in portions for e in p.events), key=lambda e: e.offset)
+    for e in events:
+        _apply_event(new, e, end)
+    stats = [p.stats for p in portions]
+    flushed = _move_checkpoint(new, stats, end)
+    new.replay = _replay_after(state, portions)
+    total = PortionStats(0, *(sum(getattr(s, f) for s in stats) for f in
+                              ("dml_messages", "dml_bytes", "inserted_rows", "deleted_rows", "quarantined")))
+    new.batches += 1
+    new.rows += total.inserted_rows
+    new.dml_messages += total.dml_messages
+    new.dml_bytes += total.dml_bytes
+    files = tuple(f for p in portions for f in p.files)
+    sealing = bool(flushed) or any(p.sealed for p in portions) or (bool(state.flush_ts) and not new.flush_ts)
+    idle = (not events and not files and not any(p.segments for p in portions) and new.replay == state.replay
+            and not sealing and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
+    return BatchOutcome(state=new, start=start, end=end, files=files,
+                        newly_dropped=frozenset(new.dropped_segments() - before_dropped),
+                        inserted_rows=total.inserted_rows, deleted_rows=total.deleted_rows,
+                        quarantined=total.quarantined, dml_messages=total.dml_messages, idle=idle,
+                        urgent=bool(events) or new.replay != state.replay or sealing)
+
+
+def _in_order(state: ChannelState, portions: list[Portion]) -> list[Portion]:
+    """``portions`` by offset, once they are checked to continue the state's offsets contiguously."""
     portions = sorted(portions, key=lambda p: p.first)
     if not portions:
         raise BatchRangeError(f"{state.vchannel}: a batch without portions")
@@ -121,10 +156,11 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
         if a.end != b.first:
             raise BatchRangeError(f"{state.vchannel}: portions are not contiguous: [{a.first}, {a.end}) then "
                                   f"[{b.first}, {b.end})")
-    start, end = portions[0].first, portions[-1].end
-    if _ticks_only(state, portions):
-        return advance_ticks(state, end, max(p.stats.max_tick for p in portions), start)
-    new = state.copy()
+    return portions
+
+
+def _count_rows(new: ChannelState, portions: list[Portion], end: int) -> None:
+    """Add the portions' rows to their segments in ``new``; a segment seen first is Growing."""
     for p in portions:
         for seg_id, st in p.segments.items():
             seg = new.segments.get(seg_id)
@@ -137,30 +173,40 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
             seg.dml_offset = end
             if seg.start_offset < 0 or st.first_offset < seg.start_offset:
                 seg.start_offset, seg.start_ts = st.first_offset, st.first_ts
+
+
+def _seal_after_flush_request(new: ChannelState, portions: list[Portion]) -> None:
+    """Seal the segments the portions sealed at the flush ts: their first rows read after the flush
+    request reach its ts."""
     for seg_id in (s for p in portions for s in p.sealed):
         seg = new.segments[seg_id]
-        if seg.state == SegmentState.GROWING:   # first rows read after the flush request, up to its ts
+        if seg.state == SegmentState.GROWING:
             seg.state, seg.sealed_ts, seg.seal_reason = SegmentState.SEALED, new.flush_ts, FLUSH_REQUEST
-    before_dropped = state.dropped_segments()
-    events = sorted((e for p in portions for e in p.events), key=lambda e: e.offset)
-    for e in events:
-        if e.kind == EventKind.FLUSH:
-            # Seal the segments that had rows before the flush; one first seen after it stays open.
-            for seg in new.segments.values():
-                if seg.state == SegmentState.GROWING and 0 <= seg.start_offset < e.offset:
-                    seg.state, seg.dml_offset = SegmentState.FLUSHED, end
-                    seg.sealed_ts, seg.seal_reason = e.ts, FLUSH_MESSAGE
-        elif e.kind == EventKind.DROP_PARTITION:
-            if e.partition_id not in new.dropped_partitions:
-                new.dropped_partitions.append(e.partition_id)
-            for seg in new.segments.values():
-                if seg.partition_id == e.partition_id:
-                    seg.state = SegmentState.DROPPED
-        elif e.kind == EventKind.DROP_COLLECTION:
-            new.collection_dropped = True
-            for seg in new.segments.values():
+
+
+def _apply_event(new: ChannelState, e: ControlEvent, end: int) -> None:
+    """A Flush, DropPartition or DropCollection message read in the batch ending at ``end``."""
+    if e.kind == EventKind.FLUSH:
+        # Seal the segments that had rows before the flush; one first seen after it stays open.
+        for seg in new.segments.values():
+            if seg.state == SegmentState.GROWING and 0 <= seg.start_offset < e.offset:
+                seg.state, seg.dml_offset = SegmentState.FLUSHED, end
+                seg.sealed_ts, seg.seal_reason = e.ts, FLUSH_MESSAGE
+    elif e.kind == EventKind.DROP_PARTITION:
+        if e.partition_id not in new.dropped_partitions:
+            new.dropped_partitions.append(e.partition_id)
+        for seg in new.segments.values():
+            if seg.partition_id == e.partition_id:
                 seg.state = SegmentState.DROPPED
-    stats = [p.stats for p in portions]
+    elif e.kind == EventKind.DROP_COLLECTION:
+        new.collection_dropped = True
+        for seg in new.segments.values():
+            seg.state = SegmentState.DROPPED
+
+
+def _move_checkpoint(new: ChannelState, stats: list[PortionStats], end: int) -> list[SegmentMeta]:
+    """Move ``new``'s checkpoint to ``end`` and its last tick; end the seek and the flush its ticks
+    reach, and flush the Sealed segments they reach. Returns those segments."""
     new.checkpoint_offset = end
     new.checkpoint_ts = max([new.checkpoint_ts] + [s.max_tick for s in stats])
     if new.seek_ts and any(s.max_tick >= new.seek_ts for s in stats):
@@ -173,20 +219,13 @@ def advance(state: ChannelState, portions: list[Portion]) -> BatchOutcome:
         seg.state, seg.dml_offset = SegmentState.FLUSHED, end
     if new.flush_ts and new.checkpoint_ts >= new.flush_ts:
         new.flush_ts = 0
+    return flushed
+
+
+def _replay_after(state: ChannelState, portions: list[Portion]) -> ReplayState | None:
+    """The replay filter after the batch: the one task that ran it returns it."""
     if len(portions) == 1:
-        new.replay = portions[0].replay
-    elif any(p.replay is not None for p in portions):
+        return portions[0].replay
+    if any(p.replay is not None for p in portions):
         raise BatchRangeError(f"{state.vchannel}: the replay filter ran in a split batch: it must run in one task")
-    total = PortionStats(0, *(sum(getattr(s, f) for s in stats) for f in
-                              ("dml_messages", "dml_bytes", "inserted_rows", "deleted_rows", "quarantined")))
-    new.batches += 1
-    new.rows += total.inserted_rows
-    new.dml_messages += total.dml_messages
-    new.dml_bytes += total.dml_bytes
-    files = tuple(f for p in portions for f in p.files)
-    sealing = bool(flushed) or any(p.sealed for p in portions) or (bool(state.flush_ts) and not new.flush_ts)
-    idle = (not events and not files and not any(p.segments for p in portions) and new.replay == state.replay
-            and not sealing and total.inserted_rows == total.deleted_rows == total.quarantined == 0)
-    return BatchOutcome(new, start, end, files, frozenset(new.dropped_segments() - before_dropped),
-                        total.inserted_rows, total.deleted_rows, total.quarantined, total.dml_messages, idle,
-                        urgent=bool(events) or new.replay != state.replay or sealing)
+    return None

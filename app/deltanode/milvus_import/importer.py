@@ -37,7 +37,7 @@ from pyspark import SparkContext
 from ..etcd.client import EtcdClient
 from ..faults import crash_point
 from ..flowgraph.recovery import initial_state
-from ..pipeline.jobs import run_tasks
+from ..spark_jobs import run_tasks
 from ..storage import json_codec
 from ..storage.actions import AddFile
 from ..storage.channel_state import STATES_KEY
@@ -118,22 +118,12 @@ class VchannelImporter:
                 f"{vchannel}: its collection's start is gone from the broker, and the rows Milvus persisted can only "
                 f"be imported from Milvus's storage: set milvus.storage.root (Milvus's localStorage.path, or "
                 f"s3://<minio.bucketName>/<minio.rootPath> with milvus.storage.s3.*)")
-        with committer.lock:
-            insert_log = committer.created_insert_log()
-            if insert_log.txn(vchannel) is not None:
-                return
-            progress = import_progress(insert_log, vchannel) or {}
-        doc = {"segments": dict(progress.get("segments", {})), "rows": dict(progress.get("rows", {})),
-               "deleted": dict(progress.get("deleted", {})), "txn": progress.get("txn", 0),
-               "started_ms": progress.get("started_ms") or int(time.time() * 1000)}
-        started, last_line = time.monotonic(), 0.0
+        doc = self._progress(vchannel, committer)
+        if doc is None:
+            return
+        started = time.monotonic()
         for _ in range(MAX_ROUNDS):
-            persisted = read_persisted(self.source.client, self.source.meta_root, collection_id, vchannel,
-                                       self.source.positions)
-            if persisted.checkpoint is None:
-                raise ImportFailed(f"{vchannel}: Milvus has no channel checkpoint for it "
-                                   f"({self.source.meta_root}/datacoord-meta/channel-cp/{vchannel}): nothing to "
-                                   f"import from, and its beginning is gone from the broker")
+            persisted = self._persisted(vchannel, collection_id)
             targets = {s.segment_id: s for s in persisted.to_import()}
             todo = [s for s in targets.values()
                     if doc["segments"].get(str(s.segment_id)) != persisted.fingerprint(s)]
@@ -149,28 +139,59 @@ class VchannelImporter:
                 log.info("%s: import from Milvus done: %d segment(s), %d row(s) (%d of them deleted) in %.1f s; the "
                          "stream follows from Milvus's checkpoint (offset %d)", vchannel, doc["segments_done"],
                          doc["rows_done"], doc["deleted_done"], time.monotonic() - started,
-                         persisted.checkpoint.offset)
+                         persisted.checkpoint.offset if persisted.checkpoint else -1)
                 return
-            for i in range(0, len(todo), self.batch):
-                chunk = todo[i:i + self.batch]
-                results = self._run_job(persisted, chunk, schema)
-                gone = [r.gone for r in results if r.gone]
-                errors = [r.error for r in results if r.error]
-                if gone or errors:
-                    self._discard(collection_id, results)
-                    if errors:
-                        raise ImportFailed(f"{vchannel}: {errors[0]}")
-                    log.info("%s: %s is gone from Milvus's storage (compacted or collected since the meta was "
-                             "read); reading the meta again", vchannel, gone[0])
-                    time.sleep(RETRY_PAUSE)
-                    break
-                self._commit_batch(vchannel, committer, doc, persisted, chunk, results, stale if i == 0 else [])
-                progressed()
-                if time.monotonic() - last_line >= PROGRESS_EVERY or i + self.batch >= len(todo):
-                    last_line = time.monotonic()
-                    self._log_progress(vchannel, doc, started)
+            self._import_segments(vchannel, committer, doc, persisted, todo, stale, schema, started, progressed)
         raise ImportFailed(f"{vchannel}: Milvus's meta changed in each of {MAX_ROUNDS} reads in a row; "
                            f"the import gives up for now (the channel is tried again)")
+
+    @staticmethod
+    def _progress(vchannel: str, committer: CollectionCommitter) -> dict | None:
+        """The import's progress so far (as recorded with its commits); None: the vchannel has a
+        committed state, nothing to import."""
+        with committer.lock:
+            insert_log = committer.created_insert_log()
+            if insert_log.txn(vchannel) is not None:
+                return None
+            progress = import_progress(insert_log, vchannel) or {}
+        return {"segments": dict(progress.get("segments", {})), "rows": dict(progress.get("rows", {})),
+                "deleted": dict(progress.get("deleted", {})), "txn": progress.get("txn", 0),
+                "started_ms": progress.get("started_ms") or int(time.time() * 1000)}
+
+    def _persisted(self, vchannel: str, collection_id: int) -> PersistedChannel:
+        """What Milvus persisted of the vchannel, read from its meta now: it must have a checkpoint."""
+        persisted = read_persisted(self.source.client, self.source.meta_root, collection_id, vchannel,
+                                   self.source.positions)
+        if persisted.checkpoint is None:
+            raise ImportFailed(f"{vchannel}: Milvus has no channel checkpoint for it "
+                               f"({self.source.meta_root}/datacoord-meta/channel-cp/{vchannel}): nothing to "
+                               f"import from, and its beginning is gone from the broker")
+        return persisted
+
+    def _import_segments(self, vchannel: str, committer: CollectionCommitter, doc: dict, persisted: PersistedChannel,
+                         todo: list[PersistedSegment], stale: list[int], schema: schema_pb2.CollectionSchema,
+                         started: float, progressed: Callable[[], None]) -> None:
+        """Import ``todo`` a Spark job of ``batch`` segments at a time, each batch committed with the
+        progress; returns early (the meta is read again) when a file is gone meanwhile."""
+        last_line = 0.0
+        for i in range(0, len(todo), self.batch):
+            chunk = todo[i:i + self.batch]
+            results = self._run_job(persisted, chunk, schema)
+            gone = [r.gone for r in results if r.gone]
+            errors = [r.error for r in results if r.error]
+            if gone or errors:
+                self._discard(persisted.collection_id, results)
+                if errors:
+                    raise ImportFailed(f"{vchannel}: {errors[0]}")
+                log.info("%s: %s is gone from Milvus's storage (compacted or collected since the meta was "
+                         "read); reading the meta again", vchannel, gone[0])
+                time.sleep(RETRY_PAUSE)
+                return
+            self._commit_batch(vchannel, committer, doc, persisted, chunk, results, stale if i == 0 else [])
+            progressed()
+            if time.monotonic() - last_line >= PROGRESS_EVERY or i + self.batch >= len(todo):
+                last_line = time.monotonic()
+                self._log_progress(vchannel, doc, started)
 
     def _run_job(self, persisted: PersistedChannel, chunk: list[PersistedSegment],
                  schema: schema_pb2.CollectionSchema) -> list[ImportedSegment]:

@@ -41,6 +41,7 @@ from pyspark import SparkContext
 
 from ..executor.rewrite import rewrite
 from ..records import FileEntry, Rewrite, TableKind
+from ..spark_jobs import run_tasks
 from ..storage.commit import CollectionCommitter, delete_files, delete_paths
 from ..storage.compaction import (
     CompactionSettings,
@@ -52,7 +53,6 @@ from ..storage.compaction import (
 from ..storage.delta_log import FilesRemoved, TxnMoved
 from ..storage.layout import StorageLayout, pk_bloom_path
 from ..storage.tables import open_table
-from .jobs import run_tasks
 
 log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-compaction"

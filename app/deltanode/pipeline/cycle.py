@@ -33,15 +33,16 @@ from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
-from ..records import Portion, ReadStats, RouteContexts, TaskOutput, TaskSpec
+from ..records import Portion, RangeKey, ReadStats, RouteContexts, TaskOutput, TaskSpec
+from ..spark_jobs import spark_stopped
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
 from .cycle_budget import MIN_MESSAGES, CycleBudget, CycleCost
 from .cycle_report import CycleReport
-from .failures import FailurePolicy
-from .jobs import JOB_GROUP, SparkStopped, spark_stopped
-from .parking import Parking
+from .failures import FailurePolicy, task_failure
+from .jobs import JOB_GROUP, SparkStopped
+from .parking import CursorKey, Parking
 from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
 from .registry import VchannelRegistry
 
@@ -57,19 +58,22 @@ class Launched:
     started: float = 0.0                                  # monotonic time the job was submitted
     loads: dict[str, int] = field(default_factory=dict)   # vchannel -> its flowgraph's loads when planned
     starts: dict[str, int] = field(default_factory=dict)  # vchannel -> its next offset when planned
-    members: dict[tuple[str, int, int, int], tuple[str, ...]] = field(default_factory=dict)  # range -> vchannels
-    grouped: dict[tuple[str, int, int, int], tuple[str, int]] = field(default_factory=dict)   # range -> its cursor
-    parked: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)   # cursor -> its members
+    members: dict[RangeKey, tuple[str, ...]] = field(default_factory=dict)   # range -> its vchannels not parked
+    grouped: dict[RangeKey, CursorKey] = field(default_factory=dict)         # range -> the cursor it reads for
+    parked: dict[CursorKey, tuple[str, ...]] = field(default_factory=dict)   # cursor -> its members when planned
 
 
 class CycleRunner:
     """Runs on the driver, in the pipeline's loop; keeps what cycles learn of the pchannels."""
 
-    def __init__(self, sc: SparkContext, storage: StorageLayout, broker: Broker, limits: Limits,
-                 seal: SealSettings, registry: VchannelRegistry, failures: FailurePolicy,
+    def __init__(self, *, sc: SparkContext, storage: StorageLayout, broker: Broker,
+                 limits: Limits, seal: SealSettings,
+                 registry: VchannelRegistry, failures: FailurePolicy,
                  flushes: Callable[[], dict[int, int]], stopping: threading.Event) -> None:
-        """``flushes``: collection id -> the latest flush ts requested; ``stopping``: set when the
-        pipeline stops (a failed job is then not retried task by task)."""
+        """Where it reads and writes (``sc``, ``storage``, ``broker``); its settings sections
+        (``limits``, ``seal``); the stages it works with (``registry``, ``failures``); and what it
+        asks of its pipeline: ``flushes``, collection id -> the latest flush ts requested, and
+        ``stopping``, set when the pipeline stops (a failed job is then not retried task by task)."""
         self.sc, self.storage, self.broker, self.limits, self.seal = sc, storage, broker, limits, seal
         self.registry, self.failures, self.flushes, self.stopping = registry, failures, flushes, stopping
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
@@ -152,7 +156,7 @@ class CycleRunner:
             else:
                 highs[key] = self.highs_seen[key] = high
         if errors:
-            for fg in readable + [fg for key in errors for fg in self.parking.unpark_all(key)]:
+            for fg in readable + [fg for key in errors for fg in self.parking.unpark_all(CursorKey(*key))]:
                 error = errors.get((fg.pchannel, fg.working.partition))
                 if error is not None:
                     self.failures.fail(fg, Failure(kind=FailureKind.BROKER, message=error), now, report)
@@ -192,85 +196,77 @@ class CycleRunner:
 
     def _apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], launched: Launched,
                now: float, report: CycleReport) -> None:
-        by_vchannel: dict[str, list[Portion]] = {}
-        idle: dict[str, list[ReadStats]] = {}   # vchannel -> the reads it saw no message of its own in
-        read_sizes: dict[str, list[int]] = {}   # pchannel -> [bytes, messages] of this job's reads
-        starts, loads = launched.starts, launched.loads
-        job_reads = [read for out in outputs for read in out.reads]
-        for out in outputs:
-            report.task_s += out.seconds
-            report.task_cpu_s += out.cpu_seconds
-            report.task_read_s += out.read_wait_seconds
-            for p in out.portions:
-                by_vchannel.setdefault(p.vchannel, []).append(p)
-        for read in job_reads:
+        """The job's outputs move the vchannels' states: the tasks' portions, and the reads of the
+        vchannels they have no portion for (the idle ones); then the vchannels a read left at a gap
+        skip it."""
+        by_vchannel = _account(outputs, report)
+        reads = [read for out in outputs for read in out.reads]
+        sizes = self._read_sizes(reads, report)
+        unparked = self.parking.settle(reads, launched.grouped, launched.parked, sizes)
+        idle = _idle_reads(reads, launched, unparked)
+        applying = _Applying(members=members, current=self.registry.members(), launched=launched, sizes=sizes,
+                             now=now, report=report)
+        self._apply_idle(idle, by_vchannel, applying)
+        for vchannel, portions in by_vchannel.items():
+            self._apply_portions(members[vchannel], portions, applying)
+        _skip_gaps(reads, members)
+
+    def _read_sizes(self, reads: list[ReadStats], report: CycleReport) -> dict[str, float | None]:
+        """Learns from each of the job's reads (``_learn``); returns, by pchannel, the bytes per
+        message of its reads (by DML message when they had any)."""
+        totals: dict[str, list[int]] = {}   # pchannel -> [bytes, messages]
+        for read in reads:
             self._learn(read, report)
-            total = read_sizes.setdefault(read.pchannel, [0, 0])
+            total = totals.setdefault(read.pchannel, [0, 0])
             total[0] += read.dml_bytes if read.dml_messages else read.bytes
             total[1] += read.dml_messages or read.messages
-        sizes = {pchannel: nbytes / messages if messages else None for pchannel, (nbytes, messages) in
-                 read_sizes.items()}   # bytes per message of this job's reads
-        unparked = self.parking.settle(job_reads, launched.grouped, launched.parked, sizes)
-        for read in job_reads:
-            routed, end = read.routed, read.end
-            names = launched.members[read.key]
-            cursor = launched.grouped.get(read.key)
-            if cursor in unparked:
-                names += tuple(unparked[cursor])
-            for v in names:   # the idle ones (records.ReadStats)
-                if v not in routed and starts[v] < end:
-                    seen = idle.get(v)
-                    if seen is None:
-                        idle[v] = [read]
-                    else:
-                        seen.append(read)
-        current = self.registry.members()
-        running = FlowgraphStatus.RUNNING
+        return {pchannel: nbytes / messages if messages else None for pchannel, (nbytes, messages) in totals.items()}
+
+    def _apply_idle(self, idle: dict[str, list[ReadStats]], by_vchannel: dict[str, list[Portion]],
+                    applying: _Applying) -> None:
+        """A vchannel idle in its one read of the cycle moves by ticks alone, without a portion
+        (``VchannelFlowgraph.read_ticks``), and parks if it may; the others take the general path
+        (``_apply_portions``) with a portion made of each of their reads."""
+        starts = applying.launched.starts
         for vchannel, reads in idle.items():
-            # A vchannel idle in its one read of the cycle moves by ticks alone, without a portion
-            # (flowgraph.vchannel.read_ticks); the others take the general path below.
-            fg, read = members[vchannel], reads[0]
-            if len(reads) == 1 and read.error is None and fg.status == running and fg.loads == loads[vchannel] \
-                    and vchannel not in by_vchannel and current.get(vchannel) is fg:
+            fg, read = applying.members[vchannel], reads[0]
+            if len(reads) == 1 and read.error is None and vchannel not in by_vchannel and applying.live(fg):
                 first = max(read.first, starts[vchannel])
-                if fg.read_ticks(first, read.end, read.tick_from(first), now, sizes[read.pchannel]):
+                if fg.read_ticks(first, read.end, read.tick_from(first), applying.now, applying.sizes[read.pchannel]):
                     self.parking.park(fg)
                     continue
             by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
-        for vchannel, portions in by_vchannel.items():
-            fg = members[vchannel]
-            files = [f for p in portions for f in p.files]
-            if current.get(vchannel) is not fg or fg.status != FlowgraphStatus.RUNNING or fg.loads != loads[vchannel]:
-                discard(self.storage, fg.collection_id, files)   # released, failed or loaded again meanwhile
-                continue
-            errors = [p.error for p in portions if p.error]
-            if errors:
-                discard(self.storage, fg.collection_id, files)
-                self.failures.fail(fg, Failure(kind=FailureKind.ROUTER, message=errors[0]), now, report)
-                continue
-            tickless = sum(p.tickless for p in portions)
-            if tickless:
-                fg.read_without_tick(tickless)
-                continue
-            portions, retracted = retract_after_drops(portions)
-            discard(self.storage, fg.collection_id, retracted)
-            try:
-                outcome = advance(fg.working, portions)
-            except BatchRangeError as e:
-                discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
-                self.failures.fail(fg, Failure(kind=FailureKind.BATCH_RANGE, message=str(e)), now, report)
-                continue
-            fg.apply(outcome, now, sizes.get(fg.pchannel))
-            report.rows += outcome.inserted_rows
-            report.deletes += outcome.deleted_rows
-            report.quarantined += outcome.quarantined
-        for read in (r for r in job_reads if r.error is None):
-            position = read.next_position
-            if position is None:
-                continue
-            for fg in members.values():
-                if fg.pchannel == read.pchannel and fg.status == FlowgraphStatus.RUNNING and fg.next_offset == read.end:
-                    fg.skip_gap(position)
+
+    def _apply_portions(self, fg: VchannelFlowgraph, portions: list[Portion], applying: _Applying) -> None:
+        """``fg``'s portions move its state, unless it is no longer live (``_Applying.live``), a
+        task failed it or they do not continue its position (it fails): their files are deleted
+        then. Portions without a tick to end at do nothing but ask for a longer range."""
+        if not applying.live(fg):
+            discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+            return
+        error = next((p.error for p in portions if p.error is not None), None)
+        if error is not None:
+            discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+            self.failures.fail(fg, task_failure(error), applying.now, applying.report)
+            return
+        tickless = sum(p.tickless for p in portions)
+        if tickless:
+            fg.read_without_tick(tickless)
+            return
+        portions, retracted = retract_after_drops(portions)
+        discard(self.storage, fg.collection_id, retracted)
+        try:
+            outcome = advance(fg.working, portions)
+        except BatchRangeError as e:
+            discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+            self.failures.fail(fg, Failure(kind=FailureKind.BATCH_RANGE, message=str(e)), applying.now,
+                               applying.report)
+            return
+        fg.apply(outcome, applying.now, applying.sizes.get(fg.pchannel))
+        report = applying.report
+        report.rows += outcome.inserted_rows
+        report.deletes += outcome.deleted_rows
+        report.quarantined += outcome.quarantined
 
     def _seal(self, readable: list[VchannelFlowgraph], flushes: dict[int, int]) -> None:
         """Flush requests and seal policies, before the cycle reads (its batches seal the segments
@@ -296,15 +292,80 @@ class CycleRunner:
 
     def _message_sizes(self, readable: list[VchannelFlowgraph]) -> dict[str, float]:
         """The size each pchannel's messages are counted at when planning (``plan.planning_sizes``)."""
-        return planning_sizes(self._averages, [(fg.pchannel, fg.message_size()) for fg in readable]
+        return planning_sizes(self._averages, [(fg.pchannel, fg.batches.message_size()) for fg in readable]
                               + self.parking.sizes())
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Applying:
+    """What applying a cycle's job output goes by."""
+
+    members: dict[str, VchannelFlowgraph]   # the cycle's
+    current: dict[str, VchannelFlowgraph]   # the registry's when the output is applied
+    launched: Launched
+    sizes: dict[str, float | None]          # pchannel -> bytes per message of the job's reads
+    now: float
+    report: CycleReport
+
+    def live(self, fg: VchannelFlowgraph) -> bool:
+        """Whether ``fg`` still runs as planned: not released, failed or loaded again meanwhile (a
+        sync runs beside the job); else what the job did for it is dropped."""
+        return (self.current.get(fg.vchannel) is fg and fg.status == FlowgraphStatus.RUNNING
+                and fg.loads == self.launched.loads[fg.vchannel])
+
+
+def _account(outputs: list[TaskOutput], report: CycleReport) -> dict[str, list[Portion]]:
+    """The tasks' times into ``report``; their portions by vchannel."""
+    by_vchannel: dict[str, list[Portion]] = {}
+    for out in outputs:
+        report.task_s += out.seconds
+        report.task_cpu_s += out.cpu_seconds
+        report.task_read_s += out.read_wait_seconds
+        for p in out.portions:
+            by_vchannel.setdefault(p.vchannel, []).append(p)
+    return by_vchannel
+
+
+def _idle_reads(reads: list[ReadStats], launched: Launched,
+                unparked: dict[CursorKey, list[str]]) -> dict[str, list[ReadStats]]:
+    """By vchannel, the reads it saw no message of its own in (``records.ReadStats``): of the
+    vchannels each read was planned for, and of the parked ones that take the general path for
+    it (``unparked``: ``Parking.settle``'s)."""
+    idle: dict[str, list[ReadStats]] = {}
+    starts = launched.starts
+    for read in reads:
+        routed, end = read.routed, read.end
+        names = launched.members[read.key]
+        cursor = launched.grouped.get(read.key)
+        if cursor is not None and cursor in unparked:
+            names += tuple(unparked[cursor])
+        for v in names:
+            if v not in routed and starts[v] < end:
+                seen = idle.get(v)
+                if seen is None:
+                    idle[v] = [read]
+                else:
+                    seen.append(read)
+    return idle
+
+
+def _skip_gaps(reads: list[ReadStats], members: dict[str, VchannelFlowgraph]) -> None:
+    """A read that ended at a gap (the pchannel has no message from its end to its
+    ``next_position``): the running vchannels that stand at its end skip the gap."""
+    for read in reads:
+        position = read.next_position
+        if read.error is not None or position is None:
+            continue
+        for fg in members.values():
+            if fg.pchannel == read.pchannel and fg.status == FlowgraphStatus.RUNNING and fg.next_offset == read.end:
+                fg.skip_gap(position)
 
 
 def _position(fg: VchannelFlowgraph) -> Position:
     """Where ``fg`` reads from this cycle, for the plan."""
     w = fg.working
     return Position(fg.vchannel, fg.pchannel, w.partition, w.checkpoint_offset,
-                    w.replay is not None or w.seek_ts > 0 or w.flush_ts > 0, fg.min_range)
+                    w.replay is not None or w.seek_ts > 0 or w.flush_ts > 0, fg.batches.min_range)
 
 
 def log_cycle(r: CycleReport) -> None:

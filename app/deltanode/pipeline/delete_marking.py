@@ -1,13 +1,13 @@
 """Marking a sync's deletes in the insert binlogs they hit, before its commits (driver side).
 
 For each vchannel about to commit whose batches read deletes (recorded now, or replayed after
-a crash: ``binlog_writer.REPLAYED_DELETES``), one ``storage.delete_marks.MarkTask``: its
+a crash: ``records.TableKind.REPLAYED_DELETES``), one ``records.MarkTask``: its
 delete binlogs and the insert binlogs that could hold a row they remove, the live files of
 its segments (the committer's log knows them, with their deletion vectors) and the sync's new
 files, kept when their partition, key range and ``_ts`` range allow it (from the files'
 stats: a delete of ts T only removes rows below T). The tasks run as one Spark job on the
-executors, which read the files; each vchannel's marks go into its sync, and its commit writes
-them (``storage.commit``). The driver sees paths, stats and deletion vectors, never rows.
+executors (``executor.delete_marks``), which read the files; each vchannel's marks go into its
+sync, and its commit writes them (``storage.commit``). The driver sees paths, stats and deletion vectors, never rows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pyspark import SparkContext
 
 from ..executor.delete_marks import ALL_PARTITIONS, mark
-from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind
+from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError, TaskErrorKind
 from ..storage.actions import AddFile
 from ..storage.commit import CollectionCommitter, VchannelSync
 from ..storage.layout import StorageLayout, segment_of
@@ -115,7 +115,8 @@ class DeleteMarker:
         try:
             results = sc.parallelize(tasks, min(len(tasks), self.max_tasks)).map(mark).collect()
         except Exception as e:  # noqa: BLE001 - these vchannels fail, alone; the next cycle reloads them
-            why = f"its Spark job failed: {(str(e).strip().splitlines() or [type(e).__name__])[0][:300]}"
+            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            why = TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"its Spark job failed: {first_line}")
             results = [MarkResult(vchannel=t.vchannel, error=why) for t in tasks]
         report.mark_s += time.monotonic() - started
         for r in results:

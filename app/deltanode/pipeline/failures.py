@@ -16,11 +16,17 @@ from typing import Protocol
 
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..records import TaskError
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
 
 log = logging.getLogger(__name__)
+
+
+def task_failure(error: TaskError) -> Failure:
+    """The failure of a vchannel a task failed: the ``FailureKind`` named as the task's error kind."""
+    return Failure(kind=FailureKind[error.kind.name], message=error.message)
 
 
 class Fence(Protocol):

@@ -1,10 +1,7 @@
-"""The pipeline's Spark jobs: their job group, and telling a failed job from a stopped Spark."""
+"""The pipeline's Spark jobs: their job group, and the error that ends the pipeline when Spark stops
+(``spark_jobs.spark_stopped`` tells it from a failed job)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-
-from pyspark import SparkContext
 
 JOB_GROUP = "deltanode-pipeline"   # cancelled together when the pipeline stops
 
@@ -14,27 +11,3 @@ class SparkStopped(Exception):
     ``java`` process rather than to ``spark-submit.sh``, or the JVM's own failure). Nothing is
     wrong with the vchannels: the pipeline ends without failing them, and what it did not
     commit is read again at the next start."""
-
-
-def run_tasks(sc: SparkContext, tasks: list, run: Callable, *, group: str, pool: str, description: str,
-              slices: int | None = None) -> list:
-    """``run`` over ``tasks`` on executors (``slices`` Spark tasks, one per item by default), in the
-    scheduler pool ``pool`` (work beside the pipeline's cycles, which keep their share of the
-    cores) and the job group ``group`` (cancelled together); their results, in order."""
-    sc.setLocalProperty("spark.scheduler.pool", pool)
-    sc.setJobGroup(group, description, interruptOnCancel=True)
-    return sc.parallelize(tasks, slices or len(tasks)).map(run).collect()
-
-
-def spark_stopped(sc: SparkContext) -> bool:
-    """Whether the JVM's SparkContext is stopped or stopping (runs on the driver).
-
-    When the JVM stops on its own (its shutdown hooks stop the SparkContext, kill the Python
-    workers and delete Spark's temporary directories), PySpark's context does not know, and
-    has no public call that asks; the JVM's ``SparkContext.isStopped`` does. A JVM that no
-    longer answers counts as stopped.
-    """
-    try:
-        return bool(sc._jsc.sc().isStopped())
-    except Exception:  # noqa: BLE001 - the gateway is gone: so is Spark
-        return True

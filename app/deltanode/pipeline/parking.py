@@ -10,39 +10,56 @@ collection, when a seal policy may be due (a tick reached the cursor's ``wake_ms
 broker's high watermark is behind the cursor, and when it commits or changes in any way
 (``VchannelFlowgraph.unpark``).
 
-An idle 10,000-vchannel cycle took 176-187 ms of the driver's CPU (plan 98-105, apply 68-73) with
-every vchannel moved on its own, and 60-64 ms (52-56, 1) parked; with 1,000 of them busy,
-461-495 against 383-443 ms (``deltanode_bench.idle_cycle [--busy 1000]``, side by side). In the
-10,000-vchannel benchmark the cycle's plan went from 0.08 to 0.02 s and its apply from 0.12 to
-0.05 s (docs/benchmarks.md).
+Parking is what keeps an idle cycle cheap for the driver at many vchannels: most of them read
+nothing of their own, and a cursor is planned, shipped and moved once per partition where they
+would each be planned, shipped and applied (``deltanode_bench.idle_cycle [--busy N]`` measures
+this; docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ..flowgraph.tick_cursor import TickCursor
 from ..flowgraph.vchannel import VchannelFlowgraph
-from ..records import ReadRange, ReadStats, RouteRow
+from ..records import RangeKey, ReadRange, ReadStats, RouteRow
 from ..wire.positions import physical_ms
 from .plan import Position
 
 # The name a cursor's position goes by in the plan (no vchannel name starts with it).
 GROUP = "\0parked "
 
-Key = tuple[str, int]                  # a cursor's: pchannel, partition
-RangeKey = tuple[str, int, int, int]   # ``ReadRange.key``
+
+class CursorKey(NamedTuple):
+    """A cursor's pchannel partition. A tuple, so that it is also the broker's key of the partition
+    (``HighWatermarks.highs``) and the cursor's own (``TickCursor.key``)."""
+
+    pchannel: str
+    partition: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CursorSpan:
+    """The range of a cycle that reads for a cursor's members (``Parking.expand``)."""
+
+    first: int
+    end: int
+    own: int   # the number of the range's own members, listed before the cursor's
+
+
+Key = CursorKey   # the name ``rows``' signature knows it by
 
 
 class Parking:
     """Runs on the driver, in the pipeline's loop thread."""
 
     def __init__(self) -> None:
-        self._cursors: dict[Key, TickCursor] = {}
+        self._cursors: dict[CursorKey, TickCursor[VchannelFlowgraph]] = {}
         self._flushes: dict[int, int] = {}
 
-    def cursors(self) -> list[TickCursor]:
+    def cursors(self) -> list[TickCursor[VchannelFlowgraph]]:
         """The cursors with members."""
         return [c for c in self._cursors.values() if c.members]
 
@@ -51,7 +68,7 @@ class Parking:
         if fg.parked or not fg.may_park():
             return
         state = fg.working
-        key = (fg.pchannel, state.partition)
+        key = CursorKey(pchannel=fg.pchannel, partition=state.partition)
         cursor = self._cursors.get(key)
         if cursor is None:
             cursor = self._cursors[key] = TickCursor(fg.pchannel, state.partition, state.checkpoint_offset)
@@ -73,15 +90,15 @@ class Parking:
             for v in gone:
                 cursor.members[v].unpark()
             if cursor.tick and physical_ms(cursor.tick) >= cursor.wake_ms:
-                self.unpark_all(cursor.key)
+                self.unpark_all(_key(cursor))
             elif changed:
                 for fg in [fg for fg in cursor.members.values() if fg.collection_id in changed]:
                     fg.unpark()
 
-    def keys(self) -> set[Key]:
-        return {c.key for c in self.cursors()}
+    def keys(self) -> set[CursorKey]:
+        return {_key(c) for c in self.cursors()}
 
-    def unpark_all(self, key: Key) -> list[VchannelFlowgraph]:
+    def unpark_all(self, key: CursorKey) -> list[VchannelFlowgraph]:
         """Every member of the cursor of ``key`` leaves it; returns them."""
         cursor = self._cursors.get(key)
         left = list(cursor.members.values()) if cursor is not None else []
@@ -91,50 +108,51 @@ class Parking:
 
     def positions(self) -> list[Position]:
         """One position for each cursor with members, named ``GROUP`` + its pchannel and partition."""
-        return [Position(_name(c.key), c.pchannel, c.partition, c.offset) for c in self.cursors()]
+        return [Position(_name(_key(c)), c.pchannel, c.partition, c.offset) for c in self.cursors()]
 
     def sizes(self) -> list[tuple[str, float | None]]:
         """(pchannel, size) of each cursor's members, for ``plan.planning_sizes``."""
         return [(c.pchannel, c.message_size) for c in self.cursors() if c.message_size]
 
-    def expand(self, ranges: tuple[ReadRange, ...]) -> tuple[tuple[ReadRange, ...], dict[Key, tuple[int, int, int]]]:
+    def expand(self, ranges: tuple[ReadRange, ...]) -> tuple[tuple[ReadRange, ...], dict[CursorKey, CursorSpan]]:
         """``ranges`` with each cursor's members in place of its position (after the range's own
-        members), and, by cursor, the range that holds its members: first and end offsets, and
-        the number of its own members."""
-        spans: dict[Key, tuple[int, int, int]] = {}
+        members), and, by cursor, the range that holds its members."""
+        spans: dict[CursorKey, CursorSpan] = {}
         out = []
         for r in ranges:
             if not any(v.startswith(GROUP) for v in r.members):
                 out.append(r)
                 continue
-            cursor = self._cursors[(r.pchannel, r.partition)]
+            key = CursorKey(pchannel=r.pchannel, partition=r.partition)
+            cursor = self._cursors[key]
             own = tuple(v for v in r.members if not v.startswith(GROUP))
-            spans[cursor.key] = (r.first, r.end, len(own))
+            spans[key] = CursorSpan(first=r.first, end=r.end, own=len(own))
             out.append(replace(r, members=own + tuple(cursor.members)))
         return tuple(out), spans
 
-    def pieces(self, pieces: list[ReadRange], spans: dict[Key, tuple[int, int, int]]
-               ) -> tuple[dict[RangeKey, tuple[str, ...]], dict[RangeKey, Key]]:
+    def pieces(self, pieces: list[ReadRange], spans: dict[CursorKey, CursorSpan]
+               ) -> tuple[dict[RangeKey, tuple[str, ...]], dict[RangeKey, CursorKey]]:
         """The tasks' ``pieces`` of the expanded ranges (``spans``: ``expand``'s): by piece, its
         members not parked, and the cursor whose members it reads for, if any."""
         own: dict[RangeKey, tuple[str, ...]] = {}
-        grouped: dict[RangeKey, Key] = {}
+        grouped: dict[RangeKey, CursorKey] = {}
         for piece in pieces:
-            span = spans.get((piece.pchannel, piece.partition))
-            if span is not None and span[0] <= piece.first < span[1]:
-                grouped[piece.key] = (piece.pchannel, piece.partition)
-                own[piece.key] = piece.members[:span[2]]
+            key = CursorKey(pchannel=piece.pchannel, partition=piece.partition)
+            span = spans.get(key)
+            if span is not None and span.first <= piece.first < span.end:
+                grouped[piece.key] = key
+                own[piece.key] = piece.members[:span.own]
             else:
                 own[piece.key] = piece.members
         return own, grouped
 
-    def members(self, key: Key) -> tuple[str, ...]:
+    def members(self, key: CursorKey) -> tuple[str, ...]:
         return tuple(self._cursors[key].members)
 
-    def unpark_past(self, highs: dict[Key, int]) -> list[VchannelFlowgraph]:
-        """The members of cursors past their partition's high watermark (``highs``), unparked:
-        the plan fails them as it fails a vchannel whose broker lost data."""
-        past = [c.key for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
+    def unpark_past(self, highs: dict[tuple[str, int], int]) -> list[VchannelFlowgraph]:
+        """The members of cursors past their partition's high watermark (``highs``, by the broker's
+        key), unparked: the plan fails them as it fails a vchannel whose broker lost data."""
+        past = [_key(c) for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
         return [fg for key in past for fg in self.unpark_all(key)]
 
     def rows(self, read: Iterable[Key], rows: dict[str, RouteRow], schemas: dict[int, bytes],
@@ -145,24 +163,24 @@ class Parking:
             cursor = self._cursors[key]
             offset = cursor.offset
             for v, fg in cursor.members.items():
-                rows[v] = fg.route_row_at(offset)
+                rows[v] = fg.routes.at(offset)
                 schemas[fg.collection_id] = fg.schema_bytes
                 loads[v] = fg.loads
             starts.update(dict.fromkeys(cursor.members, offset))
 
-    def settle(self, reads: list[ReadStats], grouped: dict[RangeKey, Key], planned: dict[Key, tuple[str, ...]],
-               sizes: dict[str, float | None]) -> dict[Key, list[str]]:
+    def settle(self, reads: list[ReadStats], grouped: dict[RangeKey, CursorKey],
+               planned: dict[CursorKey, tuple[str, ...]], sizes: dict[str, float | None]) -> dict[CursorKey, list[str]]:
         """After a cycle's job: move each cursor over the reads of its range. Returns, by cursor,
         the vchannels parked on it when the cycle planned that take the general path for these
         reads: those that left it meanwhile, those that had a message of their own in them, and
         all of them when a read failed or ended at a gap (they leave the cursor first, at the
         offset their reads started from)."""
-        by_key: dict[Key, list[ReadStats]] = {}
+        by_key: dict[CursorKey, list[ReadStats]] = {}
         for read in reads:
             key = grouped.get(read.key)
             if key is not None:
                 by_key.setdefault(key, []).append(read)
-        general: dict[Key, list[str]] = {}
+        general: dict[CursorKey, list[str]] = {}
         for key, names in planned.items():
             cursor = self._cursors[key]
             mine = sorted(by_key.get(key, ()), key=lambda r: r.first)
@@ -183,5 +201,9 @@ class Parking:
         return general
 
 
-def _name(key: Key) -> str:
-    return f"{GROUP}{key[0]}[{key[1]}]"
+def _key(cursor: TickCursor[VchannelFlowgraph]) -> CursorKey:
+    return CursorKey(pchannel=cursor.pchannel, partition=cursor.partition)
+
+
+def _name(key: CursorKey) -> str:
+    return f"{GROUP}{key.pchannel}[{key.partition}]"

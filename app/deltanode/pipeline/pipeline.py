@@ -21,18 +21,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pyspark import SparkContext
 
 from ..flowgraph.failure import Failure, FailureKind
-from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
 from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
-from ..storage.compaction import CompactionSettings
 from ..storage.layout import StorageLayout
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
@@ -43,24 +40,14 @@ from .cycle_report import CycleReport
 from .failures import FailurePolicy, Fence
 from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
-from .plan import Limits
+from .pipeline_settings import PipelineSettings
 from .registry import VchannelRegistry
 from .sync_manager import SyncManager
-from .sync_policy import SyncSettings
 from .trigger import Trigger
 from .turns import CycleObserver, CycleTurns
 
 log = logging.getLogger(__name__)
 MAX_LOOP_BACKOFF = 60.0
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    limits: Limits = Limits()
-    sync: SyncSettings = SyncSettings()
-    trigger_interval: float = 1.0
-    compaction: CompactionSettings = CompactionSettings()
-    seal: SealSettings = SealSettings()
 
 
 class Pipeline:
@@ -83,8 +70,9 @@ class Pipeline:
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._flushes: dict[int, int] = {}           # collection id -> the latest flush ts requested
         self._flush_lock = threading.Lock()
-        self._cycle = CycleRunner(sc, storage, broker, settings.limits, settings.seal, self.registry,
-                                  self._failures, self._requested_flushes, self._stopping)
+        self._cycle = CycleRunner(sc=sc, storage=storage, broker=broker, limits=settings.limits, seal=settings.seal,
+                                  registry=self.registry, failures=self._failures, flushes=self._requested_flushes,
+                                  stopping=self._stopping)
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(self.registry, self._cycle, self._syncs, self._stopping, on_cycle)
@@ -123,7 +111,7 @@ class Pipeline:
         fg = self.registry.remove(vchannel, timeout)
         if fg is not None:
             self._loader.forget(fg.pchannel)   # watched again: ask the broker, not the cache
-            discard(self.storage, fg.collection_id, fg.uncommitted_files())
+            discard(self.storage, fg.collection_id, fg.batches.uncommitted_files())
             log.info("%s: flowgraph released", vchannel)
 
     def vchannels(self) -> list[str]:
@@ -149,10 +137,8 @@ class Pipeline:
                    if fg.collection_id in committers and fg.status == FlowgraphStatus.RUNNING]
         targets: dict[int, CompactionTarget] = {}
         for fg in members:
-            if not fg.loaded:
-                continue
-            state = fg.segments_state
-            if state.collection_dropped:
+            state = fg.batches.state   # the compactor's thread: not ``working``, which moves it (``Batches``)
+            if state is None or state.collection_dropped:
                 continue
             target = targets.get(fg.collection_id)
             if target is None:
@@ -166,10 +152,13 @@ class Pipeline:
 
     def compactable(self, vchannel: str, segment_id: int) -> int | None:
         fg = self.registry.get(vchannel)
-        if fg is None or fg.status != FlowgraphStatus.RUNNING or not fg.loaded or fg.segments_state.collection_dropped:
+        if fg is None or fg.status != FlowgraphStatus.RUNNING:
             return None
-        seg = fg.segments_state.segments.get(segment_id)
-        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in fg.segments_state.dropped_partitions:
+        state = fg.batches.state   # not ``working``, as in ``compaction_targets``
+        if state is None or state.collection_dropped:
+            return None
+        seg = state.segments.get(segment_id)
+        if seg is None or seg.state == SegmentState.DROPPED or seg.partition_id in state.dropped_partitions:
             return None
         return self._loader.committer(fg).own_txn(vchannel)
 
@@ -198,7 +187,7 @@ class Pipeline:
                 self._thread.join(timeout)
         self._cycle.close()
         for fg in self.registry.members().values():
-            discard(self.storage, fg.collection_id, fg.uncommitted_files())
+            discard(self.storage, fg.collection_id, fg.batches.uncommitted_files())
         if self._cycle.watermarks is not None:
             self._cycle.watermarks.close()
             self._cycle.watermarks = self._loader.watermarks = None

@@ -42,14 +42,13 @@ def planning_sizes(learned: dict[str, float], vchannels: list[tuple[str, float |
     ``UNREAD_FACTOR`` times the pchannel's learned size, or, when the pchannel's reads saw no
     Insert or Delete yet, times the largest size its other vchannels were read at (TimeTicks
     and DDL), and never below ``UNREAD_FLOOR``; at the largest Milvus message only when no
-    vchannel of the pchannel was read. Counted at the largest message whatever was learned, 500
+    vchannel of the pchannel was read. Counted at the largest message whatever is learned, many
     collections created at once (their vchannels start a few messages apart, none read yet)
-    read one message a cycle on each pchannel, and their first inserts waited 26 s to be
-    committed (p99, the 1,000-vchannel benchmark). Counted so while only TimeTicks had been
-    read, 10,000 vchannels watched over 50 s with TimeTicks flowing sat on the catch-up lanes,
-    one message a cycle, and the first insert was committed 80 s after the load began. A wrong
-    guess costs one long cycle, until the first read teaches the size (reads raise a
-    pchannel's size at once).
+    would read one message a cycle on each pchannel, and their first inserts would wait many
+    cycles; counted so while only TimeTicks are read, vchannels watched with TimeTicks flowing
+    would sit on the catch-up lanes, one message a cycle (the scale benchmark,
+    ``deltanode_bench.scale``, measures both). A wrong guess costs one long cycle, until the
+    first read teaches the size (reads raise a pchannel's size at once).
     """
     neighbours: dict[str, float] = {}
     for pchannel, own in vchannels:

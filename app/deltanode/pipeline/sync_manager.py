@@ -26,7 +26,7 @@ from ..storage.layout import StorageLayout
 from ..wire.positions import physical_ms
 from .cycle_report import CycleReport
 from .delete_marking import DeleteMarker, with_marks
-from .failures import Fence
+from .failures import Fence, task_failure
 from .sync_policy import Candidate, SyncSelector, SyncSettings
 
 # Commits of one sync logged at INFO, the rest at DEBUG (the cycle's line counts them all): a line
@@ -83,7 +83,7 @@ class SyncManager:
         waiting = [fg for fg in current.values()
                    if fg.uncommitted and fg.status in (FlowgraphStatus.RUNNING, FlowgraphStatus.DROPPED)]
         chosen = set(self._selector.select([
-            Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.pending_since, fg.pending_bytes(),
+            Candidate(fg.vchannel, fg.collection_id, fg.urgent, fg.batches.pending_since, fg.batches.pending_bytes(),
                       fg.committed_at) for fg in waiting
             if not fg.ticks_only or self._selector.may_pick_idle(fg.committed_at, now)], now))
         syncing = [fg for fg in waiting if fg.collection_id in chosen]
@@ -102,8 +102,8 @@ class SyncManager:
         marked = self._marker.run(tasks, report)
         for fg in syncing:
             result = marked.get(fg.vchannel)
-            if result is not None and result.error:
-                self._fail(fg, Failure(kind=FailureKind.MARK_FAILED, message=result.error), now, report)
+            if result is not None and result.error is not None:
+                self._fail(fg, task_failure(result.error), now, report)
             elif result is not None and result.stale:
                 log.info("%s: commit waits for the next cycle: %s", fg.vchannel, result.stale)
         stale = {v for v, r in marked.items() if r.stale}
@@ -138,7 +138,7 @@ class SyncManager:
             log.info("%s: commit waits for the next cycle: %s", vchannel, why)
         for fg in group:
             if fg.vchannel in result.committed:
-                had_rows = fg.pending_since is not None
+                had_rows = fg.batches.pending_since is not None
                 fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
                 tick = syncs[fg.vchannel].state.checkpoint_ts
                 if had_rows and tick:

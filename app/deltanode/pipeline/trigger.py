@@ -6,15 +6,13 @@ is up to the wait between plans plus a cycle. The loop starts a cycle every
 
 A busy node runs its cycles back to back, two an interval at most: busy once its cycles that
 read rows take half the interval (smoothed, so that one long cycle does not make it busy), and
-until they take less than 0.3 of it (a busy node's cycles carry less each, so they take less:
-0.44-0.47 s at the median at 1,000 busy vchannels, against 0.70-0.79 s at a cycle a
-second). An insert then waits for the cycle under way when it lands, then for its own. At
-1,000 busy vchannels (60-s loads alternating with a cycle a second, this machine,
-docs/benchmarks.md "2026-11-27, morning") insert -> durable p99 was 1.30, 1.35 and 1.49 s
-against 2.38 and 1.79 s, at 0.68-0.72 cores against 0.58-0.64. A lighter node's cycles are
-short (0.23 s at 256 vchannels) and keep the interval: run twice as often, its latency would
-halve for about twice the CPU, the trade ``datanode.trigger.interval`` offers. An idle node
-keeps it too (an idle 1,000-vchannel node: 0.19-0.23 cores at 1 s, 0.39-0.41 at 0.5 s).
+until they take less than 0.3 of it. The two thresholds differ because a busy node's cycles
+carry less each, so they take less: one threshold would make a node flap. An insert on a busy
+node waits for the cycle under way when it lands, then for its own, not for the rest of an
+interval: a lower insert -> durable latency for a little more CPU. A lighter node's cycles are
+short and keep the interval: run twice as often, its latency would halve for about twice the
+CPU, the trade ``datanode.trigger.interval`` offers. An idle node keeps it too (the scale
+benchmark, ``deltanode_bench.scale``, measures these; docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -3,16 +3,15 @@
 A turn plans a cycle and starts its Spark job (``cycle.CycleRunner``), commits the batches the
 previous turn left (``sync_manager``) while that job runs, then applies the job's output. When
 the cycle read a backlog (a range hit its cap: the next turn starts at once) the turn leaves its
-own sync to the next turn, beside the next job; otherwise it commits at once. The batches a sync
-commits are always those applied before it: the order of reads and commits per vchannel does
-not change, only the driver's commits overlap the executors' reads and writes. At 10,000
-vchannels a cycle spent 7.8 s in its job and 3.0 s in commits, one after the other.
+own sync to the next turn, beside the next job, so that a backlog's commits overlap the
+executors' reads and writes instead of following them; otherwise it commits at once. The
+batches a sync commits are always those applied before it: the order of reads and commits per
+vchannel does not change.
 
 A cycle that only took longer than the trigger interval commits at once too: left to the next
-turn, its commits waited for the next plan, then shared the two cores with the next job. At
-1,000 vchannels (60-s loads, alternating) the p99 was 2.16 and 2.17 s committing at once against
-2.28 and 2.40 s left to the next turn; at 10,000 the day's runs differ by less than their noise
-(4.53-6.10 s against 5.11-7.61 s; docs/benchmarks.md, issue 24).
+turn, its commits would wait for the next plan, then share the driver's cores with the next
+job, which delays them more than overlapping saves (the scale benchmark, ``deltanode_bench.scale``,
+measures this; docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ A cycle's first Spark job in a fresh driver is mostly Python start-up: Spark sta
 worker daemon, which imports pyspark and forks workers, and each worker imports the task's
 modules (protobuf, the Kafka and Pulsar clients, pyarrow, numpy) and pays its first-call costs
 (pyarrow asks pandas how to convert a numpy array the first time it sees one). A DataNode runs one
-throw-away job through the same path at start: each task imports what a cycle's task and a
+throw-away job through the same path at start, a task per core Spark offers (so every worker
+that a cycle's tasks run on takes one): each task imports what a cycle's task and a
 delete-marking task import and decodes a small InsertRequest, so the workers are up and warm
-when a channel is assigned, and a failover does not pay for them.
+when a channel is assigned, and a failover does not pay for them. The log line names how many
+workers it warmed. What stays cold is each collection's own first pass in a worker (its layout,
+schema and file formats, made once per worker), which no warm-up can know in advance.
 
 The job runs beside the node's start (``warm_up_in_background``): registering in etcd, loading
 vchannels' state from Delta and planning the first cycle need no worker, and a cycle's job that
@@ -16,13 +19,16 @@ comes before the warm-up's end waits for the same workers it would have started 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyspark import SparkContext
 
-from .jobs import spark_stopped
+from ..spark_jobs import spark_stopped
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +37,26 @@ WARM_SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key":
                           {"name": "title", "data_type": "VarChar", "max_length": 16}]}
 
 
-def _load_task_modules(_task: int) -> int:
+@dataclass(frozen=True, kw_only=True)
+class WarmedWorker:
+    """A Python worker the warm-up ran in: where it runs and the rows its decode gave back."""
+
+    host: str
+    pid: int
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmUp:
+    """What ``warm_up`` did: its seconds and the distinct Python workers it ran in."""
+
+    seconds: float
+    workers: int
+
+
+def _load_task_modules(_task: int) -> WarmedWorker:
     """Runs on executors: import what a cycle's task and delete marking import, and decode a
-    small InsertRequest, in the worker that will run them; returns the rows decoded."""
+    small InsertRequest, in the worker that will run them."""
     from ..executor import decode, delete_marks, task  # noqa: F401 - imported for the worker's sake
     from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
     from ..wire.schema import CollectionLayout, schema_from_json
@@ -51,14 +74,18 @@ def _load_task_modules(_task: int) -> int:
     req.fields_data.add(type=schema_pb2.DataType.VarChar, field_name=title.name,
                         field_id=title.field_id).scalars.string_data.data.extend(["a", "b"])
     _columns, n = decode.insert_columns(layout, msg_pb2.InsertRequest.FromString(req.SerializeToString()))
-    return n
+    if n != rows:
+        raise RuntimeError(f"warm-up: decoded {n} rows of a {rows}-row InsertRequest")
+    return WarmedWorker(host=socket.gethostname(), pid=os.getpid(), rows=n)
 
 
-def warm_up(sc: SparkContext, splits: int = 2) -> float:
-    """Run one job of ``splits`` tasks through fresh Python workers; returns the seconds it took."""
+def warm_up(sc: SparkContext, splits: int = 2) -> WarmUp:
+    """Run one job through fresh Python workers: ``splits`` tasks, or as many as Spark's default
+    parallelism (its cores) when that is more."""
     t0 = time.monotonic()
-    sc.parallelize(range(splits), splits).map(_load_task_modules).collect()
-    return time.monotonic() - t0
+    tasks = max(splits, sc.defaultParallelism)
+    workers = sc.parallelize(range(tasks), tasks).map(_load_task_modules).collect()
+    return WarmUp(seconds=time.monotonic() - t0, workers=len({(w.host, w.pid) for w in workers}))
 
 
 def warm_up_in_background(sc: SparkContext, splits: int = 2,
@@ -68,8 +95,10 @@ def warm_up_in_background(sc: SparkContext, splits: int = 2,
     def run() -> None:
         seconds: float | None = None
         try:
-            seconds = warm_up(sc, splits)
-            log.info("warm-up done in %.1f s", seconds)
+            result = warm_up(sc, splits)
+            seconds = result.seconds
+            log.info("warm-up done in %.1f s: %d Python worker(s) imported a task's modules and decoded an "
+                     "InsertRequest", seconds, result.workers)
         except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
             if spark_stopped(sc):
                 log.info("warm-up ended: Spark stopped (the node is stopping)")

@@ -1,0 +1,74 @@
+"""The packages' dependencies point one way, read from their import lines (function-level imports
+and ``TYPE_CHECKING`` ones included): the wire formats, brokers and etcd at the bottom, storage and
+the shared records above them, the executor (a Spark task's code) above those, the driver's stages
+above it, and the processes (DataNode, coordinator, standalone, admin, the command line) on top.
+docs/architecture.md draws the same layers."""
+
+import ast
+from pathlib import Path
+
+import deltanode
+
+APP = Path(deltanode.__file__).parents[1]
+PACKAGE = APP / "deltanode"
+
+# What each package may import of deltanode's packages and top-level modules. A package not named
+# here is a process on top (datanode, datacoord, standalone, admin, lake, cli) or a leaf module.
+BASE = {"logs", "faults"}
+MAY_IMPORT = {
+    "wire": set(),
+    "logs": set(),
+    "faults": {"logs"},
+    "mq": {"wire"} | BASE,
+    "etcd": {"wire"} | BASE,
+    "storage": {"records", "wire"} | BASE,
+    "records": {"storage", "mq"},   # mq for its Broker type only (test_executor_imports holds that)
+    "executor": {"records", "storage", "mq", "wire"} | BASE,
+    "flowgraph": {"executor", "records", "storage", "wire"} | BASE,
+    "spark_jobs": set(),
+    "milvus_import": {"flowgraph", "executor", "records", "storage", "etcd", "mq", "wire", "spark_jobs"} | BASE,
+    "pipeline": {"flowgraph", "milvus_import", "executor", "records", "storage", "mq", "wire", "spark_jobs"} | BASE,
+}
+
+
+def _imports(module_file: Path) -> set[str]:
+    """The deltanode packages and top-level modules a file imports, by their first name under deltanode."""
+    parts = module_file.relative_to(APP).with_suffix("").parts
+    package = ".".join(parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(module_file.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            names = [module] + ([f"{module}.{a.name}" for a in node.names] if node.module is None else [])
+        else:
+            continue
+        found.update(n.split(".")[1] for n in names if n.startswith("deltanode.") and n.count(".") >= 1)
+    return found
+
+
+def _package_of(module_file: Path) -> str:
+    return module_file.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    wrong = []
+    for f in sorted(PACKAGE.rglob("*.py")):
+        own = _package_of(f)
+        if own not in MAY_IMPORT:
+            continue
+        for name in sorted(_imports(f) - {own} - MAY_IMPORT[own]):
+            wrong.append(f"{f.relative_to(APP)} imports deltanode.{name}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_layer_table_names_real_packages_and_no_process():
+    """The processes (a DataNode, the coordinator, standalone, admin, the command line, the conf)
+    sit on top: no layer may import them, so a layer runs and is tested without them."""
+    names = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    names |= {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    assert set(MAY_IMPORT) <= names and all(allowed <= names for allowed in MAY_IMPORT.values())
+    processes = {"datanode", "datacoord", "standalone", "admin", "cli", "lake", "settings", "config"}
+    assert not processes & set(MAY_IMPORT) and all(not processes & a for a in MAY_IMPORT.values())
