@@ -3,15 +3,14 @@
 Every cycle the driver replaces a few objects per vchannel that live until the next cycle or
 longer: its working ChannelState, a batch outcome, a routing context, a portion. With
 CPython's default thresholds (700, 10, 10) those survive two young collections and count as
-long-lived, so a full collection, which walks every object of the process, came every ten
-young-generation ones: at 10,000 idle vchannels 11 full collections every 10 s, 3.0-3.7 s of
-each 10 s in the collector and the driver at 0.84 cores (``gc.callbacks``, docs/platform.md).
-With a young generation of 50,000 objects most of a cycle's objects die before their first
-collection, and a full one waits for 100 second-generation ones: 0.6 s of each 10 s, no full
-collection in minutes, the driver at 0.67 cores and the idle cycle 1.15 -> 0.88 s.
+long-lived, so a full collection, which walks every object of the process, comes every ten
+young-generation ones: at 10,000 idle vchannels the collector then takes about a third of the
+driver's time (``gc.callbacks``, docs/platform.md). With a young generation of 50,000 objects
+most of a cycle's objects die before their first collection, and a full one waits for 100
+second-generation ones, so full collections come minutes apart.
 
 Nothing is left uncollected: reference cycles the driver leaves behind are found by the next
-full collection, later than before.
+full collection, only later.
 """
 
 from __future__ import annotations

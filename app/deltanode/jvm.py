@@ -2,33 +2,30 @@
 
 C1 only (``-XX:TieredStopAtLevel=1``): the JVMs only schedule tasks and move small records (a
 task's payloads stay in its Python worker), so the C2 compiler's faster code is not worth its
-compile time.
-Side by side over 3 rounds of ``build/bench.sh`` (930 MB backlog): start to warmed up
-12.7-13.0 -> 11.2-11.8 s, 129-172 -> 150-176 MB/s, and at a steady 10 MB/s the driver JVM
-0.37-0.46 -> 0.13-0.19 cores (its C2 threads had 0.19).
+compile time: with C2 the driver JVM starts slower, moves a backlog no faster and takes about
+twice the CPU at a steady load (docs/platform.md, "The driver's JVM").
 
 Class data sharing: ``build/bootstrap.sh`` records the classes a DataNode's driver JVM loads
 (SparkSession and the warm-up query, ``build/cds_archive.py``) in an archive inside the venv. A
-JVM started with it maps those classes instead of loading and verifying them again: SparkSession
-4.8 -> 2.7 s and warm-up 6.5 -> 5.4 s, side by side on this machine. Only the driver uses it
+JVM started with it maps those classes instead of loading and verifying them again, which
+takes seconds off a driver's start (docs/platform.md, "The driver's JVM"). Only the driver uses it
 (executors on other hosts have no such file); a Java or Spark other than the one it was made
 with prints a warning and starts without it.
 
 spark-submit's launcher (the short JVM ``bin/spark-class`` runs to build the driver's command
 line, before the driver's JVM starts) gets C1 only and an archive of its own through
-``SPARK_LAUNCHER_OPTS`` (``launcher_options``): a DataNode's start to its SparkContext 0.2-0.35 s
-sooner, side by side (docs/benchmarks.md, "Start-up"). Its
-stdout is the command line spark-class runs, so the JVM's own warnings (an archive made by another
-Java) go to stderr.
+``SPARK_LAUNCHER_OPTS`` (``launcher_options``), which brings a DataNode's SparkContext a few
+tenths of a second sooner (docs/platform.md). Its stdout is the command line spark-class runs,
+so the JVM's own warnings (an archive made by another Java) go to stderr.
 
 Both go in ``defaultJavaOptions``, which Spark puts before ``extraJavaOptions``: a conf can add
 its own options or override these.
 
 Unix domain sockets between each JVM and its Python processes
 (``spark.python.unix.domain.socket.enabled``, Spark 4.1+): over local TCP a task's Python worker
-waited ~47 ms after the task's launch before it began (a trivial two-task job took 80-100 ms);
-over a Unix socket the whole job takes ~32 ms (docs/platform.md). The pipeline runs a job every
-cycle, so that wait was a part of every insert's latency.
+waits tens of milliseconds after the task's launch before it begins, more than a trivial job
+takes over a Unix socket (docs/platform.md). The pipeline runs a job every cycle, so that wait
+would be a part of every insert's latency.
 """
 
 from __future__ import annotations

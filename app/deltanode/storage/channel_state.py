@@ -75,8 +75,8 @@ class ChannelState:
         return {s.segment_id for s in self.segments.values() if s.state == SegmentState.DROPPED}
 
     def copy(self) -> "ChannelState":
-        """A copy whose segments and lists can be changed without touching this one (``copy.deepcopy``
-        took 6% of a DataNode driver's CPU with 256 vchannels)."""
+        """A copy whose segments and lists can be changed without touching this one (not
+        ``copy.deepcopy``: it costs several times as much, on every vchannel's state every cycle)."""
         return replace(self, segments={k: replace(s) for k, s in self.segments.items()},
                        dropped_partitions=list(self.dropped_partitions))
 

@@ -10,7 +10,9 @@ Measured on this machine (2 cores, numpy 2.4, pyarrow 26; best of 5), 1,000,000 
 1,000,000 other keys probed: Int64 build 61 ms, probe 52 ms, 1.01% false positives; UUID
 strings (36 bytes) build 122 ms, probe 112 ms, 1.00%; strings of 6 to 60 bytes build 146 ms,
 probe 149 ms, 1.00%. 1.2 MB serialized. Hashing the UUIDs took 64 ms; a vectorized FNV-1a, one
-pass per byte position, took 155 ms.
+pass per byte position, took 155 ms. The probes of a block of keys in a few numpy calls against a
+loop over the probes: 50 keys built in 0.018 ms against 0.032 and probed in 0.019 against 0.047; a
+million keys in 80 against 123 ms and 47 against 62.
 
 A file whose keys are Int64 and exactly the run ``first, first + 1, ..., first + count - 1``, in
 that order (Milvus's auto-generated keys: a proxy takes an insert's keys as one block of ids),
@@ -20,7 +22,7 @@ differences instead of hashing and setting 350 bits (``build``).
 
 Where a filter lives: a small one (``INLINE_MAX_KEYS`` keys or fewer: at most 2.5 KB, 3.4 KB in
 base64) travels in its binlog's add action, as the tag ``INLINE_TAG``, so a binlog of a cycle
-is one file, not two (creating a file was a third of a small binlog's CPU, ``docs/benchmarks.md``);
+is one file, not two (creating a file costs a third of a small binlog's CPU, docs/platform.md);
 a larger one is a file of its own beside the binlog (``layout.pk_bloom_path``), where a reader of
 the log does not pay for it.
 """
@@ -215,9 +217,8 @@ def _positions(hashes: np.ndarray, probes: int, num_bits: int) -> Iterator[tuple
     """The ``probes`` bit positions of each hash: ``g_i = h1 + i * h2`` (32 bits), mapped onto
     ``num_bits`` by ``(g_i * num_bits) >> 32``. Yields ``(first, positions)`` per block of up to
     ``_CHUNK`` hashes, ``positions`` an int64 array of ``probes`` rows, a column per hash: all the
-    probes of a block in a few numpy calls, memory bounded by the block. Against a loop over the
-    probes: 50 keys built in 0.018 ms instead of 0.032 and probed in 0.019 instead of 0.047; a
-    million keys 80 instead of 123 ms, and 47 instead of 62."""
+    probes of a block in a few numpy calls, memory bounded by the block: faster than a loop over
+    the probes for 50 keys and for a million alike (the module's docstring has the figures)."""
     size = np.uint64(num_bits)
     steps = np.arange(probes, dtype=np.uint64)[:, None]
     for lo in range(0, len(hashes), _CHUNK):

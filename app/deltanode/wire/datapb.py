@@ -22,12 +22,23 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         syntax="proto3",
         dependency=DEPENDENCIES,
     )
+    _channel_watch_state(f)
+    _binlogs(f)
+    _segment_info(f)
+    _vchannel_info(f)
+    _channel_watch_info(f)
+    return f
+
+
+def _channel_watch_state(f: descriptor_pb2.FileDescriptorProto) -> None:
     state = f.enum_type.add(name="ChannelWatchState")
     for name, value in [("Uncomplete", 0), ("Complete", 1), ("ToWatch", 2), ("WatchSuccess", 3),
                         ("WatchFailure", 4), ("ToRelease", 5), ("ReleaseSuccess", 6),
                         ("ReleaseFailure", 7)]:
         state.value.add(name=name, number=value)
 
+
+def _binlogs(f: descriptor_pb2.FileDescriptorProto) -> None:
     binlog = f.message_type.add(name="Binlog")
     binlog.field.extend([
         field("entries_num", 1, F.TYPE_INT64),
@@ -42,6 +53,9 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("fieldID", 1, F.TYPE_INT64),
         field("binlogs", 2, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.Binlog"),
     ])
+
+
+def _segment_info(f: descriptor_pb2.FileDescriptorProto) -> None:
     seg = f.message_type.add(name="SegmentInfo")
     seg.field.extend([
         field("ID", 1, F.TYPE_INT64),
@@ -65,6 +79,9 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("level", 20, F.TYPE_INT32),   # SegmentLevel (2.4): Legacy 0, L0 1, L1 2, L2 3
         field("storage_version", 21, F.TYPE_INT64),   # 0 and 1: the binlog format; 2 (2.5+): packed columns
     ])
+
+
+def _vchannel_info(f: descriptor_pb2.FileDescriptorProto) -> None:
     vchan = f.message_type.add(name="VchannelInfo")
     vchan.field.extend([
         field("collectionID", 1, F.TYPE_INT64),
@@ -79,6 +96,9 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("indexed_segmentIds", 10, F.TYPE_INT64, repeated=True),
         field("level_zero_segment_ids", 12, F.TYPE_INT64, repeated=True),
     ])
+
+
+def _channel_watch_info(f: descriptor_pb2.FileDescriptorProto) -> None:
     watch = f.message_type.add(name="ChannelWatchInfo")
     watch.field.extend([
         field("vchan", 1, F.TYPE_MESSAGE, type_name=".milvus.proto.data.VchannelInfo"),
@@ -89,7 +109,6 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
         field("progress", 6, F.TYPE_INT32),
         field("opID", 7, F.TYPE_INT64),
     ])
-    return f
 
 
 _classes, _file = load(_build())
