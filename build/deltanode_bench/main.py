@@ -113,6 +113,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "its capacity for a while, then under it), e.g. 3:15; prints latency by 5-s window")
     p.add_argument("--scale-repeat", type=int, default=1,
                    help="scale: run each point this many times in a row (default 1)")
+    p.add_argument("--scale-conf", action="append", metavar="KEY=VALUE[;KEY=VALUE...]",
+                   help="scale: conf lines for the point's standalone; given several times, each point runs once "
+                        "per --scale-conf in turn (side by side), e.g. --scale-conf '' --scale-conf "
+                        "'datanode.warmup=false'")
     p.add_argument("--scale-drain", type=float, default=120.0,
                    help="scale: longest wait for the last commits after the load (default 120)")
     p.add_argument("--deletes", action="store_true", help="then run the delete benchmark too (see above)")
@@ -157,6 +161,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--burn takes a share of one core in [0, 1], not {args.burn}")
     if args.scale_repeat < 1:
         p.error(f"--scale-repeat: at least 1, not {args.scale_repeat}")
+    confs = []
+    for conf in args.scale_conf or [""]:
+        items = [item.partition("=") for item in conf.split(";") if item.strip()]
+        for key, _, value in items:
+            if not key.strip() or not value.strip():
+                p.error(f"--scale-conf: expected KEY=VALUE items separated by ';', got {conf!r}")
+        confs.append(tuple(f"{key.strip()} = {value.strip()}" for key, _, value in items))
+    args.scale_confs = tuple(confs)
     try:
         args.dim_list = [int(d) for d in str(args.dims).split(",") if d.strip()]
     except ValueError:
@@ -779,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
                 t1 = time.monotonic()
                 print("\n" + scale.main(args.scale_points, work, args.scale_seconds, args.scale_drain, argv,
                                         args.scale_mqs, args.scale_inserts, args.burn, args.scale_repeat,
-                                        args.burst, args.peers)
+                                        args.burst, args.peers, args.scale_confs)
                       + f"\n\nscale wall time {time.monotonic() - t1:.0f} s", flush=True)
         if args.deletes:
             from . import deletes  # DuckDB, only for this benchmark

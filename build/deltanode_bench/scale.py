@@ -85,6 +85,7 @@ class ScaleResult:
     neighbour_cores: float = 0.0   # what the neighbour (--burn) took during the load
     burst: Burst | None = None
     timeline: list[tuple[float, float]] = field(default_factory=list)   # (seconds into the load, latency)
+    conf: str = ""   # the --scale-conf lines the point ran with, "; "-joined
 
 
 def say(msg: str) -> None:
@@ -94,7 +95,8 @@ def say(msg: str) -> None:
 class Standalone:
     """``./spark-submit.sh standalone`` on a generated conf, in a process group of its own."""
 
-    def __init__(self, work: str, mq: str = "kafka") -> None:
+    def __init__(self, work: str, mq: str = "kafka", extra_conf: tuple[str, ...] = ()) -> None:
+        """``extra_conf``: ``key = value`` lines appended to the generated conf (``--scale-conf``)."""
         self.work = work
         self.etcd = f"127.0.0.1:{free_port()}"
         # Tansu and pulsar-lite are no embedded brokers of standalone's: the benchmark runs them beside it.
@@ -121,7 +123,7 @@ class Standalone:
                     f"standalone.progress.interval = 10s\nlog.level = INFO\nspark.master = local[2]\n"
                     # the load sends rootcoord's TimeTicks itself (its traffic, measured as such)
                     f"standalone.timetick.interval = 0\n"
-                    f"spark.log.level = WARN\nspark.ui.enabled = false\n")
+                    f"spark.log.level = WARN\nspark.ui.enabled = false\n" + "".join(f"{line}\n" for line in extra_conf))
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 180.0) -> None:
@@ -318,6 +320,13 @@ class PhaseFigures:
     vchannels_committed: float
     task_ms_per_message: float   # the cycle's tasks over its messages (ms): what a run's cycles grow with
     cpu_ms_per_message: float    # their CPU over its messages (ms)
+    # The load's first FIRST_CYCLES cycles that read messages: a worker's first pass over the load's
+    # collections (decoding, layouts, file formats made once per worker) against the medians above.
+    first_cycle: float = math.nan               # their mean cycle (s)
+    first_cpu_ms_per_message: float = math.nan  # their tasks' CPU over their messages (ms)
+
+
+FIRST_CYCLES = 3
 
 
 def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
@@ -338,10 +347,14 @@ def _phases(log_text: str, t0: float, t1: float) -> PhaseFigures | None:
     column = list(zip(*rows))
     med = [lat.percentile(list(c), 50) for c in column]
     per_message = [(1e3 * r[8] / r[0], 1e3 * r[9] / r[0]) for r in rows if r[0]]
+    first = [r for r in rows if r[0]][:FIRST_CYCLES]
     return PhaseFigures(len(rows), med[3], lat.percentile(list(column[3]), 90), med[4], med[5], med[6], med[7],
                         med[8], med[9], med[10], med[0], med[2],
                         lat.percentile([t for t, _ in per_message], 50) if per_message else math.nan,
-                        lat.percentile([c for _, c in per_message], 50) if per_message else math.nan)
+                        lat.percentile([c for _, c in per_message], 50) if per_message else math.nan,
+                        first_cycle=sum(r[3] for r in first) / len(first) if first else math.nan,
+                        first_cpu_ms_per_message=(1e3 * sum(r[9] for r in first) / sum(r[0] for r in first)
+                                                  if first else math.nan))
 
 
 def file_create_ms(work: str, files: int = 500) -> float:
@@ -362,10 +375,11 @@ def file_create_ms(work: str, files: int = 500) -> float:
 
 
 def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka",
-              rate_cap: float = 1000.0, burn: float = 0.0, burst: Burst | None = None) -> ScaleResult:
+              rate_cap: float = 1000.0, burn: float = 0.0, burst: Burst | None = None,
+              extra_conf: tuple[str, ...] = ()) -> ScaleResult:
     os.makedirs(work, exist_ok=True)
     probe_ms = file_create_ms(work)
-    node = Standalone(work, mq)
+    node = Standalone(work, mq, extra_conf)
     say(f"{n} vchannel(s): starting standalone")
     node.start()
     client = EtcdClient(node.etcd)
@@ -443,7 +457,7 @@ def run_point(n: int, work: str, seconds: float, drain: float, mq: str = "kafka"
                        stats.total_rss_peak, lats, missing, commits_per_s, inserts * ROWS, rows,
                        _phases(node.text(), t0, t1), create_s, watch_s, probe_ms,
                        neighbour.cores if neighbour else 0.0, burst,
-                       sorted((t - t0, latency) for t, latency in timeline) if burst else [])
+                       sorted((t - t0, latency) for t, latency in timeline) if burst else [], "; ".join(extra_conf))
 
 
 WINDOW_S = 5.0
@@ -456,6 +470,11 @@ def timeline_rows(timeline: list[tuple[float, float]]) -> list[list]:
         windows.setdefault(int(t // WINDOW_S), []).append(latency)
     return [[f"{k * WINDOW_S:.0f}", len(ls), secs(lat.percentile(ls, 50)), secs(lat.percentile(ls, 99)), secs(max(ls))]
             for k, ls in sorted(windows.items())]
+
+
+def _label(r: ScaleResult) -> str:
+    """The broker a point ran on, with its ``--scale-conf`` lines when it had some."""
+    return f"{r.broker} [{r.conf}]" if r.conf else r.broker
 
 
 def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
@@ -476,7 +495,7 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     for r in results:
         stats = ([secs(lat.percentile(r.latencies, 50)), secs(lat.percentile(r.latencies, 99)), secs(max(r.latencies))]
                  if r.latencies else ["-", "-", "-"])
-        rows.append([r.vchannels, r.broker, r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
+        rows.append([r.vchannels, _label(r), r.collections, f"{r.inserts / r.seconds:.0f}", secs(r.cores),
                      " / ".join(secs(c) for c in r.cores_split),
                      f"{secs(r.cores_services)} ({secs(r.services_ends[0])} -> {secs(r.services_ends[1])})",
                      secs(r.cores_machine), mib(r.rss_peak), *stats, f"{r.commits_per_s:.1f}",
@@ -489,18 +508,23 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     out += ["", "Where the cycles went: medians over the cycles that committed during the load (s); tasks = the "
                 "cycle's Spark tasks summed (two run at once), their CPU = their Python workers', broker wait = "
                 "their wait for messages; per message = each cycle's over its messages (ms), the cost a run's "
-                "cycles grow with (docs/benchmarks.md)"]
+                f"cycles grow with (docs/benchmarks.md); first {FIRST_CYCLES} = the load's first cycles that read "
+                "messages, "
+                "each worker's first pass over the load's collections (their mean cycle, their tasks' CPU over their "
+                "messages)"]
     rows = []
     for r in results:
         f = r.phases
-        rows.append([r.vchannels, r.broker] + (["-"] * 15 if f is None else [
+        rows.append([r.vchannels, _label(r)] + (["-"] * 17 if f is None else [
             f.cycles, secs(f.cycle), secs(f.cycle_p90), secs(f.plan), secs(f.job), secs(f.apply), secs(f.sync),
             secs(f.tasks_wall), secs(f.tasks_cpu), secs(f.tasks_read), f"{f.messages:.0f}",
             f"{f.vchannels_committed:.0f}", f"{(f.job - f.tasks_wall / 2) * 1000:.0f}",
-            f"{f.task_ms_per_message:.2f}", f"{f.cpu_ms_per_message:.2f}"]))
+            f"{f.task_ms_per_message:.2f}", f"{f.cpu_ms_per_message:.2f}", secs(f.first_cycle),
+            f"{f.first_cpu_ms_per_message:.2f}"]))
     out.append(table(["vchannels", "broker", "cycles", "cycle", "cycle p90", "plan", "job", "apply", "sync (commits)",
                       "tasks", "tasks' CPU", "broker wait", "messages", "vchannels committed", "job - tasks/2 ms",
-                      "tasks ms / message", "their CPU ms / message"], rows))
+                      "tasks ms / message", "their CPU ms / message", f"first {FIRST_CYCLES}: cycle",
+                      f"first {FIRST_CYCLES}: CPU ms / message"], rows))
     for r in results:
         if r.burst is not None:
             out += ["", f"{r.vchannels} vchannels on {r.broker}: the load's first {r.burst.seconds:.0f} s at "
@@ -524,7 +548,7 @@ def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
 
 def main(points: list[int], work: str, seconds: float, drain: float, argv: list[str], mqs: list[str],
          rate_cap: float = 1000.0, burn: float = 0.0, repeat: int = 1, burst: Burst | None = None,
-         peers: bool = False) -> str:
+         peers: bool = False, confs: tuple[tuple[str, ...], ...] = ((),)) -> str:
     """Each point on each broker of ``mqs`` in turn, ``repeat`` times in a row (side by side in one
     run: the machine's state drifts less between neighbours than between runs); with ``peers``, the
     Structured Streaming reference on the same load after each point."""
@@ -534,16 +558,20 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
     for i, n in enumerate(points):
         for k in range(repeat):
             for mq in mqs:
-                run = f"scale-{i}-{n}-{mq}" + (f"-{k + 1}" if repeat > 1 else "")
-                results.append(run_point(n, os.path.join(work, run), seconds, drain, mq, rate_cap, burn, burst))
-                say(f"{n} vchannel(s) on {mq}: p99 "
-                    f"{lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
+                for c, conf in enumerate(confs):
+                    run = (f"scale-{i}-{n}-{mq}" + (f"-{k + 1}" if repeat > 1 else "")
+                           + (f"-conf{c + 1}" if len(confs) > 1 else ""))
+                    results.append(run_point(n, os.path.join(work, run), seconds, drain, mq, rate_cap, burn, burst,
+                                             conf))
+                    say(f"{n} vchannel(s) on {_label(results[-1])}: p99 "
+                        f"{lat.percentile(results[-1].latencies, 99) if results[-1].latencies else '-'}")
             if peers:
                 references.append(structured_streaming.run_scale(
                     n, os.path.join(work, f"sss-scale-{i}-{n}" + (f"-{k + 1}" if repeat > 1 else "")),
                     seconds=seconds, drain=drain, rate_cap=rate_cap))
     largest = max(range(len(points)), key=lambda i: points[i])
-    last = f"scale-{largest}-{points[largest]}-{mqs[-1]}" + (f"-{repeat}" if repeat > 1 else "")
+    last = (f"scale-{largest}-{points[largest]}-{mqs[-1]}" + (f"-{repeat}" if repeat > 1 else "")
+            + (f"-conf{len(confs)}" if len(confs) > 1 else ""))
     say(f"{points[largest]} vchannel(s): compacting the tables the load left")
     figures = compaction.measure(os.path.join(work, last, "delta"))
     peers_table = ("\n\n" + render_peers(results, references)) if references else ""
