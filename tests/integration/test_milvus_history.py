@@ -33,9 +33,7 @@ from deltanode.wire.names import pchannel_of
 from deltanode.wire.positions import kafka_offset, now_ts
 
 from .milvus_client import MilvusClient
-from .milvus_server import MilvusServer
-from .support import wait_until
-from .test_real_milvus import (
+from .milvus_mirror import (
     BINARY,
     BY_KEY,
     EVERY_TYPE,
@@ -48,6 +46,8 @@ from .test_real_milvus import (
     mirrored,
     sharded_row,
 )
+from .milvus_server import MilvusServer
+from .support import wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -22,11 +22,10 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 
 from .milvus_client import MilvusClient
+from .milvus_mirror import Mirror, mirror_a_sharded_collection
 from .milvus_server import MilvusServer
 from .secured_etcd import OWN_PREFIX, PASSWORD, SecuredEtcd
-from .support import fresh_root, wait_until
-from .test_real_milvus import Mirror, mirror_a_sharded_collection
-from .test_standalone import (
+from .standalone_run import (
     ROOT,
     _env,
     admin,
@@ -36,6 +35,7 @@ from .test_standalone import (
     stop,
     wait_for_rows,
 )
+from .support import fresh_root, wait_until
 
 MILVUS_ROOT = f"msec{os.getpid()}"   # the mirrored Milvus's etcd root and topic prefix, apart from the suite's
 

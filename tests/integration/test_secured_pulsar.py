@@ -23,9 +23,9 @@ from deltanode.storage.layout import StorageLayout
 from deltanode.storage.tables import read_table
 
 from .milvus_client import MilvusClient
+from .milvus_mirror import Mirror, mirror_a_sharded_collection
 from .milvus_server import MilvusServer
-from .test_real_milvus import Mirror, mirror_a_sharded_collection
-from .test_standalone import (
+from .standalone_run import (
     ROOT,
     _env,
     admin,
