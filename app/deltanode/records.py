@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import pyarrow as pa
 
@@ -143,12 +143,16 @@ class RouteContext:
     sealed: dict[int, int] = field(default_factory=dict)   # segment -> ts after which it takes no row
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RouteKept:
+class RouteKept(NamedTuple):
     """A vchannel's routing context but its start, as ``RouteContexts`` carries it: RouteContext's
     fields without the pchannel and partition (its range's); an empty set or dict is None. What
     seldom changes from one cycle to the next: a flowgraph keeps it while its state does not
-    change (``flowgraph.route_rows``)."""
+    change (``flowgraph.route_rows``).
+
+    A named tuple, read by name and made with keywords: the driver makes a row for every readable
+    vchannel every cycle, where a frozen dataclass's ``__init__`` (a ``object.__setattr__`` per
+    field) costs several times as much (``deltanode_bench.idle_cycle``), and its fields in their
+    order are the columns ``RouteContexts.from_rows`` takes."""
 
     vchannel: str
     collection_id: int
@@ -162,38 +166,14 @@ class RouteKept:
     quarantine_watermark: int = 0
     flush_ts: int = 0
     sealed: dict[int, int] | None = None
-    # The fields above in their order, made once: ``RouteContexts.from_rows`` reads one attribute
-    # of each row's part instead of twelve.
-    columns: tuple[Any, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "columns", (
-            self.vchannel, self.collection_id, self.collection_name, self.seek_ts, self.dropped_segments,
-            self.dropped_partitions, self.collection_dropped, self.replay, self.delete_watermark,
-            self.quarantine_watermark, self.flush_ts, self.sealed))
-
-    def at(self, start: int) -> RouteRow:
-        """``RouteRow(start=start, kept=self)``, made without RouteRow's ``__init__``: a frozen
-        dataclass's sets each field through ``object.__setattr__``, which costs the driver several
-        times as much, and it makes a row for every readable vchannel every cycle
-        (``deltanode_bench.idle_cycle``)."""
-        row = _new_row(RouteRow)
-        _set_start(row, start)
-        _set_kept(row, self)
-        return row
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RouteRow:
+class RouteRow(NamedTuple):
     """A vchannel's routing context for one cycle: its start offset, which moves from cycle to
-    cycle, and the rest, kept from cycle to cycle (made by ``RouteKept.at``)."""
+    cycle, and the rest, kept from cycle to cycle (a named tuple for ``RouteKept``'s reason)."""
 
     start: int        # the vchannel's next offset: earlier messages are not its own
     kept: RouteKept
-
-
-# RouteRow's slots, set by ``RouteKept.at``.
-_new_row, _set_start, _set_kept = object.__new__, vars(RouteRow)["start"].__set__, vars(RouteRow)["kept"].__set__
 
 
 @dataclass(frozen=True)
@@ -224,7 +204,7 @@ class RouteContexts:
     def from_rows(cls, rows: list[RouteRow]) -> RouteContexts:
         if not rows:
             return cls()
-        vchannels, collection_ids, collection_names, *rest = zip(*[r.kept.columns for r in rows])
+        vchannels, collection_ids, collection_names, *rest = zip(*[r.kept for r in rows])
         return cls(vchannels, collection_ids, collection_names, tuple([r.start for r in rows]), *rest)
 
     @classmethod

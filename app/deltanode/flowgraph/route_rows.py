@@ -38,11 +38,11 @@ class RouteRows:
                 collection_dropped=state.collection_dropped, replay=state.replay,
                 delete_watermark=watermarks.delete or 0, quarantine_watermark=watermarks.quarantine or 0,
                 flush_ts=state.flush_ts, sealed=state.sealed_segments() or None)
-        return kept.at(state.checkpoint_offset)
+        return RouteRow(state.checkpoint_offset, kept)   # positional: made for every readable vchannel
 
     def at(self, offset: int) -> RouteRow:
         """The last row, starting at ``offset``: a parked flowgraph's, which starts at its cursor's
         offset while nothing else of its row changes (a change unparks it)."""
         kept = self.kept
         assert kept is not None, "a flowgraph's row is made before it parks"
-        return kept.at(offset)
+        return RouteRow(offset, kept)

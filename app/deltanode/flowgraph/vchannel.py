@@ -104,7 +104,9 @@ class VchannelFlowgraph:
         """The state after every batch read since the last commit. Set by ``load``, which the
         pipeline calls before the flowgraph joins it (a load that fails keeps the previous one).
         A parked flowgraph catches up with its cursor first."""
-        state = self._caught_up().state
+        if self._cursor is not None:   # ``_caught_up`` inline: read for every vchannel, several times a cycle
+            self.batches.catch_up(self._cursor)
+        state = self.batches.state
         if state is None:
             raise RuntimeError(f"{self.vchannel}: the flowgraph was never loaded")
         return state

@@ -49,9 +49,6 @@ class CursorSpan:
     own: int   # the number of the range's own members, listed before the cursor's
 
 
-Key = CursorKey   # the name ``rows``' signature knows it by
-
-
 class Parking:
     """Runs on the driver, in the pipeline's loop thread."""
 
@@ -68,7 +65,7 @@ class Parking:
         if fg.parked or not fg.may_park():
             return
         state = fg.working
-        key = CursorKey(pchannel=fg.pchannel, partition=state.partition)
+        key = CursorKey(fg.pchannel, state.partition)   # positional: asked for every vchannel that read ticks
         cursor = self._cursors.get(key)
         if cursor is None:
             cursor = self._cursors[key] = TickCursor(fg.pchannel, state.partition, state.checkpoint_offset)
@@ -155,7 +152,7 @@ class Parking:
         past = [_key(c) for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
         return [fg for key in past for fg in self.unpark_all(key)]
 
-    def rows(self, read: Iterable[Key], rows: dict[str, RouteRow], schemas: dict[int, bytes],
+    def rows(self, read: Iterable[CursorKey], rows: dict[str, RouteRow], schemas: dict[int, bytes],
              starts: dict[str, int], loads: dict[str, int]) -> None:
         """Add the routing row, schema, start and loads of each member of the cursors the cycle
         reads (``read``: ``expand``'s spans) to the cycle's."""
