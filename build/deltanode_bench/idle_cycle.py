@@ -128,13 +128,14 @@ def main() -> None:
         registry.add(fg)
     with tempfile.TemporaryDirectory() as scratch:
         storage = StorageLayout(args.work_dir or scratch)
-        failures = FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None)
+        failures = FailurePolicy(storage=storage, fence=None, load=lambda fg: None, forget_topic=lambda pchannel: None)
         runner = _IdleRunner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                              limits=Limits(), seal=SealSettings(), registry=registry, failures=failures, flushes=dict,
                              stopping=threading.Event())
         highs = runner.watermarks = _Highs()   # type: ignore[assignment]
         runner.busy = args.busy
-        syncs = SyncManager(None, storage, SyncSettings(), None, lambda *a, **k: None, 16, 2)  # type: ignore[arg-type]
+        syncs = SyncManager(sc=None, storage=storage, settings=SyncSettings(), fence=None,  # type: ignore[arg-type]
+                            fail=lambda *a, **k: None, new_collection_files=16, max_tasks=2)
         profile = cProfile.Profile() if args.profile else None
         ranges, plans, applies, synced = [], [], [], []
         for n in range(1, args.cycles + 1):

@@ -310,10 +310,13 @@ def test_the_compactor_plans_from_the_committers_live_files_with_their_dvs(tmp_p
     enable_deletion_vectors(c)
     first, second = binlog_paths(c)
     delete_rows(c.insert_log(), first, [0])
-    compactor = Compactor(None, storage, OneCollection(end), CompactionSettings(min_files=16, deleted_ratio=0.2))
+    compactor = Compactor(sc=None, storage=storage, members=OneCollection(end),
+                          settings=CompactionSettings(min_files=16, deleted_ratio=0.2))
     (task,) = compactor._plan(target(c))                   # one file of five, 20% deleted: with the small ones
     assert [(f.path, f.deleted) for f in task.inputs] == [(first, 1), (second, 0)]
-    assert Compactor(None, storage, OneCollection(end), CompactionSettings(deleted_ratio=0.3))._plan(target(c)) == []
+    lenient = Compactor(sc=None, storage=storage, members=OneCollection(end),
+                        settings=CompactionSettings(deleted_ratio=0.3))
+    assert lenient._plan(target(c)) == []
 
 
 def test_a_small_binlogs_filter_is_in_its_add_action_through_the_log_and_a_checkpoint(tmp_path):
@@ -349,7 +352,8 @@ def test_a_refused_commit_deletes_its_file_and_replaced_inputs_go_with_their_fil
     root = tmp_path / "insert_log" / "1"
     c = committer(storage)
     end = commit_batches(storage, c, [[1], [2], [3]])
-    compactor = Compactor(None, storage, OneCollection(end), CompactionSettings(retention=0))
+    compactor = Compactor(sc=None, storage=storage, members=OneCollection(end),
+                          settings=CompactionSettings(retention=0))
     task = plan(storage, c)
     refused, report = rewrite(task), RoundReport()
     insert_log = c.insert_log()     # one input dropped (removed) before the commit
@@ -400,7 +404,8 @@ def test_a_sweep_deletes_what_the_log_removed_longer_than_retention_ago_and_old_
     assert not any(p.startswith("_pk_bloom/") for p in listed)
     on_disk = lambda: {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}  # noqa: E731
     before = on_disk()
-    compactor = Compactor(None, storage, OneCollection(), CompactionSettings(retention=3600, orphan_retention=86400))
+    compactor = Compactor(sc=None, storage=storage, members=OneCollection(),
+                          settings=CompactionSettings(retention=3600, orphan_retention=86400))
     assert compactor.sweep() == len(old_task.inputs) + 1 + 1 == 4
     gone = {f.path for f in [*old_task.inputs, orphan[0]]}
     assert before - on_disk() == gone | {pk_bloom_path(p) for p in gone} | {pk_bloom_path(lost[0].path)}

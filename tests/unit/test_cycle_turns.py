@@ -67,7 +67,8 @@ def loop(tmp_path):
     fg = loaded(s, 1)
     registry.add(fg)
     yield Loop(s, registry, broker, executors, stopping, runner,
-               CycleTurns(registry, runner, s.syncs, stopping, observed.append), fg, observed)
+               CycleTurns(registry=registry, runner=runner, syncs=s.syncs, stopping=stopping,
+                          on_cycle=observed.append), fg, observed)
     runner.close()
 
 
@@ -160,7 +161,8 @@ def test_an_observer_that_fails_does_not_stop_the_turn(loop):
 
 def test_only_the_last_reports_are_kept(loop, monkeypatch):
     monkeypatch.setattr(turns_module, "CYCLES_KEPT", 2)
-    turns = CycleTurns(loop.registry, loop.runner, loop.s.syncs, loop.stopping, None)
+    turns = CycleTurns(registry=loop.registry, runner=loop.runner, syncs=loop.s.syncs, stopping=loop.stopping,
+                       on_cycle=None)
     loop.turns = turns
     for high in (10, 20, 30):
         loop.broker.high = high

@@ -53,8 +53,9 @@ def test_a_pchannel_without_a_watermark_fails_its_vchannels_and_the_cycle_reads_
     storage = StorageLayout(str(tmp_path))
     runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                      limits=Limits(), seal=SealSettings(), registry=registry,
-                     failures=FailurePolicy(storage, None, lambda fg: None, lambda pchannel: None), flushes=dict,
-                     stopping=threading.Event())
+                     failures=FailurePolicy(storage=storage, fence=None, load=lambda fg: None,
+                                            forget_topic=lambda pchannel: None),
+                     flushes=dict, stopping=threading.Event())
     runner.watermarks = _Highs()   # type: ignore[assignment]
     members = registry.begin_cycle()
     report = CycleReport(1)

@@ -30,7 +30,7 @@ def paths(fg, segment: int) -> set[str]:
 
 def test_only_syncs_with_deletes_get_a_task_with_their_delete_binlogs(tmp_path):
     s = stages(tmp_path)
-    marker = DeleteMarker(s.sc, s.storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=s.sc, storage=s.storage, max_tasks=4)   # type: ignore[arg-type]
     a0, a1 = loaded(s, 1, 0), loaded(s, 1, 1)
     read_rows(a0, s.storage, [1])
     read_rows(a1, s.storage, [2])
@@ -44,7 +44,7 @@ def test_only_syncs_with_deletes_get_a_task_with_their_delete_binlogs(tmp_path):
 
 def test_candidates_are_the_files_of_its_own_segments_that_may_hold_a_row_its_deletes_remove(tmp_path):
     s = stages(tmp_path)
-    marker = DeleteMarker(s.sc, s.storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=s.sc, storage=s.storage, max_tasks=4)   # type: ignore[arg-type]
     a0, a1 = loaded(s, 1, 0), loaded(s, 1, 1)
     read_rows(a0, s.storage, [1, 2, 3], segment=5, partition=1, ts=100)   # may hold key 2 below ts 500
     read_rows(a0, s.storage, [10, 11], segment=6, partition=1, ts=100)    # keys out of the deletes' range
@@ -64,7 +64,7 @@ def test_candidates_are_the_files_of_its_own_segments_that_may_hold_a_row_its_de
 
 def test_a_delete_of_every_partition_looks_in_every_partition(tmp_path):
     s = stages(tmp_path)
-    marker = DeleteMarker(s.sc, s.storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=s.sc, storage=s.storage, max_tasks=4)   # type: ignore[arg-type]
     fg = loaded(s, 1)
     read_rows(fg, s.storage, [2], segment=5, partition=1)
     read_rows(fg, s.storage, [2], segment=7, partition=2)
@@ -84,7 +84,7 @@ def test_the_tasks_run_as_one_job_and_each_vchannel_gets_its_marks(tmp_path):
     for i, fg in enumerate(fgs):
         read_deletes(fg, s.storage, [10 * i + 1, 10 * i + 3] if i else [99])   # shard 0 deletes no row of its own
     sc = FakeSparkContext()
-    marker = DeleteMarker(sc, s.storage, 2)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=sc, storage=s.storage, max_tasks=2)   # type: ignore[arg-type]
     tasks = marker.plan(s.loader.committer(fgs[0]), "pk", [fg.sync() for fg in fgs])
     report = CycleReport(1)
     results = marker.run(tasks, report)
@@ -106,7 +106,7 @@ def test_a_failed_job_gives_each_of_its_vchannels_the_error_and_marks_nothing(tm
         read_deletes(fg, s.storage, [1])
     sc = FakeSparkContext()
     sc.failure = RuntimeError("\nPython worker exited unexpectedly (crashed)\njava.io.EOFException ...")
-    marker = DeleteMarker(sc, s.storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=sc, storage=s.storage, max_tasks=4)   # type: ignore[arg-type]
     report = CycleReport(1)
     results = marker.run(marker.plan(s.loader.committer(fgs[0]), "pk", [fg.sync() for fg in fgs]), report)
     assert set(results) == {fg.vchannel for fg in fgs}
@@ -118,7 +118,7 @@ def test_a_failed_job_gives_each_of_its_vchannels_the_error_and_marks_nothing(tm
 
 def test_no_task_no_job(tmp_path):
     sc = FakeSparkContext()
-    marker = DeleteMarker(sc, stages(tmp_path).storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=sc, storage=stages(tmp_path).storage, max_tasks=4)   # type: ignore[arg-type]
     assert marker.run([], CycleReport(1)) == {} and sc.jobs == []
 
 
@@ -129,7 +129,7 @@ def test_a_sync_takes_its_marks_only_when_it_has_some(tmp_path):
     committed(s, fg)
     read_deletes(fg, s.storage, [2])
     sync = fg.sync()
-    marker = DeleteMarker(FakeSparkContext(), s.storage, 4)   # type: ignore[arg-type]
+    marker = DeleteMarker(sc=FakeSparkContext(), storage=s.storage, max_tasks=4)   # type: ignore[arg-type]
     result = marker.run(marker.plan(s.loader.committer(fg), "pk", [sync]), CycleReport(1))[fg.vchannel]
     assert result.marks and with_marks(sync, result).marks == result.marks
     assert with_marks(sync, result).files == sync.files and with_marks(sync, result).state is sync.state

@@ -61,10 +61,11 @@ def stages(root: Path, *, fence: Fence | None = None, settings: SyncSettings = S
     """The sync, load and failure stages of a pipeline storing its tables under ``root``."""
     storage, sc = StorageLayout(str(root)), FakeSparkContext()
     failures: list[FailurePolicy] = []
-    syncs = SyncManager(sc, storage, settings, fence,   # type: ignore[arg-type]
-                        lambda *args, **kwargs: failures[0].fail(*args, **kwargs), new_collection_files, max_tasks)
-    loader = VchannelLoader(syncs, importer)
-    failures.append(FailurePolicy(storage, fence, loader.load, loader.forget))
+    syncs = SyncManager(sc=sc, storage=storage, settings=settings, fence=fence,   # type: ignore[arg-type]
+                        fail=lambda *args, **kwargs: failures[0].fail(*args, **kwargs),
+                        new_collection_files=new_collection_files, max_tasks=max_tasks)
+    loader = VchannelLoader(syncs=syncs, importer=importer)
+    failures.append(FailurePolicy(storage=storage, fence=fence, load=loader.load, forget_topic=loader.forget))
     return Stages(storage, sc, syncs, loader, failures[0])
 
 

@@ -116,7 +116,7 @@ class _Replaced:
 class Compactor:
     """Runs on the driver."""
 
-    def __init__(self, sc: SparkContext, storage: StorageLayout, members: Members,
+    def __init__(self, *, sc: SparkContext, storage: StorageLayout, members: Members,
                  settings: CompactionSettings) -> None:
         self.sc, self.storage, self.members, self.settings = sc, storage, members, settings
         self._stopping = threading.Event()

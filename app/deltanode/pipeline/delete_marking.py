@@ -84,7 +84,7 @@ def _candidates(sync: VchannelSync, committed: dict[str, AddFile], pk: str,
 class DeleteMarker:
     """Runs on the driver, in the pipeline's loop."""
 
-    def __init__(self, sc: SparkContext, storage: StorageLayout, max_tasks: int) -> None:
+    def __init__(self, *, sc: SparkContext, storage: StorageLayout, max_tasks: int) -> None:
         self.sc, self.storage, self.max_tasks = sc, storage, max_tasks
 
     def plan(self, committer: CollectionCommitter, pk: str, syncs: list[VchannelSync]) -> list[MarkTask]:

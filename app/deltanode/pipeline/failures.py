@@ -43,7 +43,7 @@ class Fence(Protocol):
 class FailurePolicy:
     """Runs on the driver, in the pipeline's loop (``fail`` also from the sync step)."""
 
-    def __init__(self, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
+    def __init__(self, *, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
                  forget_topic: Callable[[str], None]) -> None:
         """``load``: a flowgraph's state from Delta again; ``forget_topic``: drop a pchannel's
         cached topic id (a failed vchannel's reload asks the broker)."""

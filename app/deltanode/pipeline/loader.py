@@ -28,7 +28,7 @@ TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
 class VchannelLoader:
     """Runs on the driver: in the loop, and in channel watchers' threads (``load``)."""
 
-    def __init__(self, syncs: SyncManager, importer: VchannelImporter | None = None) -> None:
+    def __init__(self, *, syncs: SyncManager, importer: VchannelImporter | None = None) -> None:
         self._syncs = syncs
         self._importer = importer   # mirror mode: imports what Milvus persisted of a vchannel first
         self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)

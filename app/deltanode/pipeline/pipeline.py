@@ -62,10 +62,12 @@ class Pipeline:
         self.sc, self.storage, self.broker, self.settings = sc, storage, broker, settings
         self.node_id = node_id
         self.registry = VchannelRegistry()
-        self._syncs = SyncManager(sc, storage, settings.sync, fence, self._fail, settings.compaction.min_files,
-                                  settings.limits.splits)
-        self._loader = VchannelLoader(self._syncs, VchannelImporter(sc, storage, milvus) if milvus else None)
-        self._failures = FailurePolicy(storage, fence, self._loader.load, self._loader.forget)
+        self._syncs = SyncManager(sc=sc, storage=storage, settings=settings.sync, fence=fence, fail=self._fail,
+                                  new_collection_files=settings.compaction.min_files, max_tasks=settings.limits.splits)
+        self._loader = VchannelLoader(syncs=self._syncs,
+                                      importer=VchannelImporter(sc, storage, milvus) if milvus else None)
+        self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
+                                       forget_topic=self._loader.forget)
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._flushes: dict[int, int] = {}           # collection id -> the latest flush ts requested
@@ -75,10 +77,11 @@ class Pipeline:
                                   stopping=self._stopping)
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
-        self._turns = CycleTurns(self.registry, self._cycle, self._syncs, self._stopping, on_cycle)
+        self._turns = CycleTurns(registry=self.registry, runner=self._cycle, syncs=self._syncs, stopping=self._stopping,
+                                 on_cycle=on_cycle)
         self._trigger = Trigger(settings.trigger_interval)
         self.cycles = self._turns.reports
-        self.compactor = Compactor(sc, storage, self, settings.compaction)
+        self.compactor = Compactor(sc=sc, storage=storage, members=self, settings=settings.compaction)
 
     def request_flush(self, collection_id: int, flush_ts: int) -> None:
         """Flush the collection's vchannels on this node at ``flush_ts`` (seal_policy.py); each

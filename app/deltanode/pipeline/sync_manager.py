@@ -45,13 +45,13 @@ class FailVchannel(Protocol):
 class SyncManager:
     """Runs on the driver, in the pipeline's loop; ``committer`` and ``take_due`` from any thread."""
 
-    def __init__(self, sc: SparkContext, storage: StorageLayout, settings: SyncSettings, fence: Fence | None,
+    def __init__(self, *, sc: SparkContext, storage: StorageLayout, settings: SyncSettings, fence: Fence | None,
                  fail: FailVchannel, new_collection_files: int, max_tasks: int) -> None:
         """``new_collection_files``: what a collection seen for the first time counts as committed
         files, for ``take_due`` (the compactor then looks at its files from before this node once);
         ``max_tasks``: the Spark tasks marking deletes may use."""
         self.storage, self.fence, self._fail = storage, fence, fail
-        self._marker = DeleteMarker(sc, storage, max_tasks)
+        self._marker = DeleteMarker(sc=sc, storage=storage, max_tasks=max_tasks)
         self._selector = SyncSelector(settings, time.monotonic())
         self._quarantine = QuarantineLog(storage)
         self._committers: dict[int, CollectionCommitter] = {}

@@ -38,7 +38,7 @@ CycleObserver = Callable[[CycleReport], None]
 class CycleTurns:
     """Runs on the driver, in the pipeline's loop thread."""
 
-    def __init__(self, registry: VchannelRegistry, runner: CycleRunner, syncs: SyncManager,
+    def __init__(self, *, registry: VchannelRegistry, runner: CycleRunner, syncs: SyncManager,
                  stopping: threading.Event, on_cycle: CycleObserver | None) -> None:
         self.registry, self.runner, self.syncs = registry, runner, syncs
         self.stopping, self.on_cycle = stopping, on_cycle
