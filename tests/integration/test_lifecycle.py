@@ -10,16 +10,18 @@ import time
 import pytest
 
 from deltanode.config import Conf
+from deltanode.standalone.embedded_settings import EmbeddedSettings
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError, free_port
 
 
-def _conf(tmp_path, etcd_port, broker_port, **extra) -> Conf:
-    return Conf.from_dict({"storage.root": "delta", "embedded.etcd": True,
+def _embedded(tmp_path, etcd_port, broker_port, **extra) -> EmbeddedSettings:
+    conf = Conf.from_dict({"storage.root": "delta", "embedded.etcd": True,
                            "embedded.broker": True, "embedded.data.dir": "var",
                            "etcd.endpoints": f"127.0.0.1:{etcd_port}",
                            "mq.kafka.bootstrap.servers": f"127.0.0.1:{broker_port}", **extra},
                           base_dir=tmp_path)
+    return EmbeddedSettings.of(conf)
 
 
 def _listening(port: int) -> bool:
@@ -32,7 +34,7 @@ def test_start_signal_and_stop_in_reverse_order(tmp_path):
     etcd_port, broker_port = free_port(), free_port()
     order = []
     before = signal.getsignal(signal.SIGTERM)
-    group = ServiceGroup(_conf(tmp_path, etcd_port, broker_port))
+    group = ServiceGroup(_embedded(tmp_path, etcd_port, broker_port))
     with group:
         assert _listening(etcd_port) and _listening(broker_port)
         assert (tmp_path / "var" / "etcd" / "etcd.log").exists()
@@ -58,7 +60,7 @@ def test_port_in_use_fails_fast_and_cleans_up(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        group = ServiceGroup(_conf(tmp_path, etcd_port, port), handle_signals=False)
+        group = ServiceGroup(_embedded(tmp_path, etcd_port, port), handle_signals=False)
         t = time.monotonic()
         with pytest.raises(PortInUseError) as e:
             group.start()
@@ -71,7 +73,7 @@ def test_port_in_use_fails_fast_and_cleans_up(tmp_path):
 
 def test_nothing_embedded(tmp_path):
     conf = Conf.from_dict({"storage.root": "delta"}, base_dir=tmp_path)
-    with ServiceGroup(conf, handle_signals=False) as group:
+    with ServiceGroup(EmbeddedSettings.of(conf), handle_signals=False) as group:
         assert group.etcd is None and group.broker is None
         group.request_stop("test")
         assert group.stopping
@@ -82,7 +84,7 @@ def test_an_embedded_service_that_dies_is_started_again_on_its_data(tmp_path):
     from deltanode.etcd.client import EtcdClient
 
     etcd_port, broker_port = free_port(), free_port()
-    with ServiceGroup(_conf(tmp_path, etcd_port, broker_port), handle_signals=False) as group:
+    with ServiceGroup(_embedded(tmp_path, etcd_port, broker_port), handle_signals=False) as group:
         with EtcdClient(f"127.0.0.1:{etcd_port}") as client:
             client.put("kept", "before the kill")
         killed = group.etcd.proc

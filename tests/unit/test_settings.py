@@ -43,11 +43,10 @@ def test_a_pulsar_broker_port_comes_from_its_service_url(tmp_path):
     assert embedded.broker_port == EmbeddedPort(6650, "mq.pulsar.service.url", "default")
 
 
-def test_a_service_group_takes_the_embedded_section_or_a_conf(tmp_path):
+def test_a_service_group_starts_what_the_embedded_section_says(tmp_path):
     conf, _ = _load(tmp_path, "storage.root = delta\n")
-    for given in (Settings.of(conf).embedded, conf):
-        with ServiceGroup(given, handle_signals=False) as group:
-            assert group.etcd is None and group.broker is None and group.data_dir == tmp_path / "var"
+    with ServiceGroup(Settings.of(conf).embedded, handle_signals=False) as group:
+        assert group.etcd is None and group.broker is None and group.data_dir == tmp_path / "var"
 
 
 def test_a_taken_embedded_port_is_refused_before_any_jvm_starts(tmp_path):

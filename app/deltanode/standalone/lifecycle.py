@@ -31,7 +31,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from deltanode.config import Conf
 from deltanode.standalone.embedded_settings import EmbeddedPort, EmbeddedSettings
 from deltanode.standalone.kafka_server import EmbeddedKafka
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
@@ -49,9 +48,9 @@ RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)   # seconds before restarting a se
 class ServiceGroup:
     """Embedded etcd and broker (when configured) plus registered components."""
 
-    def __init__(self, settings: EmbeddedSettings | Conf, *, handle_signals: bool = True) -> None:
-        """``settings``: ``Settings.embedded`` (a ``Conf`` is read into one)."""
-        self.settings = settings if isinstance(settings, EmbeddedSettings) else EmbeddedSettings.of(settings)
+    def __init__(self, settings: EmbeddedSettings, *, handle_signals: bool = True) -> None:
+        """``settings``: ``Settings.embedded``."""
+        self.settings = settings
         self.handle_signals = handle_signals
         self.stop_event = threading.Event()
         self.stop_reason: str | None = None
