@@ -124,8 +124,12 @@ class SyncManager:
             with committer.lock:
                 result = committer.commit(list(syncs.values()))
         except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
+            # The commit may have landed (a lost answer, CommitInDoubt) or its side commits did:
+            # the files stay, and the reload from Delta resumes after whatever landed. Files no
+            # version names are the compactor's sweep's orphans.
             for fg in group:
-                self._fail(fg, Failure(kind=FailureKind.COMMIT_FAILED, message=f"{type(e).__name__}: {e}"), now, report)
+                self._fail(fg, Failure(kind=FailureKind.COMMIT_FAILED, message=f"{type(e).__name__}: {e}"), now, report,
+                           keep_files=True)
             return
         if result.version is not None:
             with self._lock:

@@ -19,7 +19,10 @@ read since its last commit: their binlog files and the ChannelState after them. 
 Every commit is a compare-and-swap on each vchannel's txn (``delta_log.DeltaLog.commit``):
 it lands only if the txn is still the one this node last committed (or read at start). A
 vchannel whose txn another writer moved is refused, alone: the others of the sync are
-committed without it, and its files are deleted.
+committed without it, and its files are deleted (no landed version names them: file names are
+unique to the task that wrote them). A commit that raises instead (``CommitInDoubt``, or any
+error of the store) may have landed: the caller keeps every file of the sync, and the vchannel
+reloads from whatever Delta holds.
 """
 
 from __future__ import annotations
@@ -118,8 +121,10 @@ def add_actions(files: list[FileEntry]) -> list[AddFile]:
 
 
 def _moved(live: list[VchannelSync], e: TxnMoved, table: TableKind) -> dict[str, str]:
+    who = ("an earlier commit of this node, whose answer was lost, landed since: the vchannel reloads from it"
+           if e.own_late else "another writer owns the channel")
     return {s.vchannel: f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this node last committed "
-                        f"{s.watermarks.of(table)}: another writer owns the channel"
+                        f"{s.watermarks.of(table)}: {who}"
             for s in live if s.vchannel in e.moved}
 
 

@@ -16,6 +16,16 @@ compare-and-swap on a vchannel's commit stream. A table is created the same way,
 0 being delta-rs's own (``tables.version_zero``); delta-rs writes checkpoints (every
 ``CHECKPOINT_INTERVAL`` versions, off the commit path) and reads everything; Spark and delta-rs
 readers see ordinary Delta tables.
+
+A put's answer is not the truth about it. S3 can store an object and still fail the request (a 500
+after the write, a reset, a timeout), and botocore then retries a conditional PUT that landed and
+gets 412 for the writer's own version. So a refused or failed put is settled by reading the version
+back: every commit carries a ``txnId`` of its own in ``commitInfo`` (as Spark's do), and a version
+whose bytes are the ones this commit sent is this commit. Only a version that holds another
+commit's bytes means another writer won; a version still absent after an error is put again, the
+same bytes at the same version, so an earlier attempt that lands late is found, never doubled. When
+the store keeps failing, :class:`CommitInDoubt` says that the commit may or may not have landed:
+the caller keeps every file it wrote, and the next refresh reads the version if it did.
 """
 
 from __future__ import annotations
@@ -57,15 +67,30 @@ CHECKPOINT_INTERVAL = 100   # Delta's default delta.checkpointInterval
 # commits right after; an older read is refused as if its files were gone).
 REMOVES_VERSIONS = 1_000
 ENGINE = "deltanode"
+# Waits before each attempt to put a version whose earlier attempt failed: botocore has already
+# retried each attempt's request; these cover a store that fails for a second or so.
+PUT_ATTEMPT_DELAYS = (0.0, 0.2, 1.0)
 DELETION_VECTORS = "deletionVectors"
 
 
 class TxnMoved(RuntimeError):
-    """Another writer moved the ``txn`` of some app ids this commit depends on."""
+    """Another writer moved the ``txn`` of some app ids this commit depends on; ``own_late``: or
+    an earlier commit of this object, left in doubt, landed since (``DeltaLog.own_late``)."""
 
-    def __init__(self, moved: dict[str, int | None]) -> None:
-        super().__init__(f"txn moved by another writer: {moved}")
-        self.moved = moved
+    def __init__(self, moved: dict[str, int | None], own_late: bool = False) -> None:
+        super().__init__(f"txn moved by {'an earlier commit of this node' if own_late else 'another writer'}: {moved}")
+        self.moved, self.own_late = moved, own_late
+
+
+class CommitInDoubt(RuntimeError):
+    """The store failed every attempt to put a version and to read it back: the commit may have
+    landed or not. Files the commit names must be kept; a later ``refresh`` reads the version if it
+    landed (its ``txnId`` is in ``DeltaLog.doubtful``)."""
+
+    def __init__(self, uri: str, version: int, txn_id: str, cause: BaseException) -> None:
+        super().__init__(f"{uri}: version {version} may or may not have landed (the store's last answer: "
+                         f"{type(cause).__name__}: {cause})")
+        self.version, self.txn_id = version, txn_id
 
 
 class FilesRemoved(RuntimeError):
@@ -88,6 +113,11 @@ class ReadFiles:
 
 def _version_name(version: int) -> str:
     return f"{version:020d}.json"
+
+
+def _txn_id() -> str:
+    """A commit's own id in its ``commitInfo``: what tells it apart when read back."""
+    return f"{_TMP_PREFIX}-{os.getpid()}-{next(_TMP_SEQUENCE)}"
 
 
 class LogStore(Protocol):
@@ -149,6 +179,10 @@ class DeltaLog:
         self._fs, self._base = fs, base
         self._live: dict[str, AddFile] | None = None   # the live files, once asked for (``live_files``)
         self._deletion_vectors = protocol_dvs
+        # txnIds of commits that raised CommitInDoubt, and the versions where ``refresh`` found one
+        # of them landed after all (a moved txn there is this object's own doing).
+        self.doubtful: set[str] = set()
+        self.own_late: set[int] = set()
 
     def _create(self, schema: pa.Schema) -> bool:
         """Create the table (its version 0) if it has none; False when it exists (another
@@ -182,14 +216,25 @@ class DeltaLog:
 
     def refresh(self) -> list[dict]:
         """Read the versions other writers committed since ``self.version``; returns their commitInfos."""
-        infos: list[dict] = []
+        return [info for _, info in self._read_new()]
+
+    def _read_new(self) -> list[tuple[int, dict]]:
+        """Read and apply the versions after ``self.version``: ``(version, commitInfo)`` of each."""
+        infos: list[tuple[int, dict]] = []
         while True:
             lines = self._read(self.version + 1)
             if lines is None:
                 return infos
             self.version += 1
             self._apply(lines, self.version)
-            infos += [line["commitInfo"] for line in lines if "commitInfo" in line]
+            for line in lines:
+                if "commitInfo" in line:
+                    infos.append((self.version, line["commitInfo"]))
+                    if line["commitInfo"].get("txnId") in self.doubtful:
+                        self.doubtful.discard(line["commitInfo"]["txnId"])
+                        self.own_late.add(self.version)
+                        log.info("%s: version %d is a commit of this node whose answer was lost: it landed",
+                                 self.uri, self.version)
 
     def live_files(self) -> dict[str, AddFile]:
         """The table's live files at ``self.version``, by path: read from the log once, then kept
@@ -254,13 +299,15 @@ class DeltaLog:
 
         ``rewrites``: the commit only rearranges data (compaction: ``dataChange = false``, Delta's
         OPTIMIZE) and lands only while none of those files was removed by another version.
-        Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed).
+        Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed), or
+        :class:`CommitInDoubt` (the store failed: it may have landed).
         """
         now = int(time.time() * 1000)
         change = rewrites is None
         operation = {"operation": "WRITE", "operationParameters": {"mode": "Append"}} if change else \
             {"operation": "OPTIMIZE", "operationParameters": {}, "isBlindAppend": False}
-        lines = [{"commitInfo": {"timestamp": now, **operation, "engineInfo": ENGINE, **info}}]
+        txn_id = _txn_id()
+        lines = [{"commitInfo": {"timestamp": now, **operation, "engineInfo": ENGINE, "txnId": txn_id, **info}}]
         lines += [{"txn": {"appId": app, "version": v, "lastUpdated": now}} for app, v in txns.items()]
         lines += [f.to_action(now, change) for f in adds]
         lines += [f.to_action(now, change) for f in removes]
@@ -270,22 +317,66 @@ class DeltaLog:
             data = json_codec.write_lines(upgrade + lines)
             moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
             if moved:
-                raise TxnMoved(moved)
+                own_late, self.own_late = bool(self.own_late), set()
+                raise TxnMoved(moved, own_late)
             gone = self.removed_since(rewrites) if rewrites is not None else []
             if gone:
                 raise FilesRemoved(gone)
             version = self.version + 1
-            if self._store.put_if_absent(_version_name(version), data):
+            if self._put(version, data, txn_id):
                 self.version = version
                 self._deletion_vectors = self._deletion_vectors or with_dvs
                 if self._live is not None:
                     apply_actions(self._live, lines)
                 self._txns.update(txns)
                 self._track_removes(version, [f.path for f in removes])
-                if version % CHECKPOINT_INTERVAL == 0:
-                    CHECKPOINTS.request(self.uri, self.storage_options)
+                self._checkpoint_due(version)
                 return version
-            self.refresh()
+            # Another commit holds the version, or a put of it is in flight (409): read what landed.
+            # One of this commit's own earlier attempts may be among it (its answer lost).
+            mine = next((v for v, info in self._read_new() if info.get("txnId") == txn_id), None)
+            if mine is not None:
+                self._checkpoint_due(mine)
+                return mine
+
+    def _checkpoint_due(self, version: int) -> None:
+        if version % CHECKPOINT_INTERVAL == 0:
+            CHECKPOINTS.request(self.uri, self.storage_options)
+
+    def _put(self, version: int, data: bytes, txn_id: str) -> bool:
+        """Put ``data`` as ``version``, settled by reading the version back: True when it holds
+        ``data`` (this commit, whatever the put answered), False when it holds another commit or
+        is absent after a refusal (a concurrent put of it in flight). Raises
+        :class:`CommitInDoubt` when the store fails every attempt (the txnId is then in
+        ``doubtful``)."""
+        name = _version_name(version)
+        failure: BaseException | None = None
+        for delay in PUT_ATTEMPT_DELAYS:
+            if delay:
+                time.sleep(delay)
+            try:
+                if self._store.put_if_absent(name, data):
+                    return True
+                refused = True
+            except Exception as e:  # noqa: BLE001 - whatever the error, the put may have landed
+                failure, refused = e, False
+                log.warning("%s: putting version %d failed, reading it back: %s: %s", self.uri, version,
+                            type(e).__name__, e)
+            try:
+                found = self._store.get(name)
+            except Exception as e:  # noqa: BLE001 - the store is failing: try again
+                failure = e
+                continue
+            if found is not None:
+                if found == data and (refused or failure is not None):
+                    log.info("%s: version %d holds this commit: the store's answer to its put was lost",
+                             self.uri, version)
+                return found == data
+            if refused:
+                return False
+        self.doubtful.add(txn_id)
+        assert failure is not None
+        raise CommitInDoubt(self.uri, version, txn_id, failure)
 
     def commit_infos(self) -> Iterator[tuple[int, dict]]:
         """``(version, commitInfo)`` from the newest version this object knows down to 0."""
