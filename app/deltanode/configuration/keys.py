@@ -152,6 +152,10 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("storage.root", KeyType.PATH, None,
        "root of the Delta tables: a path (relative to the working directory) or a URI",
        required=True),
+    _k("storage.fsync", KeyType.BOOL, "true",
+       "on a filesystem root: fsync every binlog file, commit file and new directory before a commit counts "
+       "as done, so that a power cut loses no committed row (docs/durability.md); false: faster, and a "
+       "machine crash may leave tables naming lost files (a killed process never does); ignored on s3://"),
     _k("storage.s3.endpoint", KeyType.URL, None,
        "S3-compatible server for an s3:// storage.root (http:// or https://host:port); unset: AWS's",
        schemes=("http", "https")),

@@ -45,7 +45,7 @@ from typing import Protocol
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from . import json_codec
+from . import checkpoints, durable, json_codec
 from .actions import AddFile, RemoveFile
 from .log_replay import apply_actions, live_adds
 from .object_store import (
@@ -148,7 +148,8 @@ class DeltaLog:
         self.uri, self.options = uri, options
         fs, base = filesystem(uri, options)
         self.dir = f"{base}/{LOG_DIR}"
-        self._store: LogStore = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) else _LocalLog(self.dir)
+        self._store: LogStore = _ObjectStoreLog(uri, fs, options) if is_object_store(uri) \
+            else _LocalLog(self.dir, options.fsync)
         self.storage_options = delta_storage_options(uri, options)
         self._snapshot: DeltaTable | None = None
         self._txns: dict[str, int] = {}
@@ -397,10 +398,17 @@ _TMP_SEQUENCE = itertools.count()
 
 class _LocalLog:
     """A table's ``_delta_log`` on a filesystem: a put writes a temporary file beside the target
-    and ``link(2)``s it to the target's name, which fails when that name exists."""
+    and ``link(2)``s it to the target's name, which fails when that name exists.
 
-    def __init__(self, log_dir: str) -> None:
-        self.dir = log_dir
+    ``sync`` (``storage.fsync``): a put returns only once the version survives a power cut: the
+    temporary file's data fsynced before the link (a version's name never stands for data a cut
+    could lose), and the directory fsynced after it and the temporary name's removal (one fsync
+    for both names). The log directory and its parents are made durable once per process
+    (``durable.make_dirs``), a table's version 0 included. Runs on the driver.
+    """
+
+    def __init__(self, log_dir: str, sync: bool = True) -> None:
+        self.dir, self.sync = log_dir, sync
 
     def get(self, name: str) -> bytes | None:
         try:
@@ -414,20 +422,28 @@ class _LocalLog:
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{_TMP_PREFIX}-{os.getpid()}-{next(_TMP_SEQUENCE)}.json")
+        if self.sync:
+            durable.make_dirs(self.dir, sync=True)
         try:
             f = open(tmp, "wb")
         except FileNotFoundError:   # the table's first version: no log directory yet
-            os.makedirs(self.dir, exist_ok=True)
+            durable.make_dirs(self.dir, sync=self.sync, again=True)
             f = open(tmp, "wb")
         with f:
             f.write(data)
+            if self.sync:
+                f.flush()
+                os.fsync(f.fileno())
         try:
             os.link(tmp, os.path.join(self.dir, name))
-            return True
+            linked = True
         except FileExistsError:
-            return False
+            linked = False
         finally:
             os.unlink(tmp)
+        if linked and self.sync:
+            durable.sync_dir(self.dir)
+        return linked
 
 
 class _ObjectStoreLog:
@@ -472,7 +488,9 @@ class _ObjectStoreLog:
 
 class _Checkpointer:
     """Writes Delta checkpoints with delta-rs on a background thread, so readers replay at most
-    ``CHECKPOINT_INTERVAL`` JSON versions, and commits never wait for it."""
+    ``CHECKPOINT_INTERVAL`` JSON versions, and commits never wait for it. On a filesystem they are
+    published durably (``checkpoints``): a torn one would leave the table unreadable. Runs on the
+    driver."""
 
     def __init__(self) -> None:
         self._queue: queue.Queue[tuple[str, dict[str, str] | None]] = queue.Queue()
@@ -490,7 +508,10 @@ class _Checkpointer:
         while True:
             uri, storage_options = self._queue.get()
             try:
-                DeltaTable(uri, storage_options=storage_options).create_checkpoint()
+                if is_object_store(uri):
+                    DeltaTable(uri, storage_options=storage_options).create_checkpoint()
+                else:
+                    checkpoints.write_checkpoint(uri.removeprefix("file://"))
             except Exception as e:  # noqa: BLE001 - a missed checkpoint only slows readers
                 log.warning("checkpoint of %s failed: %s", uri, e)
 

@@ -32,7 +32,8 @@ class UnsupportedStorage(ValueError):
 
 @dataclass(frozen=True)
 class StoreOptions:
-    """The ``storage.s3.*`` keys; all None: AWS's defaults and the environment's credentials."""
+    """The ``storage.s3.*`` keys (all None: AWS's defaults and the environment's credentials), and
+    whether writes to a filesystem are fsynced."""
 
     endpoint: str | None = None        # http(s)://host:port of an S3-compatible server
     region: str | None = None
@@ -40,11 +41,16 @@ class StoreOptions:
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     ca_file: str | None = None         # PEM bundle to trust instead of the system's (pyarrow, boto3)
+    # ``storage.fsync``: on a filesystem, files and commits are fsynced before a commit counts as
+    # done (``durable``); an object store ignores it.
+    fsync: bool = True
 
     @classmethod
     def from_conf(cls, conf, prefix: str = "storage.s3.") -> StoreOptions:
-        """From the keys under ``prefix`` (``milvus.storage.s3.`` for a mirrored Milvus's storage)."""
-        return cls(*(conf.get(f"{prefix}{k}") for k in S3_CONF_KEYS))
+        """From the keys under ``prefix`` (``milvus.storage.s3.`` for a mirrored Milvus's storage),
+        and ``storage.fsync``."""
+        endpoint, region, key_id, secret, token, ca_file = (conf.get(f"{prefix}{k}") for k in S3_CONF_KEYS)
+        return cls(endpoint, region, key_id, secret, token, ca_file, fsync=conf.get("storage.fsync") is not False)
 
     def _endpoint_parts(self) -> tuple[str | None, str | None]:
         """(scheme, host:port) of the endpoint."""
