@@ -60,6 +60,7 @@ class TaskErrorKind(enum.StrEnum):
     BROKER = "broker"            # the broker could not serve the range it read
     ROUTER = "router"            # its router raised (a step, or closing its binlog files)
     MARK_FAILED = "mark"         # marking its deletes raised, or their Spark job failed
+    STORAGE_FULL = "storage-full"   # a write found its filesystem out of space (``storage.space``)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@ scheduler pool and job group of their own, and telling a failed job from a stopp
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from pyspark import SparkContext
@@ -30,3 +31,15 @@ def spark_stopped(sc: SparkContext) -> bool:
         return bool(sc._jsc.sc().isStopped())
     except Exception:  # noqa: BLE001 - the gateway is gone: so is Spark
         return True
+
+
+def local_dir(sc: SparkContext) -> str:
+    """Spark's local directory on the driver: the first of ``spark.local.dir`` (``SPARK_LOCAL_DIRS``,
+    else ``java.io.tmpdir``). PySpark's ``parallelize`` serializes each job's tasks to a file in
+    Spark's own directory under it before the JVM reads them, so a full one fails every job. Runs
+    on the driver."""
+    try:
+        utils = getattr(sc._jvm, "org.apache.spark.util.Utils")
+        return os.path.dirname(str(utils.getLocalDir(sc._jsc.sc().conf())))   # its spark-<uuid> directory's
+    except Exception:  # noqa: BLE001 - only for the words of a failure
+        return "spark.local.dir"

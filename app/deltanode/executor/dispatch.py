@@ -22,15 +22,20 @@ from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError, Ta
 from . import decode
 from .contexts import TaskContexts
 from .route import VchannelRouter
+from .task_errors import task_error
 
 # (context, first offset, end offset) -> the vchannel's router over [first, end)
 RouterFactory = Callable[[RouteContext, int, int], VchannelRouter]
 
 
 class PchannelDispatcher:
-    def __init__(self, piece: ReadRange, contexts: TaskContexts, make_router: RouterFactory) -> None:
-        """``contexts``: the task's; the piece's members that read some of it are its vchannels."""
-        self.piece = piece
+    """Runs on an executor, in a task: one range's messages, each to the routers it concerns."""
+
+    def __init__(self, piece: ReadRange, contexts: TaskContexts, make_router: RouterFactory, *,
+                 where: str = "the storage root") -> None:
+        """``contexts``: the task's; the piece's members that read some of it are its vchannels;
+        ``where``: the storage root their files go under (a full one fails them as such)."""
+        self.piece, self.where = piece, where
         self._make_router = make_router
         self._contexts = contexts
         starts = [(v, contexts.start(v)) for v in sorted(piece.members)]
@@ -111,7 +116,7 @@ class PchannelDispatcher:
         try:
             step(self._router(vchannel))
         except Exception as e:  # noqa: BLE001 - one vchannel's failure must not stop the others
-            self._failed[vchannel] = _router_error(e)
+            self._failed[vchannel] = self._router_error(e)
 
     def broker_failed(self, message: str) -> None:
         """The broker could not serve the range: every vchannel of it fails."""
@@ -131,12 +136,11 @@ class PchannelDispatcher:
             try:
                 portions.append(r.finish(ts if at >= first else 0))
             except Exception as e:  # noqa: BLE001 - e.g. a binlog file that cannot be closed
-                portions.append(r.fail(_router_error(e)))
+                portions.append(r.fail(self._router_error(e)))
         p = self.piece
         return portions, ReadStats(p.pchannel, p.first, p.end, self.messages, self.bytes, self.dml_messages,
                                    self.dml_bytes, self.error, self.next_position, ts, at, frozenset(self._routers),
                                    p.partition)
 
-
-def _router_error(e: Exception) -> TaskError:
-    return TaskError(kind=TaskErrorKind.ROUTER, message=f"{type(e).__name__}: {e}")
+    def _router_error(self, e: Exception) -> TaskError:
+        return task_error(TaskErrorKind.ROUTER, e, where=self.where, step="writing binlogs")

@@ -54,7 +54,7 @@ def _run(spec: TaskSpec) -> TaskOutput:
         return VchannelRouter(ctx, CollectionLayout.from_bytes(spec.schemas[ctx.collection_id]), storage, first, end)
 
     contexts = TaskContexts(spec.contexts)
-    dispatchers = [PchannelDispatcher(piece, contexts, router) for piece in spec.pieces]
+    dispatchers = [PchannelDispatcher(piece, contexts, router, where=storage.root) for piece in spec.pieces]
     ranges = [OffsetRange(p.pchannel, p.partition, p.first, p.end) for p in spec.pieces]
     reads = _Waited(spec.broker.read_ranges(ranges))
     for i, item in reads:

@@ -5,6 +5,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..storage import space
+
+# A vchannel stopped by a full filesystem is loaded again this often while it lasts, not after
+# the growing backoff of other failures: the space comes back when an operator frees it, and
+# every vchannel should then resume within seconds, not up to a minute apart.
+RETRY_WHILE_FULL = 5.0
+
 
 class FailureKind(enum.StrEnum):
     """What stopped a flowgraph; the text starts its ``last_error``."""
@@ -19,6 +26,7 @@ class FailureKind(enum.StrEnum):
     MARK_FAILED = "MarkFailed"           # marking its deletes failed
     RESTART_FAILED = "RestartFailed"     # loading it again from Delta failed
     CYCLE_FAILED = "CycleFailed"         # the whole cycle raised (a bug): every vchannel restarts
+    STORAGE_FULL = "StorageFull"         # a write found its filesystem out of space, whatever the step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,3 +36,21 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+    @property
+    def storage_full(self) -> bool:
+        return self.kind is FailureKind.STORAGE_FULL
+
+
+def storage_full(*, where: str, reason: str, step: str) -> Failure:
+    """The failure of a vchannel whose write to ``where`` found no space (``space.describe``)."""
+    return Failure(kind=FailureKind.STORAGE_FULL, message=space.describe(where, reason, step))
+
+
+def failure_of(kind: FailureKind, error: BaseException, *, where: str, step: str) -> Failure:
+    """The failure of ``kind`` that ``error`` caused, or ``STORAGE_FULL`` when ``error`` is a
+    filesystem out of space (``where``: the place written to; ``step``: what was being done)."""
+    reason = space.out_of_space(error)
+    if reason is not None:
+        return storage_full(where=where, reason=reason, step=step)
+    return Failure(kind=kind, message=f"{type(error).__name__}: {error}")

@@ -22,7 +22,7 @@ from ..wire.names import check_safe, pchannel_of
 from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .batches import Batches, Consumed
-from .failure import Failure
+from .failure import RETRY_WHILE_FULL, Failure
 from .recovery import check_topic, initial_state
 from .route_rows import RouteRows
 from .seal_policy import SealSettings
@@ -126,10 +126,11 @@ class VchannelFlowgraph:
         self.status = FlowgraphStatus.DROPPED if state.collection_dropped else FlowgraphStatus.RUNNING
 
     def fail(self, failure: Failure, now: float) -> list[FileEntry]:
-        """Stop until the backoff is over; returns the uncommitted files to delete."""
+        """Stop until the backoff is over (``RETRY_WHILE_FULL`` for a full filesystem); returns the
+        uncommitted files to delete."""
         self.unpark()
         self.failures += 1
-        self.retry_at = now + min(MAX_BACKOFF, 2.0 ** self.failures)
+        self.retry_at = now + (RETRY_WHILE_FULL if failure.storage_full else min(MAX_BACKOFF, 2.0 ** self.failures))
         self.last_failure, self.status, self.claim = failure, FlowgraphStatus.FAILED, False
         return self.batches.drop()
 

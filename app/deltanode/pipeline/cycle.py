@@ -28,14 +28,15 @@ from pyspark import SparkContext
 
 from ..executor.task import run_pickled_task
 from ..faults import crash_point
-from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.failure import Failure, FailureKind, storage_full
 from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.vchannel import VchannelFlowgraph
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..records import RouteContexts, TaskOutput, TaskSpec
-from ..spark_jobs import spark_stopped
+from ..spark_jobs import local_dir, spark_stopped
 from ..storage.channel_state import SegmentState
 from ..storage.layout import StorageLayout
+from ..storage.space import out_of_space
 from .cycle_apply import CycleApplier, Launched
 from .cycle_budget import MIN_MESSAGES, CycleBudget, CycleCost
 from .cycle_report import CycleReport
@@ -166,8 +167,10 @@ class CycleRunner:
                 raise
             if spark_stopped(sc):
                 raise SparkStopped(summarize_error(str(e))) from e
-            log.warning("cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,
-                        str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
+            # a full local directory fails every job alike: its vchannels' failures say it (once)
+            log.log(logging.DEBUG if out_of_space(e) else logging.WARNING,
+                    "cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,
+                    str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
         outputs, failed = [], []
         for spec in specs:
             try:
@@ -175,9 +178,19 @@ class CycleRunner:
             except Exception as e:  # this task's vchannels fail, alone (unless Spark stopped)
                 if spark_stopped(sc):
                     raise SparkStopped(summarize_error(str(e))) from e
-                why = Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
+                why = self._task_failure(e)
                 failed += [(v, why) for v in sorted({v for p in spec.pieces for v in p.members})]
         return outputs, failed
+
+    def _task_failure(self, e: Exception) -> Failure:
+        """Why a task's vchannels fail when its Spark job failed: a full filesystem there is
+        Spark's local directory (the tasks' own writes to the storage root fail in the task, as
+        the vchannel's own failure, not the job's)."""
+        reason = out_of_space(e)
+        if reason is not None:
+            return storage_full(where=f"Spark's local directory {local_dir(self.sc)}", reason=reason,
+                                step="running the cycle's Spark job")
+        return Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
 
     def _seal(self, readable: list[VchannelFlowgraph], flushes: dict[int, int]) -> None:
         """Flush requests and seal policies, before the cycle reads (its batches seal the segments

@@ -20,9 +20,11 @@ from pyspark import SparkContext
 
 from ..executor.delete_marks import ALL_PARTITIONS, mark
 from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError, TaskErrorKind
+from ..spark_jobs import local_dir
 from ..storage.actions import AddFile
 from ..storage.commit import CollectionCommitter, VchannelSync
 from ..storage.layout import StorageLayout, segment_of
+from ..storage.space import describe, out_of_space
 from .cycle_report import CycleReport
 from .jobs import JOB_GROUP
 
@@ -115,8 +117,7 @@ class DeleteMarker:
         try:
             results = sc.parallelize(tasks, min(len(tasks), self.max_tasks)).map(mark).collect()
         except Exception as e:  # noqa: BLE001 - these vchannels fail, alone; the next cycle reloads them
-            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            why = TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"its Spark job failed: {first_line}")
+            why = self._job_failure(e)
             results = [MarkResult(vchannel=t.vchannel, error=why) for t in tasks]
         report.mark_s += time.monotonic() - started
         for r in results:
@@ -124,6 +125,16 @@ class DeleteMarker:
             report.marked_rows += sum(m.newly_deleted for m in r.marks)
             report.marked_dv_bytes += sum(m.deletion_vector.size_in_bytes for m in r.marks)
         return {r.vchannel: r for r in results}
+
+    def _job_failure(self, e: Exception) -> TaskError:
+        """Why the vchannels of a failed marking job fail: out of space there is Spark's local
+        directory (a task's own errors come back in its result)."""
+        reason = out_of_space(e)
+        if reason is not None:
+            return TaskError(kind=TaskErrorKind.STORAGE_FULL, message=describe(
+                f"Spark's local directory {local_dir(self.sc)}", reason, "marking deletes"))
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        return TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"its Spark job failed: {first_line}")
 
 
 def with_marks(sync: VchannelSync, result: MarkResult | None) -> VchannelSync:

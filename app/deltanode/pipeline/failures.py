@@ -5,7 +5,8 @@ exactly what it had not committed) and is loaded again from Delta after a backof
 ``VchannelFlowgraph.fail``), alone: the cycle goes on for the others. Two kinds are special: a
 commit Delta refused while etcd confirms this node owns the vchannel restarts at once (the other
 writer is a node cut off from etcd, refused at its next commit), and one refused while etcd cannot
-be asked waits until it can (restarting would only take turns with the other writer).
+be asked waits until it can (restarting would only take turns with the other writer). A full
+filesystem retries on a short fixed interval, told once for the node (``space_watch``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.failure import Failure, FailureKind, failure_of
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..records import TaskError
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
+from .space_watch import SpaceWatch
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,12 @@ class FailurePolicy:
     """Runs on the driver, in the pipeline's loop (``fail`` also from the sync step)."""
 
     def __init__(self, *, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
-                 forget_topic: Callable[[str], None]) -> None:
+                 forget_topic: Callable[[str], None], space: SpaceWatch | None = None) -> None:
         """``load``: a flowgraph's state from Delta again; ``forget_topic``: drop a pchannel's
-        cached topic id (a failed vchannel's reload asks the broker)."""
+        cached topic id (a failed vchannel's reload asks the broker); ``space``: where failures
+        for a full filesystem are told."""
         self.storage, self.fence, self._load, self._forget_topic = storage, fence, load, forget_topic
+        self.space = space if space is not None else SpaceWatch()
 
     def _waits_for_etcd(self, failure: Failure | None) -> bool:
         return (failure is not None and failure.kind is FailureKind.COMMIT_REFUSED and self.fence is not None
@@ -65,7 +69,8 @@ class FailurePolicy:
             fg.retry_at = now
         then = ("not restarted until etcd can say which node owns it" if self._waits_for_etcd(failure)
                 else f"restarting from Delta in {fg.retry_at - now:.0f} s")
-        log.error("%s: flowgraph failed (%d in a row), %s: %s", fg.vchannel, fg.failures, then, failure)
+        if not self.space.failed(fg, failure):   # a full filesystem is told once, for the node
+            log.error("%s: flowgraph failed (%d in a row), %s: %s", fg.vchannel, fg.failures, then, failure)
         if report is not None:
             report.failed.append(fg.vchannel)
 
@@ -78,7 +83,8 @@ class FailurePolicy:
             try:
                 self._load(fg)
                 fg.claim = refused   # etcd said it is ours (above): commit at its next cycle
-                log.info("%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
+                log.log(logging.DEBUG if fg.last_failure is not None and fg.last_failure.storage_full else logging.INFO,
+                        "%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
             except Exception as e:  # noqa: BLE001 - retried after the next backoff
-                self.fail(fg, Failure(kind=FailureKind.RESTART_FAILED, message=f"{type(e).__name__}: {e}"), now,
-                          report)
+                self.fail(fg, failure_of(FailureKind.RESTART_FAILED, e, where=self.storage.root,
+                                         step="loading it from Delta"), now, report)

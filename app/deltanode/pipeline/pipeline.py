@@ -9,7 +9,8 @@ interval while busy: ``trigger``), made of stages with one job each:
 - ``sync_manager``: pick the collections to commit, fence them, mark the rows their deletes
   remove, commit each collection's vchannels in one Delta commit;
 - ``failures``: a vchannel that fails drops what it did not commit and is loaded again from
-  Delta after a backoff (``loader``), alone; the cycle goes on for the others;
+  Delta after a backoff (``loader``), alone; the cycle goes on for the others; a full
+  filesystem is told once for the node (``space_watch``, ``storage_full``);
 - the ``compactor`` rewrites small binlog files on its own thread.
 
 Data never passes through the driver: it sees offsets, file lists and counts.
@@ -24,7 +25,7 @@ from collections.abc import Callable
 
 from pyspark import SparkContext
 
-from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.failure import Failure, FailureKind, failure_of
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
 from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
@@ -42,6 +43,7 @@ from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
 from .pipeline_settings import PipelineSettings
 from .registry import VchannelRegistry
+from .space_watch import SpaceWatch
 from .sync_manager import SyncManager
 from .trigger import Trigger
 from .turns import CycleObserver, CycleTurns
@@ -66,8 +68,9 @@ class Pipeline:
                                   new_collection_files=settings.compaction.min_files, max_tasks=settings.limits.splits)
         self._loader = VchannelLoader(syncs=self._syncs,
                                       importer=VchannelImporter(sc, storage, milvus) if milvus else None)
+        self._space = SpaceWatch()
         self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
-                                       forget_topic=self._loader.forget)
+                                       forget_topic=self._loader.forget, space=self._space)
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._flushes: dict[int, int] = {}           # collection id -> the latest flush ts requested
@@ -122,6 +125,17 @@ class Pipeline:
 
     def snapshots(self) -> list[Snapshot]:
         return self.registry.snapshots()
+
+    @property
+    def storage_full(self) -> str | None:
+        """``storage full: {where}: {reason}`` while a full filesystem keeps vchannels from
+        committing (``space_watch``), else None. Any thread."""
+        return self._space.condition
+
+    @property
+    def storage_full_since(self) -> float | None:
+        """The wall clock the ``storage_full`` condition began at (None: no condition)."""
+        return self._space.since
 
     def high_watermark(self, pchannel: str, partition: int = 0) -> int | None:
         """The pchannel's high watermark as the last cycle saw it (None before one did)."""
@@ -214,13 +228,14 @@ class Pipeline:
                 failures += 1
                 log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)
                 now = time.monotonic()
-                why = Failure(kind=FailureKind.CYCLE_FAILED, message=f"{type(e).__name__}: {e}")
+                why = failure_of(FailureKind.CYCLE_FAILED, e, where=self.storage.root, step="running a cycle")
                 for fg in self.registry.members().values():
                     self._fail(fg, why, now)
                 self._turns.abandon()
                 self._stopping.wait(min(MAX_LOOP_BACKOFF, 2.0 ** failures))
             finally:
                 self.registry.end_cycle()
+            self._space.check(self.registry.get)
             self._wake.wait(max(0.0, self._trigger.next_start(started, time.monotonic(), report) - time.monotonic()))
             self._wake.clear()
         self._turns.close()

@@ -18,7 +18,7 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark import SparkContext
 
-from ..flowgraph.failure import Failure, FailureKind
+from ..flowgraph.failure import Failure, FailureKind, failure_of
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..records import TableKind
 from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync
@@ -128,8 +128,8 @@ class SyncManager:
             # the files stay, and the reload from Delta resumes after whatever landed. Files no
             # version names are the compactor's sweep's orphans.
             for fg in group:
-                self._fail(fg, Failure(kind=FailureKind.COMMIT_FAILED, message=f"{type(e).__name__}: {e}"), now, report,
-                           keep_files=True)
+                self._fail(fg, failure_of(FailureKind.COMMIT_FAILED, e, where=self.storage.root, step="committing"),
+                           now, report, keep_files=True)
             return
         if result.version is not None:
             with self._lock:
