@@ -1,0 +1,196 @@
+"""The processes a nemesis run breaks: etcd and Apache Kafka (started here, as a user's own
+services), and DeltaNode's processes (``./spark-submit.sh standalone`` with the embedded
+services off, and a second ``./spark-submit.sh datanode``), each killable, pausable and
+restartable. Runs in the nemesis process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from deltanode.standalone.kafka_server import EmbeddedKafka
+from deltanode.standalone.services import EmbeddedEtcd, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSettings:
+    """What the run's conf holds (``write_conf``)."""
+
+    workdir: Path
+    pchannels: int = 4
+    session_ttl_s: int = 5
+    trigger: str = "300ms"
+
+
+class Node:
+    """One DeltaNode process tree started by ``spark-submit.sh`` in a process group of its own."""
+
+    def __init__(self, name: str, subcommand: str, conf: Path, log_dir: Path) -> None:
+        self.name, self.subcommand, self.conf, self.log_dir = name, subcommand, conf, log_dir
+        self.proc: subprocess.Popen | None = None
+        self.paused = False
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.log_dir / f"{self.name}.log", "ab")
+        log.write(f"\n===== nemesis: start {self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen([str(ROOT / "spark-submit.sh"), self.subcommand, "--conf", str(self.conf)],
+                                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        self.paused = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+        self.paused = False
+
+    def pause(self) -> None:
+        self._signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        """Ctrl-C, as a user stops it; SIGKILL after 60 s."""
+        if not self.alive:
+            return
+        self.resume()
+        self._signal(signal.SIGINT)
+        try:
+            assert self.proc is not None
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class Service:
+    """etcd or Kafka as this run started it: killed, paused and restarted on the same data and port."""
+
+    def __init__(self, name: str, make) -> None:
+        self.name, self._make = name, make
+        self.server = make()
+        self.paused = False
+
+    def start(self) -> None:
+        self.server.start()
+        self.paused = False
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.server.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def kill(self) -> None:
+        proc = self.server.proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    @property
+    def alive(self) -> bool:
+        return self.pid is not None
+
+    def stop(self) -> None:
+        self.resume()
+        self.server.stop()
+
+
+class Cluster:
+    """etcd, Kafka, and the DeltaNode processes of one run."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        work = settings.workdir
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        etcd_ports, kafka_port = (free_port(), free_port()), free_port()
+        self.etcd = Service("etcd", lambda: EmbeddedEtcd(work / "etcd", *etcd_ports))
+        self.kafka = Service("kafka", lambda: EmbeddedKafka(work / "kafka", kafka_port, heap="384m"))
+        self.conf = work / "nemesis.conf"
+        self.storage_root = work / "delta"
+        self.prefix = f"nemesis{int(time.time()) % 100000}-rootcoord-dml"
+        self.nodes = [Node("standalone", "standalone", self.conf, work / "logs"),
+                      Node("datanode", "datanode", self.conf, work / "logs")]
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return self.etcd.server.endpoint
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.server.bootstrap_servers
+
+    def write_conf(self) -> None:
+        s = self.settings
+        self.conf.write_text("\n".join([
+            "embedded.etcd = false", "embedded.broker = false",
+            f"etcd.endpoints = {self.etcd_endpoint}", "etcd.root = nemesis/meta",
+            "mq.type = kafka", f"mq.kafka.bootstrap.servers = {self.bootstrap}",
+            f"mq.pchannel.prefix = {self.prefix}", f"mq.pchannel.count = {s.pchannels}",
+            f"storage.root = {self.storage_root}", f"session.ttl = {s.session_ttl_s}s",
+            "datacoord.watch.timeout = 30s", f"datanode.trigger.interval = {s.trigger}",
+            # The traffic's own proxy ticks every pchannel, as Milvus's rootcoord does; a second
+            # ticker on another clock would break the order a tick promises.
+            "standalone.timetick.interval = 0", "standalone.progress.interval = 30s",
+            "log.level = INFO", "spark.master = local[2]", "spark.driver.memory = 768m",
+            "spark.log.level = WARN", "spark.ui.enabled = false", "spark.sql.shuffle.partitions = 2", ""]))
+
+    def start_services(self) -> None:
+        self.etcd.start()
+        self.kafka.start()
+        self.write_conf()
+
+    def start_nodes(self) -> None:
+        for node in self.nodes:
+            node.start()
+
+    def heal(self) -> None:
+        """Every paused process resumed, every dead one started again."""
+        for svc in (self.etcd, self.kafka):
+            if svc.paused:
+                svc.resume()
+            if not svc.alive:
+                svc.start()
+        for node in self.nodes:
+            if node.paused:
+                node.resume()
+            if not node.alive:
+                node.start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        for svc in (self.kafka, self.etcd):
+            svc.stop()
