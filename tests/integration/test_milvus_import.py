@@ -1,7 +1,8 @@
 """The import of what a Milvus persisted, on files and meta built in Milvus 2.4's format (an L0
 segment whose deletes reach every partition, sparse and BFloat16 vectors), in a real etcd, read by
 real Spark tasks: rows, deletion vectors, the committed state and its replay filter, a file
-compacted away mid-import, and an import stopped between commits and taken up again.
+compacted away mid-import, an import stopped between commits and taken up again, and an import
+process SIGKILLed at each of its commit points and run again.
 
 Milvus 2.3.5's own files are imported in test_milvus_history.py (a real Milvus); 2.4 is not
 runnable here, so its layout is written by ``tests/milvus_binlog_files.py``, from Milvus's code.
@@ -9,12 +10,19 @@ runnable here, so its layout is written by ``tests/milvus_binlog_files.py``, fro
 
 from __future__ import annotations
 
+import base64
+import collections
+import json
+import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from deltanode.faults import CRASH_AT, CRASH_DIR, IMPORT_POINTS
 from deltanode.milvus_import import importer as importer_module
 from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
 from deltanode.milvus_import.meta import MilvusSegmentState, SegmentLevel
@@ -33,6 +41,7 @@ from .. import milvus_binlog_files as files
 from .support import fresh_root
 
 pytestmark = pytest.mark.spark
+RUNNER = os.path.join(os.path.dirname(__file__), "import_runner.py")
 DataType = schema_pb2.DataType
 COLLECTION, P1, P2 = 447, 448, 449
 VCHANNEL = "imp-rootcoord-dml_0_447v0"
@@ -258,3 +267,70 @@ def test_an_import_reads_milvus_storage_on_s3(client, etcd_root, spark, s3):
     importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)
     assert _live_ids(storage) == [1, 3]
     assert meta.channel_state(storage, COLLECTION, VCHANNEL).checkpoint_offset == 3
+
+
+def _run_import(etcd_endpoint: str, meta_root: str, tmp_path, crash: str | None) -> subprocess.CompletedProcess:
+    """The import of ``VCHANNEL`` in a process of its own (import_runner.py), 2 segments a job;
+    ``crash``: the crash point (``point:n``) that SIGKILLs it."""
+    spec = {"etcd": etcd_endpoint, "meta_root": meta_root, "source_root": str(tmp_path / "milvus"),
+            "storage_root": str(tmp_path / "delta"), "collection_id": COLLECTION, "vchannel": VCHANNEL,
+            "schema": base64.b64encode(_schema().SerializeToString()).decode(), "batch": 2, "node_id": 7}
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_AT, CRASH_DIR)}
+    if crash:
+        env[CRASH_AT], env[CRASH_DIR] = crash, str(tmp_path)
+    return subprocess.run([sys.executable, RUNNER, json.dumps(spec)], env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+# The third commit of segments (of 3: 2 segments a job), and the deletes' commit before the last one.
+CRASH_HITS = {"after_import_commit": 2, "after_import_deletes_commit": 1}
+
+
+@pytest.mark.parametrize("point", IMPORT_POINTS)
+def test_an_import_killed_at_a_commit_point_goes_on_to_every_row_once(point, setup, etcd_server, etcd_root,
+                                                                       tmp_path):
+    """The import's process is SIGKILLed right after one of its commits, then the import runs
+    again (here, nothing of the first in memory): every row of Milvus's segments once, each delete
+    up to the checkpoint recorded once, the rows the deletes reach gone from the current state."""
+    milvus, storage, importer, committer = setup
+    # Five segments of 4 rows in two syncs. Their own deltalogs delete 11 and 22; 40's delete is
+    # older than its row (recorded, deletes nothing); an L0 segment deletes 33 everywhere, and 52
+    # after the checkpoint: its row is marked, and delta_log records it when the stream brings it.
+    deletes = {1: [(11, BASE_TS + 50)], 2: [(22, BASE_TS + 60)], 4: [(40, BASE_TS + 1)]}
+    for seg in range(1, 6):
+        milvus.segment(seg, P1 if seg % 2 else P2, MilvusSegmentState.FLUSHED,
+                       [[seg * 10, seg * 10 + 1], [seg * 10 + 2, seg * 10 + 3]], dml_ts=BASE_TS + 100,
+                       deletes=deletes.get(seg, []))
+    milvus.segment(6, -1, MilvusSegmentState.FLUSHED, [], dml_ts=BASE_TS + 150, level=SegmentLevel.L0,
+                   deletes=[(33, BASE_TS + 150), (52, BASE_TS + 300)])
+    milvus.checkpoint(offset=9, ts=BASE_TS + 200)
+    imported = [seg * 10 + i for seg in range(1, 6) for i in range(4)]
+    recorded, gone = [11, 22, 33, 40], {11, 22, 33, 52}
+
+    crashed = _run_import(etcd_server.endpoint, etcd_root, tmp_path, f"{point}:{CRASH_HITS[point]}")
+    assert crashed.returncode == -9, f"not killed at {point}: rc={crashed.returncode}\n{crashed.stderr[-3000:]}"
+    at_crash = _live_ids(storage, include_deleted=True)
+    deletes_at_crash = read_table(storage, storage.delta_log(COLLECTION), columns=["id"])
+    assert meta.channel_state(storage, COLLECTION, VCHANNEL) is None   # killed before the import's last commit
+    if point == "after_import_commit":
+        assert len(at_crash) == 16 and deletes_at_crash is None
+    else:
+        assert len(at_crash) == 20 and sorted(deletes_at_crash.column("id").to_pylist()) == recorded
+
+    importer.run(VCHANNEL, COLLECTION, _schema(), committer, 7)
+    rows = _live_ids(storage, include_deleted=True)
+    live = _live_ids(storage)
+    recorded_now = read_table(storage, storage.delta_log(COLLECTION), columns=["id"]).column("id").to_pylist()
+    print(f"import killed at {point}:{CRASH_HITS[point]}: {len(imported)} rows in Milvus's segments, "
+          f"{len(at_crash)} in Delta at the kill, {len(rows)} after the second run "
+          f"({len(rows) - len(set(rows))} duplicated), {len(live)} live; {len(recorded_now)} deletes recorded "
+          f"of {len(recorded)}")
+    assert collections.Counter(rows) == collections.Counter(imported)
+    assert collections.Counter(live) == collections.Counter(pk for pk in imported if pk not in gone)
+    assert collections.Counter(recorded_now) == collections.Counter(recorded)
+    state = meta.channel_state(storage, COLLECTION, VCHANNEL)
+    assert (state.checkpoint_offset, state.node_id) == (9, 7)
+    assert sum(s.num_rows for s in state.segments.values()) == len(imported)
+    done = import_progress(committer.insert_log(), VCHANNEL)
+    assert (done["done"], done["segments_done"], done["rows_done"]) == (True, 5, len(imported))
+    assert committer.watermarks(VCHANNEL).delete == 9
