@@ -140,8 +140,15 @@ class SyncManager:
             _log_commit(cid, result.version, group, syncs, result.committed, report.commits)
         for vchannel, why in result.deferred.items():
             log.info("%s: commit waits for the next cycle: %s", vchannel, why)
+        # The fence passed before the commit, but the refusal may come long after it (a node paused
+        # past its lease): etcd is asked again for the refused vchannels alone.
+        refused = sorted(v for v in result.refused if v in {fg.vchannel for fg in group})
+        lost = self.fence.check(refused) if self.fence is not None and refused else {}
         for fg in group:
-            if fg.vchannel in result.committed:
+            if fg.vchannel in lost:
+                self._fail(fg, Failure(kind=FailureKind.OWNERSHIP_LOST, message=lost[fg.vchannel]), now, report,
+                           keep_files=True)
+            elif fg.vchannel in result.committed:
                 had_rows = fg.batches.pending_since is not None
                 fg.committed_sync(syncs[fg.vchannel], result.committed[fg.vchannel], time.monotonic())
                 tick = syncs[fg.vchannel].state.checkpoint_ts
@@ -149,8 +156,9 @@ class SyncManager:
                     report.commit_lag.append((fg.vchannel, time.time() - physical_ms(tick) / 1000))
                 report.vchannels_committed += 1
             elif fg.vchannel in result.refused:
-                # etcd confirmed just now that this node owns the vchannel: the other writer is
-                # a node cut off from etcd, which stops at its next refused commit; restart at once.
+                # etcd confirmed just now that this node owns the vchannel: the other writer is a
+                # node cut off from etcd, which stops at its next refused commit, or this node's own
+                # commit whose answer was lost landed late; restart at once.
                 owner = self.fence is not None and self.fence.reachable
                 self._fail(fg, Failure(kind=FailureKind.COMMIT_REFUSED, message=result.refused[fg.vchannel]), now,
                            report, at_once=owner, keep_files=True)
