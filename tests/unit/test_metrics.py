@@ -73,3 +73,19 @@ def test_health_follows_the_node():
     assert not ok and body["problems"] == ["no etcd session (registering)"]
     ok, body = health(view([], alive=False))
     assert not ok and "the pipeline loop stopped" in body["problems"]
+
+
+def test_a_full_filesystem_is_a_problem_of_the_node_in_health_and_a_gauge():
+    full = "storage full: /data/delta: No space left on device"
+    snaps = [snap(V0, "failed", 3, "StorageFull: /data/delta: No space left on device (committing)")]
+    node = NodeView(node_id=lambda: 5, snapshots=lambda: snaps, high_watermark=lambda p: 100,
+                    pipeline_alive=lambda: True, etcd_down_since=lambda: None, etcd_error=lambda: "",
+                    sessions_lost=lambda: 0, storage_full=lambda: full)
+    ok, body = health(node)
+    assert not ok and body["problems"] == ["1 vchannel(s) failing", full] and body["storage_full"] == full
+    assert health(view([snap(V0)]))[1]["storage_full"] is None
+    server = MetricsServer(node, "127.0.0.1", 0).start()
+    try:
+        assert "deltanode_storage_full 1.0" in get(server.port, "/metrics")[1].splitlines()
+    finally:
+        server.stop()

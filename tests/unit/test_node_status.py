@@ -1,6 +1,7 @@
 """The DataNode status documents admin health reads: written, read back, stale, persisting."""
 
 from deltanode.datanode.status import (
+    BLOCK,
     FORGET_AFTER,
     NodeStatus,
     read_statuses,
@@ -32,3 +33,14 @@ def test_a_node_persists_while_fresh_and_none_of_its_vchannels_fails():
     assert not status().persisting(now=1031.0)                          # three intervals without a report
     assert not status(running=1, failing={"v": "CommitRefused: ..."}).persisting(now=1001.0)
     assert status(running=0, vchannels=0).persisting(now=1001.0)      # no channels yet is not a fault
+
+
+def test_a_node_whose_storage_is_full_does_not_persist_and_its_document_says_why(tmp_path):
+    full = status(storage_full="storage full: /d: No space left on device", storage_full_since=990.0)
+    assert not full.persisting(now=1001.0)
+    storage = StorageLayout(str(tmp_path))
+    write_status(storage, full)
+    written = tmp_path / "_deltanode" / "status" / "host-1.json"
+    assert written.stat().st_size % BLOCK == 0   # whole blocks: the next one can overwrite them in place
+    assert read_statuses(storage, now=1001.0) == [full]
+    assert not list(written.parent.glob("*.tmp"))

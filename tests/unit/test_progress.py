@@ -36,3 +36,19 @@ def test_a_report_names_the_failing_then_the_most_behind_up_to_its_line_cap(monk
     named = [line.split(":")[0] for line in lines[1:-1]]
     assert len(named) == progress.MAX_LINES and named[:3] == ["broken", "v099", "v098"]
     assert lines[-1] == f"... and {101 - progress.MAX_LINES} more vchannel(s) restarting, dropped or lagging"
+
+
+def test_vchannels_a_full_filesystem_stops_get_the_node_alert_not_a_line_each(monkeypatch, caplog):
+    clock = iter([0.0, 10.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    reporter = ProgressReporter(interval=10.0)
+    full = "storage full: /data/delta: No space left on device"
+    rows = [{"vchannel": f"v{i}", "status": "failed", "failures": 4,
+             "last_error": "StorageFull: /data/delta: No space left on device (writing binlogs)"} for i in range(50)]
+    rows.append({"vchannel": "broken", "status": "failed", "failures": 3, "last_error": "BrokerError: gone"})
+    with caplog.at_level(logging.INFO, logger="deltanode.progress"):
+        reporter.maybe_report(lambda: [dict(r) for r in rows], alerts=lambda: [full])
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines[1:] == [(logging.WARNING, full),
+                         (logging.INFO, "broken: restarting after 3 failure(s): BrokerError: gone")]
+    assert "51 restarting" in lines[0][1]

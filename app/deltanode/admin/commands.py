@@ -342,7 +342,9 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
                       "vchannels": st.vchannels, "failing": st.failing,
                       "etcd_unreachable_since": None if st.etcd_unreachable_since is None
                       else describe_outage(st.etcd_unreachable_since, st.etcd_error or "", now),
-                      "sessions_lost": st.sessions_lost})
+                      "sessions_lost": st.sessions_lost,
+                      "storage_full": st.storage_full, "storage_full_for_s": None if st.storage_full_since is None
+                      else round(now - st.storage_full_since)})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
     try:
         settings.broker.ping(settings.pchannels.names()[0], timeout=5.0)

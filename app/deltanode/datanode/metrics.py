@@ -1,18 +1,18 @@
 """A DataNode's Prometheus metrics and health, served over HTTP by the driver.
 
 ``GET /metrics`` is the Prometheus text format; ``GET /healthz`` answers 200 while the node
-persists (its pipeline loop runs, it holds an etcd session, none of its vchannels is failing)
-and 503 otherwise, with a JSON body saying why either way. An etcd outage alone keeps 200: the
-node goes on committing (docs/operations.md, "When etcd is away"), and the body and
-``deltanode_etcd_reachable`` say so.
+persists (its pipeline loop runs, it holds an etcd session, none of its vchannels is failing, no
+full filesystem keeps them from committing) and 503 otherwise, with a JSON body saying why
+either way. An etcd outage alone keeps 200: the node goes on committing (docs/operations.md,
+"When etcd is away"), and the body and ``deltanode_etcd_reachable`` say so.
 
 Two kinds of figures, so that nothing is counted twice and nothing is kept per scrape:
 
 - read at scrape time from the pipeline's snapshots (``DataNodeCollector``): per vchannel, what
   it consumed on this node (counters that only grow, re-reads after a failure included), what
   its committed ChannelState holds (durable totals, carried across nodes and restarts), its
-  checkpoint lag in seconds and in messages, its state; per node, its channels, session and
-  etcd reachability;
+  checkpoint lag in seconds and in messages, its state; per node, its channels, session, etcd
+  reachability and whether a full filesystem stops its commits;
 - observed once per cycle (``CycleMetrics``, the pipeline's ``on_cycle``): cycle and Delta
   commit durations, and per vchannel the commit lag (insert -> durable within a TimeTick).
 """
@@ -53,6 +53,7 @@ class NodeView:
     etcd_down_since: Callable[[], float | None]      # wall clock, None while etcd answers
     etcd_error: Callable[[], str]
     sessions_lost: Callable[[], int]
+    storage_full: Callable[[], str | None] = lambda: None   # "storage full: {where}: {reason}" while it lasts
 
 
 class DataNodeCollector(Collector):
@@ -130,6 +131,8 @@ class DataNodeCollector(Collector):
         lost = CounterMetricFamily("deltanode_node_sessions_lost", "etcd sessions this process lost and replaced")
         lost.add_metric([], v.sessions_lost())
         yield lost
+        yield _gauge("deltanode_storage_full", "1 while a full filesystem (the storage root or Spark's local "
+                     "directory) keeps vchannels from committing", 1 if v.storage_full() else 0)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -188,12 +191,16 @@ def health(view: NodeView) -> tuple[bool, dict]:
         problems.append("no etcd session (registering)")
     if failing:
         problems.append(f"{len(failing)} vchannel(s) failing")
+    full = view.storage_full()
+    if full:
+        problems.append(full)
     down = view.etcd_down_since()
     body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "node_id": view.node_id(),
             "vchannels": len(snaps), "running": sum(s.status == FlowgraphStatus.RUNNING for s in snaps),
             "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
             "etcd": "reachable" if down is None else
-                    f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}"}
+                    f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}",
+            "storage_full": full}
     return not problems, body
 
 

@@ -105,7 +105,8 @@ class DataNode:
                         pipeline_alive=lambda: self.pipeline is not None and self.pipeline.alive,
                         etcd_down_since=lambda: self.reachability.down_since,
                         etcd_error=lambda: self.reachability.error,
-                        sessions_lost=lambda: self.sessions_lost)
+                        sessions_lost=lambda: self.sessions_lost,
+                        storage_full=lambda: self.pipeline.storage_full if self.pipeline else None)
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
@@ -178,18 +179,24 @@ class DataNode:
         return self.flowgraphs.progress() if self.flowgraphs else []
 
     def alerts(self) -> list[str]:
-        """Node-level conditions for the progress reports (an etcd outage)."""
+        """Node-level conditions for the progress reports (an etcd outage, a full filesystem)."""
         outage = self.reachability.describe()
-        return [f"{outage}; committing on Delta's txn check alone"] if outage else []
+        alerts = [f"{outage}; committing on Delta's txn check alone"] if outage else []
+        full = self.pipeline.storage_full if self.pipeline else None
+        if full:
+            alerts.append(f"{full}: the vchannels that write there wait for space")
+        return alerts
 
     def publish(self, rows: list[dict]) -> None:
         """Write this node's status document for ``admin health`` (``rows``: ``progress()``)."""
+        assert self.pipeline is not None, "publish() after start()"
         failing = {r["vchannel"]: r["last_error"] for r in rows if r["status"] == "failed"}
         status = NodeStatus(process_name(), self.node_id, time.time(), self.settings.node.progress_interval,
                             len(rows), sum(r["status"] != "failed" for r in rows),
                             dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
-                            self.reachability.error or None, self.sessions_lost)
-        assert self.pipeline is not None, "publish() after start()"
+                            self.reachability.error or None, self.sessions_lost,
+                            storage_full=self.pipeline.storage_full,
+                            storage_full_since=self.pipeline.storage_full_since)
         try:
             write_status(self.pipeline.storage, status)
         except OSError as exc:

@@ -1,11 +1,15 @@
 """Periodic progress reports of a DataNode's vchannels: a summary line, and a line per vchannel that
-is failing or lagging, up to ``MAX_LINES`` (a thousand healthy vchannels would drown the log)."""
+is failing or lagging, up to ``MAX_LINES`` (a thousand healthy vchannels would drown the log). The
+vchannels a full filesystem stops get no line of their own: the node's alert says it once for all
+of them (``pipeline.space_watch``)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+
+from ..flowgraph.failure import FailureKind
 
 log = logging.getLogger("deltanode.progress")
 LAGGING = 1000   # messages behind the broker's high watermark
@@ -37,6 +41,10 @@ def summary(rows: list[dict]) -> str:
             f"{lag} messages behind in all")
 
 
+def _waits_for_space(row: dict) -> bool:
+    return row["status"] == "failed" and str(row.get("last_error", "")).startswith(FailureKind.STORAGE_FULL)
+
+
 class ProgressReporter:
     def __init__(self, interval: float) -> None:
         self.interval = interval
@@ -59,8 +67,8 @@ class ProgressReporter:
         log.info("%s", summary(rows))
         for alert in alerts():
             log.warning("%s", alert)
-        worth = [row for row in rows
-                 if row["status"] != "running" or (row.get("lag_messages") or 0) >= LAGGING or len(rows) <= 8]
+        worth = [row for row in rows if not _waits_for_space(row) and (
+                 row["status"] != "running" or (row.get("lag_messages") or 0) >= LAGGING or len(rows) <= 8)]
         worth.sort(key=lambda row: (row["status"] == "running", -(row.get("lag_messages") or 0), row["vchannel"]))
         for row in worth[:MAX_LINES]:
             log.info("%s", describe(row))
