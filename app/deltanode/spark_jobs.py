@@ -34,8 +34,8 @@ def spark_stopped(sc: SparkContext) -> bool:
 
 
 def local_dir(sc: SparkContext) -> str:
-    """Spark's local directory on the driver: the first of ``spark.local.dir`` (``SPARK_LOCAL_DIRS``,
-    else ``java.io.tmpdir``). PySpark's ``parallelize`` serializes each job's tasks to a file in
+    """Spark's local directory on the driver: the first of ``SPARK_LOCAL_DIRS``, else of
+    ``spark.local.dir``, else ``java.io.tmpdir``. PySpark's ``parallelize`` serializes each job's tasks to a file in
     Spark's own directory under it before the JVM reads them, so a full one fails every job. Runs
     on the driver."""
     try:
