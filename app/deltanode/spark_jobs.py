@@ -35,9 +35,9 @@ def spark_stopped(sc: SparkContext) -> bool:
 
 def local_dir(sc: SparkContext) -> str:
     """Spark's local directory on the driver: the first of ``SPARK_LOCAL_DIRS``, else of
-    ``spark.local.dir``, else ``java.io.tmpdir``. PySpark's ``parallelize`` serializes each job's tasks to a file in
-    Spark's own directory under it before the JVM reads them, so a full one fails every job. Runs
-    on the driver."""
+    ``spark.local.dir``, else ``java.io.tmpdir``. PySpark's ``parallelize`` serializes each job's
+    tasks to a file in Spark's own directory under it before the JVM reads them, so a full one
+    fails every job. Runs on the driver."""
     try:
         utils = getattr(sc._jvm, "org.apache.spark.util.Utils")
         return os.path.dirname(str(utils.getLocalDir(sc._jsc.sc().conf())))   # its spark-<uuid> directory's
