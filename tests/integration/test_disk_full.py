@@ -276,6 +276,8 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
     resumed_in = time.monotonic() - freed
     wait_until(lambda: pipe.storage_full is None, 30, "the storage-full condition to clear")
     assert len(deltanode_records(caplog, logging.ERROR, "")) == 1
+    leftovers = [p.name for p in (Path(insert_log) / "_delta_log").iterdir() if p.name.startswith(".tmp-")]
+    assert not leftovers, f"{len(leftovers)} temporary files of refused commits left in the log: {leftovers[:3]}"
     counts = exactly_once(coll, traffic)
     assert readable_rows(coll.storage, insert_log) == counts["current"]
     print(f"insert_log's log full after the deletes' commit: {counts}; commits resumed {resumed_in:.1f} s after "

@@ -429,11 +429,15 @@ class _LocalLog:
         except FileNotFoundError:   # the table's first version: no log directory yet
             durable.make_dirs(self.dir, sync=self.sync, again=True)
             f = open(tmp, "wb")
-        with f:
-            f.write(data)
-            if self.sync:
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with f:
+                f.write(data)
+                if self.sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:   # e.g. no space for the whole version: nothing of it stays in the log
+            os.unlink(tmp)
+            raise
         try:
             os.link(tmp, os.path.join(self.dir, name))
             linked = True
