@@ -171,6 +171,11 @@ def exactly_once(coll, traffic: Traffic) -> dict[str, int]:
             "current": len(current)}
 
 
+def temporary_files(uri: str) -> list[str]:
+    """What failed commits left in the table's log (a commit file is written aside, then linked)."""
+    return [p.name for p in (Path(uri) / "_delta_log").iterdir() if p.name.startswith(".tmp-")]
+
+
 def deltanode_records(caplog, level: int, text: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("deltanode") and r.levelno == level
             and text in r.getMessage()]
@@ -230,6 +235,8 @@ def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_
     quiet = deltanode_records(caplog, logging.DEBUG, "flowgraph failed, retried")
     assert len(quiet) >= 4 and all("StorageFull" in r.getMessage() for r in quiet)
     assert checkpoints.write_checkpoint(insert_log) is not None   # with space, the checkpoint lands
+    assert not temporary_files(insert_log) and not temporary_files(delete_log)
+    assert not list((root / "_deltanode" / "status").glob("*.tmp"))
     counts = exactly_once(coll, traffic)
     assert readable_rows(coll.storage, insert_log) == counts["current"]
     print(f"storage root full: {counts}, {rows_while_full} readable while full, {len(quiet)} vchannel failures "
@@ -276,8 +283,7 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
     resumed_in = time.monotonic() - freed
     wait_until(lambda: pipe.storage_full is None, 30, "the storage-full condition to clear")
     assert len(deltanode_records(caplog, logging.ERROR, "")) == 1
-    leftovers = [p.name for p in (Path(insert_log) / "_delta_log").iterdir() if p.name.startswith(".tmp-")]
-    assert not leftovers, f"{len(leftovers)} temporary files of refused commits left in the log: {leftovers[:3]}"
+    assert not temporary_files(insert_log) and not temporary_files(delete_log)
     counts = exactly_once(coll, traffic)
     assert readable_rows(coll.storage, insert_log) == counts["current"]
     print(f"insert_log's log full after the deletes' commit: {counts}; commits resumed {resumed_in:.1f} s after "
