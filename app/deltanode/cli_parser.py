@@ -105,7 +105,7 @@ def _add_admin(sub) -> None:
     p = sub.add_parser(
         "admin", formatter_class=_Formatter, epilog=_ENV_HELP,
         help="administration: create-collection, show-collections, show-channels, show-segments, flush, health, "
-             "produce",
+             "produce, verify",
         description="Administrative commands against the configured etcd, message queue and "
                     "storage.")
     p.add_argument("--conf", metavar="FILE", default=None, help="conf file (required; before or after COMMAND)")
@@ -114,6 +114,7 @@ def _add_admin(sub) -> None:
     admin = p.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
     _add_admin_catalog(admin)
     _add_admin_operations(admin)
+    _add_admin_verify(admin)
 
 
 def _add_admin_catalog(admin) -> None:
@@ -182,4 +183,39 @@ def _add_admin_operations(admin) -> None:
                          help="check etcd, the message queue, storage and live DataNodes",
                          description="Check that etcd, the message queue and storage answer and "
                                      "list the live sessions; exit 0 when healthy.")
+    _common(a, default_conf=None, admin=True)
+
+
+def _add_admin_verify(admin) -> None:
+    """admin verify."""
+    a = admin.add_parser(
+        "verify", formatter_class=_Formatter,
+        help="check a mirror against the Milvus it mirrors: counts, every primary key, field values",
+        description="Hold each mirrored collection (all of Milvus's created ones, or those named) against "
+                    "Milvus itself, through pymilvus: Milvus's count(*) (consistency Strong) against the rows "
+                    "Delta's readers see (deletion vectors applied); every primary key of Milvus against every "
+                    "key in Delta, counted (missing, extra or duplicated in Delta); every field's value of a "
+                    "seeded sample of rows, or of all rows. Prints the differences by key and a summary per "
+                    "collection as JSON, progress on stderr. Exit 0: no difference; 1: a difference, or Milvus "
+                    "or etcd could not be read; 2: a usage error (no milvus.meta.root, an unknown collection). "
+                    "Verify a Milvus at rest: rows written while it runs show as differences.")
+    a.add_argument("--collection", action="append", metavar="N",
+                   help="a collection name (db.name outside the default database) or ID; repeatable "
+                        "(default: every collection)")
+    fields = a.add_mutually_exclusive_group()
+    fields.add_argument("--sample", type=int, default=None, metavar="N",
+                        help="compare every field of N rows, chosen at random among the keys both hold (100)")
+    fields.add_argument("--all-fields", action="store_true",
+                        help="compare every field of every row (reads every row of Milvus and Delta)")
+    a.add_argument("--seed", type=int, default=0, metavar="S", help="the sample's random seed (0)")
+    a.add_argument("--milvus-uri", default="http://127.0.0.1:19530", metavar="URI",
+                   help="Milvus's proxy, as pymilvus takes it (http://127.0.0.1:19530)")
+    token = a.add_mutually_exclusive_group()
+    token.add_argument("--milvus-token", metavar="TOKEN",
+                       help="Milvus's token (user:password), when it authenticates; visible to ps: prefer the file")
+    token.add_argument("--milvus-token-file", metavar="FILE", help="a file holding Milvus's token")
+    a.add_argument("--catch-up-timeout", type=float, default=60.0, metavar="S",
+                   help="seconds to wait for DeltaNode to commit past the moment Milvus was read (60)")
+    a.add_argument("--max-listed", type=int, default=1000, metavar="K",
+                   help="differences listed per collection; all are counted in its summary (1000)")
     _common(a, default_conf=None, admin=True)

@@ -355,3 +355,9 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
     report["healthy"] = ok
     _print(report)
     return 0 if ok else 1
+
+
+def verify(conf: Conf, args: argparse.Namespace) -> int:
+    """A mirror against the Milvus it mirrors (``admin.verify``; pymilvus is imported only here)."""
+    from .verify import run
+    return run(conf, args)

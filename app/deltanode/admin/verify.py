@@ -1,0 +1,253 @@
+"""``admin verify``: a mirror held against the Milvus it mirrors, collection by collection.
+
+For each collection of the mirror's catalog (Milvus's names, ids and schemas, read from
+Milvus's meta): Milvus's ``count(*)`` against the rows Delta's readers see; every primary key of
+Milvus against every key of the table, as multisets (a key missing, extra or held twice in Delta
+is a difference); and the values of every field of a seeded sample of the keys both hold (or of
+all of them). Milvus is read first; before the table is read, each of the collection's vchannels
+is given a while to commit a checkpoint past the moment Milvus was read, so that a DeltaNode a
+few seconds behind does not show as a difference. Writes to Milvus while it runs do show:
+verify a Milvus at rest, or read its differences with that in mind.
+
+Prints one JSON document; exit 0 when every collection is equal, 1 when any differs (or could
+not be read), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Conf
+from ..datacoord.catalog import CatalogError, CollectionRecord, CollectionStatus, find_record
+from ..datacoord.catalogs import open_catalog
+from ..etcd.client import EtcdClient
+from ..etcd.errors import EtcdError
+from ..settings import Settings
+from ..storage import meta
+from ..storage.delta_log import DeltaLog
+from ..storage.layout import StorageLayout
+from ..wire.positions import now_ts
+from ..wire.schema import CollectionLayout
+from .milvus_reader import KEYS_PER_QUERY, MilvusReader, MilvusReadError, MilvusUnreachable
+from .mirror_table import MirrorTable
+from .row_differences import (
+    DifferenceKind,
+    KeyDifference,
+    delta_values,
+    differing_fields,
+    key_differences,
+    milvus_values,
+)
+
+PROGRESS_EVERY_S = 5.0
+
+
+class UsageError(ValueError):
+    """A command line that names what cannot be verified (exit 2)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    """What to verify and how, from the command line. Made and read in the admin command's process."""
+
+    collections: tuple[str, ...]   # names or ids; empty: every collection Milvus has created
+    sample: int | None             # rows whose fields are compared; None: every row
+    seed: int
+    milvus_uri: str
+    milvus_token: str
+    catch_up_timeout: float        # seconds to wait for DeltaNode to reach the moment Milvus was read
+    max_listed: int                # differences listed per collection (all are counted)
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> VerifyOptions:
+        if args.sample is not None and args.sample < 1:
+            raise UsageError(f"--sample must be at least 1, got {args.sample}")
+        if args.catch_up_timeout < 0 or args.max_listed < 0:
+            raise UsageError("--catch-up-timeout and --max-listed cannot be negative")
+        token = args.milvus_token or ""
+        if args.milvus_token_file:
+            try:
+                token = Path(args.milvus_token_file).read_text().rstrip("\n")
+            except OSError as e:
+                raise UsageError(f"--milvus-token-file: {e}") from None
+        return cls(collections=tuple(args.collection or ()), sample=None if args.all_fields else args.sample or 100,
+                   seed=args.seed, milvus_uri=args.milvus_uri, milvus_token=token,
+                   catch_up_timeout=args.catch_up_timeout, max_listed=args.max_listed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectionReport:
+    """What ``verify`` found for one collection. Made and read in the admin command's process."""
+
+    record: CollectionRecord
+    milvus_count: int | None = None
+    milvus_keys: int | None = None
+    delta_rows: int | None = None
+    rows_compared: int = 0
+    differences: tuple[KeyDifference, ...] = ()
+    behind: tuple[str, ...] = ()   # vchannels whose checkpoint had not reached the moment Milvus was read
+    error: str | None = None
+
+    @property
+    def equal(self) -> bool:
+        return self.error is None and not self.differences and self.milvus_count == self.delta_rows
+
+    def to_json(self, *, max_listed: int, all_fields: bool) -> dict:
+        counts = {kind.value: 0 for kind in DifferenceKind}
+        for d in self.differences:
+            counts[d.kind.value] += 1
+        doc = {"collection": self.record.name, "database": self.record.database,
+               "collection_id": self.record.collection_id, "equal": self.equal,
+               "summary": {"milvus_count": self.milvus_count, "delta_rows": self.delta_rows,
+                           "milvus_keys": self.milvus_keys, **counts, "rows_compared": self.rows_compared,
+                           "fields_compared": "all rows" if all_fields else "sample"},
+               "caught_up": not self.behind, "behind": list(self.behind),
+               "differences": [d.to_json() for d in self.differences[:max_listed]],
+               "differences_not_listed": max(0, len(self.differences) - max_listed)}
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
+
+
+def _progress(message: str) -> None:
+    print(f"admin verify: {message}", file=sys.stderr, flush=True)
+
+
+def selected(records: list[CollectionRecord], names: tuple[str, ...]) -> list[CollectionRecord]:
+    """The collections to verify: those named (each must be one Milvus has created), else every
+    created one. Raises UsageError."""
+    created = [r for r in records if r.state == CollectionStatus.CREATED]
+    if not names:
+        return created
+    out = []
+    for name in names:
+        record = find_record(records, name)
+        if record is None and "." in name:   # db.collection
+            database, _, short = name.partition(".")
+            record = find_record([r for r in records if r.database == database], short)
+        if record is None:
+            raise UsageError(f"no collection named {name!r} in the mirrored Milvus")
+        if record.state != CollectionStatus.CREATED:
+            raise UsageError(f"collection {name!r} is {record.state.value} in Milvus: there is nothing to verify")
+        if record not in out:
+            out.append(record)
+    return out
+
+
+def behind(storage: StorageLayout, record: CollectionRecord, ts: int, timeout: float) -> tuple[str, ...]:
+    """The vchannels of ``record`` whose committed checkpoint is still before ``ts`` after waiting
+    up to ``timeout`` seconds for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        insert_log = DeltaLog.open(storage.insert_log(record.collection_id), storage.options)
+        late = tuple(v for v in record.vchannels
+                     if insert_log is None or (st := meta.channel_state_in(insert_log, v)) is None
+                     or st.checkpoint_ts < ts)
+        if not late or time.monotonic() >= deadline:
+            return late
+        time.sleep(0.5)
+
+
+def compare_fields(reader: MilvusReader, table: MirrorTable, record: CollectionRecord, layout: CollectionLayout,
+                   keys: list) -> tuple[int, list[KeyDifference]]:
+    """The rows of ``keys`` field by field, Milvus's against each copy Delta holds: the number
+    compared and the keys whose fields differ."""
+    pk = layout.primary_key
+    compared, out = 0, []
+    for i in range(0, len(keys), KEYS_PER_QUERY):
+        chunk = keys[i:i + KEYS_PER_QUERY]
+        delta = table.rows(chunk)
+        for row in reader.rows(record.database, record.name, pk, chunk):
+            key = row[pk.name]
+            expected = milvus_values(layout, row)
+            differ = {f for copy in delta.get(key, ()) for f in differing_fields(expected, delta_values(layout, copy))}
+            compared += 1
+            if differ:
+                ordered = tuple(f.name for f in layout.fields if f.name in differ)
+                out.append(KeyDifference(key=key, kind=DifferenceKind.FIELD_DIFFERS, milvus_copies=1,
+                                         delta_copies=len(delta.get(key, ())), fields=ordered))
+    return compared, out
+
+
+def verify_collection(reader: MilvusReader, storage: StorageLayout, record: CollectionRecord,
+                      options: VerifyOptions) -> CollectionReport:
+    name = record.name if record.database == "default" else f"{record.database}.{record.name}"
+    layout = CollectionLayout.from_proto(record.schema)
+    pk = layout.primary_key
+    reported = [time.monotonic()]
+
+    def on_page(read: int) -> None:
+        if time.monotonic() - reported[0] >= PROGRESS_EVERY_S:
+            reported[0] = time.monotonic()
+            _progress(f"{name}: {read:,} keys read from Milvus")
+
+    try:
+        milvus_count = reader.count(record.database, record.name)
+        milvus_keys = list(reader.keys(record.database, record.name, pk, on_page=on_page))
+    except MilvusUnreachable:
+        raise
+    except MilvusReadError as e:
+        return CollectionReport(record=record, error=str(e))
+    late = behind(storage, record, now_ts(), options.catch_up_timeout)
+    if late:
+        _progress(f"{name}: {len(late)} vchannel(s) had not committed past the moment Milvus was read after "
+                  f"{options.catch_up_timeout:g} s (is DeltaNode running?): rows written since show as differences")
+    table = MirrorTable(storage=storage, collection_id=record.collection_id, layout=layout)
+    delta_keys = table.keys()
+    differences = key_differences(milvus_keys, delta_keys)
+    common = sorted(set(milvus_keys) & set(delta_keys))
+    chosen = common if options.sample is None else \
+        sorted(random.Random(options.seed).sample(common, min(options.sample, len(common))))
+    try:
+        compared, differ = compare_fields(reader, table, record, layout, chosen)
+    except MilvusReadError as e:
+        return CollectionReport(record=record, milvus_count=milvus_count, milvus_keys=len(milvus_keys),
+                                delta_rows=len(delta_keys), differences=tuple(differences), behind=late, error=str(e))
+    report = CollectionReport(record=record, milvus_count=milvus_count, milvus_keys=len(milvus_keys),
+                              delta_rows=len(delta_keys), rows_compared=compared,
+                              differences=tuple(sorted(differences + differ, key=lambda d: d.key)), behind=late)
+    _progress(f"{name}: Milvus count(*) {milvus_count:,}, Delta {len(delta_keys):,} rows; "
+              f"{len(report.differences):,} key(s) differ; fields of {compared:,} row(s) compared")
+    return report
+
+
+def run(conf: Conf, args: argparse.Namespace) -> int:
+    settings = Settings.of(conf)
+    if settings.mirror.meta_root is None:
+        print("admin verify: the conf mirrors no Milvus (milvus.meta.root is not set): there is nothing to hold "
+              "DeltaNode's tables against", file=sys.stderr)
+        return 2
+    try:
+        options = VerifyOptions.of(args)
+        with EtcdClient(settings.etcd.endpoints, security=settings.etcd.security) as client:
+            catalog = open_catalog(settings, client)
+            try:
+                records = selected(catalog.collections(), options.collections)
+            finally:
+                catalog.close()
+    except UsageError as e:
+        print(f"admin verify: {e}", file=sys.stderr)
+        return 2
+    except (EtcdError, CatalogError) as e:
+        print(f"admin verify: {e}", file=sys.stderr)
+        return 1
+    reports = []
+    with MilvusReader(uri=options.milvus_uri, token=options.milvus_token) as reader:
+        try:
+            for record in records:
+                reports.append(verify_collection(reader, settings.storage, record, options))
+        except MilvusUnreachable as e:
+            print(f"admin verify: {e}", file=sys.stderr)
+            return 1
+    doc = {"milvus": options.milvus_uri, "equal": all(r.equal for r in reports),
+           "collections": [r.to_json(max_listed=options.max_listed, all_fields=options.sample is None)
+                           for r in reports]}
+    json.dump(doc, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+    return 0 if doc["equal"] else 1
