@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up this checkout: .venv at the repo root with everything setup.cfg lists (plus the
-# [test] extras), the etcd binary (Debian package etcd-server), a Java 17 check, and the JVM
+# [test] extras), the etcd binary (Debian package etcd-server), libfuse 3 for the power-cut tests
+# (Debian package fuse3), a Java 17 check, and the JVM
 # components from Maven Central (build/jvm_components.py: Apache Kafka, Delta Lake for Spark).
 # Idempotent and silent when everything is in place: pip runs only when setup.cfg (or the
 # Python version) changed since the last successful install.
@@ -46,6 +47,15 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null \
         || die "apt-get install etcd-server failed"
     command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] || die "etcd still missing after install"
+fi
+
+# --- libfuse 3 (the power-cut tests' filesystem, tests/integration/powercut_fs.py) ----------
+if ! command -v fusermount3 >/dev/null 2>&1; then
+    say "fusermount3 not found: installing the Debian package fuse3"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null \
+        || die "apt-get update failed"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse3 >/dev/null \
+        || die "apt-get install fuse3 failed"
 fi
 
 # --- Maven and a JDK (fetch the JVM components, build their small launchers) ---------------

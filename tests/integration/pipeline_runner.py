@@ -32,15 +32,19 @@ def main() -> int:
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
+    from deltanode.storage import delta_log
     from deltanode.storage.compaction import CompactionSettings
     from deltanode.storage.delta_log import DeltaLog
     from deltanode.storage.layout import StorageLayout
+    from deltanode.storage.object_store import StoreOptions
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.schema import schema_from_json
     spark = SparkSession.builder.config(map={**spark_defaults(), "spark.ui.enabled": "false"}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     setup_logging("INFO")
-    storage = StorageLayout(args["storage_root"])
+    storage = StorageLayout(args["storage_root"], StoreOptions(fsync=args.get("fsync", True)))
+    # A short interval puts checkpoints among the commits a test's power cut may catch.
+    delta_log.CHECKPOINT_INTERVAL = args.get("checkpoint_interval", delta_log.CHECKPOINT_INTERVAL)
     compaction = CompactionSettings(**args.get("compaction", {"interval": 0}))
     pipe = Pipeline(spark.sparkContext, storage, Broker(args["mq"], args["address"]),
                     PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
