@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-# The directories this process created or made sure of: each costs one fsync of its parent once
-# per process, never per file written in it.
-_known_dirs: set[str] = set()
+# The directories this process created or made sure of, without and with their names made durable:
+# each costs one fsync of its parent once per process, never per file written in it.
+_known_dirs: dict[bool, set[str]] = {False: set(), True: set()}
 
 
 def sync_file(path: str) -> None:
@@ -53,15 +53,19 @@ def make_dirs(path: str, *, sync: bool, again: bool = False) -> None:
     """Create the directory ``path`` and its missing parents. ``sync``: each one's name durable
     (its parent fsynced) before this returns, also for a directory that another process created:
     that process may have died before its own fsync, and a file committed in it would be lost
-    with it. Once per directory and process; ``again``: the directory was removed since (its
-    entry is forgotten, and it is made anew)."""
+    with it. Once per directory and process; ``again``: the directory was removed since (it and
+    its parents are forgotten, and made anew where missing)."""
     if again:
-        _known_dirs.discard(path)
-    if path in _known_dirs:
+        forget = path
+        while forget not in ("", os.path.dirname(forget)):
+            _known_dirs[False].discard(forget)
+            _known_dirs[True].discard(forget)
+            forget = os.path.dirname(forget)
+    if path in _known_dirs[True] or (not sync and path in _known_dirs[False]):
         return
     if not sync:
         os.makedirs(path, exist_ok=True)
-        _known_dirs.add(path)
+        _known_dirs[False].add(path)
         return
     parent = os.path.dirname(path)
     if parent != path:
@@ -74,4 +78,4 @@ def make_dirs(path: str, *, sync: bool, again: bool = False) -> None:
                 sync_dir(parent)
             except PermissionError:   # above storage.root, a directory this user may not read: not ours
                 pass
-    _known_dirs.add(path)
+    _known_dirs[True].add(path)
