@@ -53,7 +53,8 @@ class _Entry:
 
 class PowerCutModel:
     """A backing directory and what a power cut would undo of it. ``path`` arguments are absolute
-    inside the filesystem (``/a/b``). Thread-safe (one lock around every change)."""
+    inside the filesystem (``/a/b``). Thread-safe (one lock around every change). Runs in the
+    filesystem's process (``powercut_fs.py``), or in a unit test."""
 
     def __init__(self, backing: str, stash: str) -> None:
         """``stash``: an empty directory on the same filesystem as ``backing``, outside it."""

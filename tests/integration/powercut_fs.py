@@ -43,7 +43,8 @@ def _operations(model: PowerCutModel):
     from mfusepy import FuseOSError, Operations
 
     class PowerCutOperations(Operations):
-        """Pass-through to the backing directory; every change goes through the model."""
+        """Pass-through to the backing directory; every change goes through the model. Runs in
+        the filesystem's process, one request at a time."""
 
         use_ns = True
 
@@ -174,7 +175,8 @@ def main(argv: list[str]) -> int:
 
 class PowerCutMount:
     """``powercut_fs.py`` serving ``backing`` at ``mountpoint``, for a test: ``cut()`` is the power
-    cut (everything not fsynced is lost), ``start()`` again is the machine back up."""
+    cut (everything not fsynced is lost), ``start()`` again is the machine back up. Runs in the
+    test's process; the filesystem in a child process."""
 
     def __init__(self, backing: Path, mountpoint: Path, log: Path) -> None:
         self.backing, self.mountpoint, self.log = backing, mountpoint, log
