@@ -1,6 +1,8 @@
 """A real Milvus 2.3.5 and DeltaNode's mirror of it, for the tests that run one: the collections'
 schemas and rows (every type Milvus 2.3.5 loads), ``Mirror`` (``spark-submit.sh standalone`` in mirror
-mode, as a user runs it), and how a mirrored collection's rows are read and compared with Milvus's."""
+mode, as a user runs it), ``RecordingClient`` (the rows a test sent), and how a mirrored collection's
+rows are read: its current rows, to compare with Milvus's ``query``, and every row of its insert
+table, to compare with the rows sent; both as multisets (tests/row_multisets.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import json
 import os
 import signal
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +21,10 @@ from deltanode.standalone.services import free_port
 from deltanode.storage import meta
 from deltanode.storage.current_state import current_rows
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.storage.tables import open_table, read_table
 from deltanode.wire.positions import now_ts
 
+from ..row_multisets import assert_same_rows
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
 from .processes import start as start_process
@@ -104,9 +109,11 @@ def as_milvus(row: dict, fields: list[dict]) -> dict:
     return out
 
 
-def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict], reader=None) -> dict:
-    """The collection's rows as Milvus's query gives them, by primary key: from the tables by
-    Milvus's rules (``current_rows``), or as a Delta reader of ``delta_readers`` reads them."""
+def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict], reader=None) -> list[dict]:
+    """The collection's current rows as Milvus's query gives them: from the tables by Milvus's rules
+    (``current_rows``: the reference for deletes and upserts, one row a key by construction), or
+    every row a Delta reader reads from the insert table, deletion vectors applied (``reader``: one
+    of ``delta_readers``, or ``deltanode_reader``), where a row held twice is there twice."""
     pk = next(f["name"] for f in fields if f.get("is_primary_key"))
     if reader is None:
         table = current_rows(storage, collection_id, pk)
@@ -115,16 +122,72 @@ def mirrored(storage: StorageLayout, collection_id: int, fields: list[dict], rea
         table = reader(uri, [f["name"] for f in fields] + (["$meta"] if "$meta" in read_table(
             storage, uri, include_deleted=True).column_names else []))
     rows = table.to_pylist() if table is not None else []
-    return {r[pk]: as_milvus(r, fields) for r in rows}
+    return [as_milvus(r, fields) for r in rows]
 
 
-def assert_same_rows(milvus_rows: list[dict], delta_rows: dict, pk: str, what: str) -> None:
-    expected = {r[pk]: r for r in milvus_rows}
-    missing, extra = sorted(expected.keys() - delta_rows.keys()), sorted(delta_rows.keys() - expected.keys())
-    assert not missing and not extra, f"{what}: missing in Delta {missing[:10]}, not in Milvus {extra[:10]}"
-    differ = [k for k in expected if expected[k] != delta_rows[k]]
-    assert not differ, (f"{what}: {len(differ)} rows differ, e.g. {differ[0]!r}:\n Milvus {expected[differ[0]]}\n"
-                        f" Delta  {delta_rows[differ[0]]}")
+def deltanode_reader(storage: StorageLayout) -> Callable:
+    """DeltaNode's own reader (``read_table``, deletion vectors applied) as a reader of
+    ``delta_readers``: ``reader(uri, columns)``."""
+    return lambda uri, columns: read_table(storage, uri, columns)
+
+
+def inserted(storage: StorageLayout, collection_id: int, fields: list[dict]) -> list[dict]:
+    """Every row the collection's insert table holds, deleted ones too (each version an upsert
+    inserted, rows a delete marked), as Milvus's query gives rows."""
+    table = read_table(storage, storage.insert_log(collection_id), include_deleted=True)
+    return [as_milvus(r, fields) for r in table.to_pylist()] if table is not None else []
+
+
+def compacted(storage: StorageLayout, collection_id: int) -> bool:
+    """Whether DeltaNode's compaction rewrote any of the insert table's files: a rewrite leaves out
+    the rows deletion vectors delete, so those are no longer in the insert table."""
+    uri = storage.insert_log(collection_id)
+    table = open_table(uri, storage.delta_options(uri))
+    return table is not None and any(c.get("operation") == "OPTIMIZE" for c in table.history())
+
+
+def absent_from(current: list[dict], key: str) -> Callable[[dict], bool]:
+    """Whether a row is not among Milvus's ``current`` rows (deleted, or replaced by an upsert)."""
+    live = {r[key]: r for r in current}
+    return lambda row: live.get(row[key]) != row
+
+
+class RecordingClient:
+    """A MilvusClient that records the rows each insert and upsert sent, by collection, in order:
+    the rows the collection's insert table must hold, each once. A dropped partition's rows leave
+    the record (DeltaNode removes them from the insert table). Runs in the test process, its
+    writes from any thread."""
+
+    def __init__(self, client: MilvusClient) -> None:
+        self.client = client
+        self._sent: dict[str, list[tuple[str | None, dict]]] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+    def insert(self, name: str, rows: list[dict], partition: str | None = None,
+               timeout: float | None = None) -> dict:
+        return self._record(self.client.insert(name, rows, partition, timeout), name, rows, partition)
+
+    def upsert(self, name: str, rows: list[dict], partition: str | None = None,
+               timeout: float | None = None) -> dict:
+        return self._record(self.client.upsert(name, rows, partition, timeout), name, rows, partition)
+
+    def drop_partition(self, name: str, partition: str, timeout: float | None = None) -> None:
+        self.client.drop_partition(name, partition, timeout)
+        with self._lock:
+            self._sent[name] = [(p, r) for p, r in self._sent.get(name, []) if p != partition]
+
+    def sent(self, name: str) -> list[dict]:
+        """The rows sent to ``name`` so far."""
+        with self._lock:
+            return [r for _, r in self._sent.get(name, [])]
+
+    def _record(self, result: dict, name: str, rows: list[dict], partition: str | None) -> dict:
+        with self._lock:
+            self._sent.setdefault(name, []).extend((partition, r) for r in rows)
+        return result
 
 
 class Mirror:
@@ -176,17 +239,24 @@ class Mirror:
 
 def mirror_a_sharded_collection(mc: MilvusClient, mirror: Mirror, name: str) -> None:
     """A two-shard collection written before ``mirror`` starts (300 rows, 3 of them deleted) and while
-    it runs (100 more): its current rows in Delta are Milvus's, none lost, none twice."""
+    it runs (100 more): its current rows in Delta are Milvus's, and its insert table holds each of
+    the 400 rows sent once (the deleted ones too): none lost, none twice."""
     made = {name: mc.create_collection(name, SHARDED, shards=2)}
-    mc.insert(name, [sharded_row(i) for i in range(300)])
+    sent = [sharded_row(i) for i in range(400)]
+    mc.insert(name, sent[:300])
     mc.delete(name, "id in [1, 2, 3]")
     mirror.start()
     try:
-        mc.insert(name, [sharded_row(i) for i in range(300, 400)])
+        mc.insert(name, sent[300:])
         mirror.wait_caught_up(made, now_ts())
-        rows = current_rows(mirror.storage, made[name]["collection_id"], "id")
-        assert rows is not None
-        assert sorted(rows.column("id").to_pylist()) == [i for i in range(400) if i not in (1, 2, 3)]
+        cid = made[name]["collection_id"]
+        current = mc.query(name, output_fields=["*"])
+        assert [r["id"] for r in current] == [i for i in range(400) if i not in (1, 2, 3)]
+        for reader in (None, deltanode_reader(mirror.storage)):
+            assert_same_rows(current, mirrored(mirror.storage, cid, SHARDED, reader), key="id",
+                             what=f"{name}'s current rows")
+        assert_same_rows(sent, inserted(mirror.storage, cid, SHARDED), key="id", what=f"{name}'s insert table",
+                         may_lack=absent_from(current, "id") if compacted(mirror.storage, cid) else None)
         assert mc.count(name) == 397 and not mirror.log_errors()
     finally:
         mirror.stop()

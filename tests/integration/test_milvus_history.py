@@ -32,6 +32,7 @@ from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.names import pchannel_of
 from deltanode.wire.positions import kafka_offset, now_ts
 
+from ..row_multisets import assert_same_rows
 from .milvus_client import MilvusClient
 from .milvus_mirror import (
     BINARY,
@@ -39,10 +40,12 @@ from .milvus_mirror import (
     EVERY_TYPE,
     SHARDED,
     Mirror,
-    assert_same_rows,
+    RecordingClient,
     binary_row,
     by_key_row,
+    deltanode_reader,
     every_type_row,
+    inserted,
     mirrored,
     sharded_row,
 )
@@ -127,6 +130,15 @@ def delete_records_before(bootstrap: str, offsets: dict[str, int]) -> dict[str, 
         consumer.close()
 
 
+def by_key(rows: list[dict], fields: list[dict]) -> dict[object, list[dict]]:
+    """``rows`` grouped by primary key."""
+    pk = next(f["name"] for f in fields if f.get("is_primary_key"))
+    out: dict[object, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row[pk], []).append(row)
+    return out
+
+
 def write_round(mc: MilvusClient, r: int) -> None:
     """Round ``r``: new rows, deletes of this and earlier rounds' rows, upserts of earlier rows."""
     lo, hi = r * PER_ROUND, (r + 1) * PER_ROUND
@@ -148,6 +160,7 @@ def write_round(mc: MilvusClient, r: int) -> None:
 
 
 def test_a_milvus_with_a_history_is_mirrored_from_its_segments_through_a_kill(mc, mirror, milvus, broker):
+    mc = RecordingClient(mc)   # the rows sent: each must be in its insert table once
     made = {
         "every_type": mc.create_collection("every_type", EVERY_TYPE, enable_dynamic_field=True),
         "by_key": mc.create_collection("by_key", BY_KEY, num_partitions=4),
@@ -194,6 +207,11 @@ def test_a_milvus_with_a_history_is_mirrored_from_its_segments_through_a_kill(mc
     for name, d in made.items():
         assert all(cps[v][1] > d["created_timestamp"] for v in d["vchannels"]), name
 
+    # What DeltaNode finds when it starts: the rows live then must be in the insert tables, each once;
+    # a row deleted or replaced by then may be gone with a segment Milvus compacted, never twice.
+    live_at_start = {name: by_key(mc.query(name, output_fields=["*"]), fields) for name, fields in FIELDS.items()}
+    sent_before = {name: len(mc.sent(name)) for name in made}
+
     # DeltaNode starts from Milvus's segments; SIGKILLed once its first import commit is in a table.
     mirror.start()
 
@@ -236,8 +254,18 @@ def test_a_milvus_with_a_history_is_mirrored_from_its_segments_through_a_kill(mc
     for name, fields in FIELDS.items():
         expected = mc.query(name, output_fields=["*"])
         pk = next(f["name"] for f in fields if f.get("is_primary_key"))
-        assert_same_rows(expected, mirrored(mirror.storage, made[name]["collection_id"], fields), pk, name)
+        cid = made[name]["collection_id"]
+        for reader in (None, deltanode_reader(mirror.storage)):   # the deletes' rules; the deletion vectors
+            assert_same_rows(expected, mirrored(mirror.storage, cid, fields, reader), key=pk,
+                             what=f"{name}'s current rows")
         assert len(expected) == mc.count(name) > 0
+        before, live = by_key(mc.sent(name)[:sent_before[name]], fields), live_at_start[name]
+        stored = inserted(mirror.storage, cid, fields)
+        assert_same_rows(mc.sent(name), stored, key=pk, what=f"{name}'s insert table",
+                         may_lack=lambda row, before=before, live=live, pk=pk:
+                         row in before.get(row[pk], []) and row not in live.get(row[pk], []))
+        print(f"{name}: {len(mc.sent(name))} rows sent, {sum(map(len, live.values()))} live at DeltaNode's start, "
+              f"{len(stored)} in the insert table, {len(expected)} current")
     with EtcdClient(mirror.env["DELTANODE_ETCD_ENDPOINTS"]) as client:
         assert read_gaps(client, mirror.env["DELTANODE_ETCD_ROOT"]) == {}
     done = imported()

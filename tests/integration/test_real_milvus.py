@@ -35,6 +35,7 @@ from deltanode.wire.names import pchannel_of
 from deltanode.wire.positions import now_ts
 
 from ..delta_readers import READERS
+from ..row_multisets import assert_same_rows
 from .milvus_client import MilvusClient
 from .milvus_mirror import (
     BINARY,
@@ -42,10 +43,14 @@ from .milvus_mirror import (
     EVERY_TYPE,
     SHARDED,
     Mirror,
-    assert_same_rows,
+    RecordingClient,
+    absent_from,
     binary_row,
     by_key_row,
+    compacted,
+    deltanode_reader,
     every_type_row,
+    inserted,
     mirrored,
     sharded_row,
 )
@@ -75,8 +80,8 @@ def halves_row(i: int) -> dict:
 
 
 
-def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> dict:
-    """The collection's rows by primary key as ``./spark-submit.sh sql`` prints them (delta-spark over
+def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> list[dict]:
+    """The collection's rows, every one, as ``./spark-submit.sh sql`` prints them (delta-spark over
     the table ``register_tables`` names after the Milvus collection, each row through the sql
     subcommand's JSON), in the shape ``as_milvus`` gives: dynamic keys at the top, binary and
     Float16 vectors (arrays in the JSON) in base64."""
@@ -84,8 +89,7 @@ def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> dict
     register_tables(spark, conf, [name])
     frame = spark.sql(f"SELECT * FROM {name}")
     renderer = RowRenderer(frame.schema)
-    pk = next(f["name"] for f in fields if f.get("is_primary_key"))
-    out = {}
+    out = []
     for printed in (json.loads(renderer.render(row)) for row in frame.toLocalIterator()):
         row = {}
         for f in fields:
@@ -97,7 +101,7 @@ def spark_mirrored(spark, mirror: Mirror, name: str, fields: list[dict]) -> dict
             row[f["name"]] = value
         for k, v in (printed.get("$meta") or {}).items():
             row.setdefault(k, v)
-        out[printed[pk]] = row
+        out.append(row)
     return out
 
 
@@ -159,6 +163,7 @@ def mirror(etcd_server, milvus, tmp_path):
 
 
 def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirror, milvus):
+    mc = RecordingClient(mc)   # the rows sent: each must be in its insert table once
     made = {
         "every_type": mc.create_collection("every_type", EVERY_TYPE, enable_dynamic_field=True),
         "by_key": mc.create_collection("by_key", BY_KEY, num_partitions=4),
@@ -226,27 +231,36 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
     mc.upsert("by_key", [by_key_row(i, version=2) for i in range(0, 400, 40)])
     mirror.wait_caught_up(made, now_ts())
 
-    print(f"\n{milvus.mq}: collection  Milvus count(*)  Delta current rows  insert_log rows (deleted too)  "
-          "delta_log rows")
+    # Every row counted: Milvus's current rows each once in the current state (as every reader reads
+    # it), and each row inserted or upserted once in the insert table (a deleted one too, unless
+    # DeltaNode's compaction rewrote its file).
+    print(f"\n{milvus.mq}: collection  Milvus count(*)  Delta current rows  rows sent  insert_log rows "
+          "(deleted too)  delta_log rows")
     for name, fields in (("every_type", EVERY_TYPE), ("by_key", BY_KEY), ("sharded", SHARDED), ("binary", BINARY),
                          ("late", SHARDED)):
         expected = mc.query(name, output_fields=["*"])
         pk = next(f["name"] for f in fields if f.get("is_primary_key"))
-        delta = mirrored(mirror.storage, made[name]["collection_id"], fields)
-        assert_same_rows(expected, delta, pk, name)
-        for reader_name, reader in READERS.items():   # deletion vectors applied by every Delta reader
-            assert_same_rows(expected, mirrored(mirror.storage, made[name]["collection_id"], fields, reader), pk,
-                             f"{name}, read by {reader_name}")
-        assert_same_rows(expected, spark_mirrored(spark, mirror, name, fields), pk, f"{name}, read by Spark")
-        assert len(expected) == mc.count(name) > 0
         cid = made[name]["collection_id"]
-        insert_rows = table_rows(mirror.storage, mirror.storage.insert_log(cid))
+        delta = mirrored(mirror.storage, cid, fields)
+        assert_same_rows(expected, delta, key=pk, what=f"{name}'s current rows")
+        for reader_name, reader in {**READERS, "DeltaNode": deltanode_reader(mirror.storage)}.items():
+            # deletion vectors applied by every Delta reader, every row it reads counted
+            assert_same_rows(expected, mirrored(mirror.storage, cid, fields, reader), key=pk,
+                             what=f"{name}, read by {reader_name}")
+        assert_same_rows(expected, spark_mirrored(spark, mirror, name, fields), key=pk, what=f"{name}, read by Spark")
+        assert len(expected) == mc.count(name) > 0
+        stored = inserted(mirror.storage, cid, fields)
+        assert_same_rows(mc.sent(name), stored, key=pk, what=f"{name}'s insert table",
+                         may_lack=absent_from(expected, pk) if compacted(mirror.storage, cid) else None)
         delta_rows = table_rows(mirror.storage, mirror.storage.delta_log(cid))
-        print(f"{name:11} {len(expected):16,} {len(delta):19,} {insert_rows:16,} {delta_rows:15,}")
+        print(f"{name:11} {len(expected):16,} {len(delta):19,} {len(mc.sent(name)):10,} {len(stored):16,} "
+              f"{delta_rows:15,}")
     assert table_rows(mirror.storage, mirror.storage.quarantine(), "offset") == 0
-    assert mirrored(mirror.storage, made["halves"]["collection_id"], HALVES) == \
-        {i: halves_row(i) for i in range(50)}
-    assert spark_mirrored(spark, mirror, "halves", HALVES) == {i: halves_row(i) for i in range(50)}
+    halves = made["halves"]["collection_id"]
+    assert_same_rows(mc.sent("halves"), mirrored(mirror.storage, halves, HALVES), key="id", what="halves' current rows")
+    assert_same_rows(mc.sent("halves"), inserted(mirror.storage, halves, HALVES), key="id", what="halves' insert table")
+    assert_same_rows(mc.sent("halves"), spark_mirrored(spark, mirror, "halves", HALVES), key="id",
+                     what="halves, read by Spark")
 
     listed = {c["name"]: c for c in mirror.admin("show-collections")}
     # The server's start-up probe made and dropped a collection: Milvus keeps it, dropping, a while.
@@ -273,7 +287,7 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
     mc.drop_collection("late")
     wait_until(lambda: {c["name"]: c["state"] for c in mirror.admin("show-collections")}.get("late", "dropped")
                == "dropped", 120, "the dropped collection to be dropped in Delta")
-    assert mirrored(mirror.storage, made["late"]["collection_id"], SHARDED) == {}
+    assert mirrored(mirror.storage, made["late"]["collection_id"], SHARDED) == []
     assert not mirror.log_errors()
 
     if milvus.mq == "pulsar":
