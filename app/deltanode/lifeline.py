@@ -58,16 +58,21 @@ def _start_time(pid: int) -> str | None:
 
 
 def exit_with_launcher(sig: int = signal.SIGTERM) -> bool:
-    """When ``DELTANODE_LAUNCHER_PID`` names a live process other than this one, stop this
-    process once that one is gone (compared by start time, so a reused pid does not count).
-    Returns True when armed."""
+    """When ``DELTANODE_LAUNCHER_PID`` names a process other than this one, stop this process
+    once that one is gone (compared by start time, so a reused pid does not count); at once when
+    it is gone already: a launcher killed while the JVM was still starting the driver. Returns
+    True when armed."""
     try:
         pid = int(os.environ.get(LAUNCHER_PID, ""))
     except ValueError:
         return False
-    started = _start_time(pid) if sys.platform.startswith("linux") and pid != os.getpid() else None
-    if started is None:
+    if not sys.platform.startswith("linux") or pid == os.getpid():
         return False
+    started = _start_time(pid)
+    if started is None:
+        log.error("the launcher (spark-submit.sh, pid %d) is gone before the driver started: exiting", pid)
+        flush_logs()
+        os._exit(1)
 
     def watch() -> None:
         while _start_time(pid) == started:

@@ -34,7 +34,7 @@ class Node:
     def __init__(self, name: str, subcommand: str, conf: Path, log_dir: Path) -> None:
         self.name, self.subcommand, self.conf, self.log_dir = name, subcommand, conf, log_dir
         self.proc: subprocess.Popen | None = None
-        self.paused = False
+        self._paused: list[int] = []
         self.starts = 0
 
     def start(self) -> None:
@@ -45,39 +45,65 @@ class Node:
         self.proc = subprocess.Popen([str(ROOT / "spark-submit.sh"), self.subcommand, "--conf", str(self.conf)],
                                      cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
-        self.paused = False
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def _signal(self, sig: int) -> None:
-        if self.proc is not None:
+    def tree(self) -> list[int]:
+        """The launcher and every process under it: the spark-submit JVM, the Python driver,
+        pyspark's workers (their own process groups: a signal to the launcher's group misses them)."""
+        if self.proc is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo += children.get(pid, [])
+        return out
+
+    def _signal(self, sig: int, pids: list[int]) -> None:
+        for pid in pids:
             try:
-                os.killpg(self.proc.pid, sig)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
 
     def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+        """SIGKILL of every process of the node at once, as a machine loss stops it."""
+        self._signal(signal.SIGKILL, self.tree())
         if self.proc is not None:
             self.proc.wait()
-        self.paused = False
+        self._paused = []
 
     def pause(self) -> None:
-        self._signal(signal.SIGSTOP)
-        self.paused = True
+        self._paused = self.tree()
+        self._signal(signal.SIGSTOP, self._paused)
 
     def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-        self.paused = False
+        self._signal(signal.SIGCONT, self._paused)
+        self._paused = []
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
 
     def stop(self) -> None:
         """Ctrl-C, as a user stops it; SIGKILL after 60 s."""
         if not self.alive:
             return
         self.resume()
-        self._signal(signal.SIGINT)
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGINT)
         try:
             assert self.proc is not None
             self.proc.wait(timeout=60)
