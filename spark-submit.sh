@@ -69,6 +69,20 @@ if [ ! -f "$ZIP" ] || [ -n "$(find "$ROOT/app/deltanode" -name __pycache__ -prun
         ! -name '*.pyc' -newer "$ZIP" -print -quit)" ]; then
     bash "$ROOT/build/package.sh" -q || die "packaging failed (build/package.sh)"
 fi
+# This run's own link to the archive: package.sh replaces the archive by a rename when app/
+# changes, and Python's zipimport reads modules by path long after start, so a node running
+# while the code is updated would read another archive's bytes at its next import. The link
+# keeps this run's archive; links of launchers that are gone are removed here.
+RUN_DIR="$ROOT/build/dist/run"
+mkdir -p "$RUN_DIR"
+for old in "$RUN_DIR"/deltanode-*.zip; do
+    [ -e "$old" ] || continue
+    pid="${old##*-}"
+    kill -0 "${pid%.zip}" 2>/dev/null || rm -f "$old"
+done
+ln -f "$ZIP" "$RUN_DIR/deltanode-$$.zip" || die "cannot link $ZIP into $RUN_DIR"
+ZIP="$RUN_DIR/deltanode-$$.zip"
+trap 'rm -f "$OPTS_FILE" "$ZIP"' EXIT
 
 # Admin commands are clients of etcd, the broker and the Delta tables: they need no Spark, so
 # they run on the venv's Python with the same zip, without a JVM. (spark-submit would also
