@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fetch the JVM components DeltaNode runs (Kafka, Pulsar, Delta for Spark, YARN) from Maven Central.
+"""Fetch the JVM components DeltaNode runs (Kafka, Pulsar, Delta and S3A for Spark, YARN) from Maven Central.
 
 ``build/jvm_components.py``: for each ``build/jvm/NAME/pom.xml``, the jars it names with their
 runtime dependencies land in ``.venv/share/deltanode/jars/NAME/`` (``deltanode.jars`` finds them

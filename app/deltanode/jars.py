@@ -1,8 +1,9 @@
 """The JVM components ``build/bootstrap.sh`` fetched from Maven Central (runs on the driver).
 
 ``build/jvm_components.py`` puts each component's jars in ``share/deltanode/jars/NAME/`` of the
-venv (``kafka`` and ``pulsar``: the embedded brokers; ``delta``: Delta Lake for Spark; ``yarn``:
-the single-node YARN of the tests). Nothing is fetched at run time: a missing component is an
+venv (``kafka`` and ``pulsar``: the embedded brokers; ``delta``: Delta Lake for Spark; ``s3a``:
+Hadoop's S3A connector, for Spark to read tables on S3; ``yarn``: the single-node YARN of the
+tests). Nothing is fetched at run time: a missing component is an
 error that says to run bootstrap.
 """
 

@@ -4,16 +4,19 @@ and the collections as tables of a user's own PySpark session.
     from pyspark.sql import SparkSession
     from deltanode.config import load_conf
     from deltanode.lake.spark import configure, register_tables
-    spark = configure(SparkSession.builder.master("local[2]")).getOrCreate()
-    register_tables(spark, load_conf("conf/standalone.conf"))
+    conf = load_conf("conf/standalone.conf")
+    spark = configure(SparkSession.builder.master("local[2]"), conf).getOrCreate()
+    register_tables(spark, conf)
     spark.table("demo").count()
 
 ``configure`` puts the Delta jars of ``.venv/share/deltanode/jars/delta/`` in ``spark.jars`` (the
 driver's and the executors' class path; nothing is downloaded: PyPI delta-spark's own
 ``configure_spark_with_delta_pip`` asks Maven for them) and sets Delta's SQL extension and catalog
-(``delta.`path``` tables, ``DESCRIBE HISTORY``, time travel). It must come before the session's
-JVM starts. Every Spark subcommand of DeltaNode has the jars (``cli.spark_submit_args``); the
-``sql`` subcommand adds the SQL settings.
+(``delta.`path``` tables, ``DESCRIBE HISTORY``, time travel). Given a conf whose ``storage.root``
+is on S3, it adds the S3A connector's jars and settings (``s3a``); ``register_tables`` then hands
+the session the conf's S3 credentials. It must come before the session's JVM starts. Every Spark
+subcommand of DeltaNode has the Delta jars (``cli.spark_submit_args``); the ``sql`` subcommand adds
+the SQL settings and S3A.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..jars import component_jars
+from ..storage.object_store import is_object_store
+from .s3a import hand_credentials, s3a_options, trust_options, trust_store
 
 EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -54,11 +59,34 @@ def with_delta_sql(options: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def configure(builder):
+def with_storage(options: Mapping[str, str], storage) -> dict[str, str]:
+    """``options`` with what reaches ``storage`` (a ``StorageLayout``): for a root on S3, the S3A
+    jars after the others in ``spark.jars`` and ``s3a.s3a_options`` where ``options`` has no value
+    of its own; with ``storage.s3.ca.file``, its trust store added to the JVMs' options. A local
+    root needs nothing."""
+    if not is_object_store(storage.root):
+        return dict(options)
+    out = {**options, "spark.jars": _append(options.get("spark.jars"), [str(p) for p in component_jars("s3a")])}
+    for key, value in s3a_options(storage.options).items():
+        out.setdefault(key, value)
+    if storage.options.ca_file:
+        trust = trust_options(trust_store(storage.options.ca_file))
+        out["spark.files"] = _append(out.get("spark.files"), [trust.pop("spark.files")])
+        for key, value in trust.items():   # Java options: after the conf's own
+            out[key] = " ".join(v for v in (out.get(key), value) if v)
+    return out
+
+
+def configure(builder, conf=None):
     """``builder`` (a ``SparkSession.Builder``) with the Delta jars and delta-spark's SQL
-    settings, kept with the builder's own ``spark.jars`` and ``spark.sql.extensions``."""
+    settings, kept with the builder's own ``spark.jars`` and ``spark.sql.extensions``; with
+    ``conf`` (a ``deltanode.config.Conf``), what reaches its ``storage.root`` (``with_storage``)."""
+    from ..storage.layout import StorageLayout
     own = dict(getattr(builder, "_options", {}))
-    for key, value in with_delta_sql(own).items():
+    wanted = with_delta_sql(own)
+    if conf is not None:
+        wanted = with_storage(wanted, StorageLayout.from_conf(conf))
+    for key, value in wanted.items():
         if own.get(key) != value:
             builder = builder.config(key, value)
     return builder
@@ -68,7 +96,10 @@ def register_tables(spark, conf, names: list[str] | None = None) -> list[str]:
     """Make the collections of ``conf``'s catalog (a ``deltanode.config.Conf``: etcd and
     ``storage.root``) tables of ``spark``, each named after its collection (``db.collection`` for a
     Milvus database other than the default one): all of them, or those ``names`` lists. Returns
-    the names registered. Each table reads its Delta log once when registered."""
+    the names registered. Each table reads its Delta log once when registered.
+
+    For a ``storage.root`` on S3, ``spark`` must have been made by ``configure`` with ``conf``
+    (the S3A jars and endpoint); its Hadoop configuration gets the conf's credentials first."""
     from ..storage.layout import StorageLayout
     from .tables import catalog_tables
     from .views import register
@@ -79,5 +110,7 @@ def register_tables(spark, conf, names: list[str] | None = None) -> list[str]:
         if missing:
             raise KeyError(f"no collection named {', '.join(missing)} (the tables: {', '.join(sorted(known))})")
         tables = [t for t in tables if t.qualified in names]
-    register(spark, StorageLayout.from_conf(conf), tables)
+    storage = StorageLayout.from_conf(conf)
+    hand_credentials(spark, storage)
+    register(spark, storage, tables)
     return [t.qualified for t in tables]

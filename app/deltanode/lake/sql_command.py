@@ -38,12 +38,14 @@ class QueryError(Exception):
 
 def session_options(conf: Conf, args: argparse.Namespace, warehouse: str) -> dict[str, str]:
     """The spark.* options of the query's session: the subcommand's own (the conf's keys, the
-    defaults, the Delta jars), delta-spark's SQL settings, and for a one-off query no UI and
+    defaults, the Delta jars), delta-spark's SQL settings, S3A's for a root on S3 (no secret:
+    ``_query`` hands the credentials to the running session), and for a one-off query no UI and
     Spark's log at ERROR unless the conf says otherwise. ``warehouse``: where a Milvus
     database's views go (a directory that goes with the process)."""
     from ..spark_options import spark_options
-    from .spark import with_delta_sql
-    options = with_delta_sql(spark_options(args.command, conf))
+    from ..storage.layout import StorageLayout
+    from .spark import with_delta_sql, with_storage
+    options = with_storage(with_delta_sql(spark_options(args.command, conf)), StorageLayout.from_conf(conf))
     for key, value in {"spark.ui.enabled": "false", "spark.log.level": "ERROR", "spark.driver.memory": "1g",
                        "spark.sql.warehouse.dir": warehouse}.items():
         options.setdefault(key, value)
@@ -109,6 +111,7 @@ def _query(spark, conf: Conf, tables: list[LakeTable], query: str, results: Resu
     from pyspark.errors import AnalysisException, ParseException
 
     from ..storage.layout import StorageLayout
+    from .s3a import hand_credentials
     from .statements import writing_statement
     from .views import register
     try:
@@ -118,7 +121,9 @@ def _query(spark, conf: Conf, tables: list[LakeTable], query: str, results: Resu
     if writes is not None:
         raise QueryError(f"the query would write or change something ({writes}): sql only reads, and "
                          "DeltaNode is the only writer of its tables")
-    register(spark, StorageLayout.from_conf(conf), mentioned(tables, query))
+    storage = StorageLayout.from_conf(conf)
+    hand_credentials(spark, storage)   # before the first read of the storage
+    register(spark, storage, mentioned(tables, query))
     try:
         frame = spark.sql(query)
         renderer = RowRenderer(frame.schema)
