@@ -9,7 +9,6 @@ import sys
 
 from .config import Conf, ConfError
 from .jvm import spark_defaults
-from .lake.spark import with_delta_jars
 
 
 def spark_options(command: str, conf: Conf) -> dict[str, str]:
@@ -31,6 +30,9 @@ def spark_options(command: str, conf: Conf) -> dict[str, str]:
         # container's directory, deep in the NodeManager's local dirs: past the 107 bytes a socket's
         # path may have ("AF_UNIX path too long"). /tmp is on every host.
         spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
+    # Imported here: the command line imports this module, and must start on the standard library
+    # alone (``--help``, conf errors), where lake's S3 settings need pyarrow.
+    from .lake.spark import with_delta_jars
     return with_delta_jars(spark)
 
 
