@@ -58,6 +58,7 @@ class TaskErrorKind(enum.StrEnum):
     the message."""
 
     BROKER = "broker"            # the broker could not serve the range it read
+    BROKER_UNREACHABLE = "broker unreachable"   # the broker did not answer for the range: its vchannels wait
     ROUTER = "router"            # its router raised (a step, or closing its binlog files)
     MARK_FAILED = "mark"         # marking its deletes raised, or their Spark job failed
     STORAGE_FULL = "storage-full"   # a write found its filesystem out of space (``storage.space``)
@@ -329,7 +330,7 @@ class ReadStats:
     bytes: int = 0
     dml_messages: int = 0
     dml_bytes: int = 0
-    error: TaskError | None = None   # the broker could not serve the range; its vchannels fail
+    error: TaskError | None = None   # the broker could not serve the range; its vchannels fail (or wait)
     next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)
     tick: int = 0                  # the ts of the range's last TimeTick (0: none)
     tick_offset: int = -1          # and its offset

@@ -31,6 +31,7 @@ from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
 from ..milvus_import.progress import import_progress, summary
 from ..mq.broker import BrokerError
+from ..mq.reachability import describe_broker_outage
 from ..settings import Settings
 from ..storage import meta
 from ..storage.channel_state import SegmentState
@@ -344,7 +345,9 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
                       else describe_outage(st.etcd_unreachable_since, st.etcd_error or "", now),
                       "sessions_lost": st.sessions_lost,
                       "storage_full": st.storage_full, "storage_full_for_s": None if st.storage_full_since is None
-                      else round(now - st.storage_full_since)})
+                      else round(now - st.storage_full_since),
+                      "broker_unreachable_since": None if st.broker_unreachable_since is None
+                      else describe_broker_outage(st.broker_unreachable_since, st.broker_error or "", now)})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
     try:
         settings.broker.ping(settings.pchannels.names()[0], timeout=5.0)

@@ -145,6 +145,9 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("mq.pulsar.tls.allow.insecure", KeyType.BOOL, "false", "accept any certificate from the Pulsar broker"),
     _k("mq.pulsar.tls.validate.hostname", KeyType.BOOL, "false",
        "check that the Pulsar broker's certificate names its host"),
+    _k("mq.pulsar.listener.name", KeyType.STR, None,
+       "the broker's advertised listener (advertisedListeners) to reach it by, e.g. one through a proxy or NAT; "
+       "unset: its internal one"),
     _k("mq.pulsar.receiver.queue.size", KeyType.INT, "1000",
        "messages a reader of a pchannel range prefetches (never more than its range holds); 1 for a "
        "Pulsar-protocol broker that mis-delivers a fuller queue", min=1),

@@ -54,6 +54,8 @@ class NodeView:
     etcd_error: Callable[[], str]
     sessions_lost: Callable[[], int]
     storage_full: Callable[[], str | None] = lambda: None   # "storage full: {where}: {reason}" while it lasts
+    broker_down_since: Callable[[], float | None] = lambda: None   # wall clock, None while the broker answers
+    broker_error: Callable[[], str] = lambda: ""
 
 
 class DataNodeCollector(Collector):
@@ -133,6 +135,11 @@ class DataNodeCollector(Collector):
         yield lost
         yield _gauge("deltanode_storage_full", "1 while a full filesystem (the storage root or Spark's local "
                      "directory) keeps vchannels from committing", 1 if v.storage_full() else 0)
+        broker_down = v.broker_down_since()
+        yield _gauge("deltanode_broker_reachable", "1 while the broker answers the node's pipeline",
+                     0 if broker_down else 1)
+        yield _gauge("deltanode_broker_unreachable_seconds", "How long the broker has not answered (0 while it does)",
+                     now - broker_down if broker_down else 0.0)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -195,12 +202,16 @@ def health(view: NodeView) -> tuple[bool, dict]:
     if full:
         problems.append(full)
     down = view.etcd_down_since()
+    broker_down = view.broker_down_since()
     body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "node_id": view.node_id(),
             "vchannels": len(snaps), "running": sum(s.status == FlowgraphStatus.RUNNING for s in snaps),
             "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
             "etcd": "reachable" if down is None else
                     f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}",
-            "storage_full": full}
+            "storage_full": full,
+            # A broker outage keeps 200: nothing in the process is wrong, and it reads on by itself.
+            "broker": "reachable" if broker_down is None else
+                      f"unreachable for {time.time() - broker_down:.0f} s: {view.broker_error()}"}
     return not problems, body
 
 

@@ -106,7 +106,10 @@ class DataNode:
                         etcd_down_since=lambda: self.reachability.down_since,
                         etcd_error=lambda: self.reachability.error,
                         sessions_lost=lambda: self.sessions_lost,
-                        storage_full=lambda: self.pipeline.storage_full if self.pipeline else None)
+                        storage_full=lambda: self.pipeline.storage_full if self.pipeline else None,
+                        broker_down_since=lambda: self.pipeline.broker_reachability.down_since
+                        if self.pipeline else None,
+                        broker_error=lambda: self.pipeline.broker_reachability.error if self.pipeline else "")
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
@@ -185,6 +188,9 @@ class DataNode:
         full = self.pipeline.storage_full if self.pipeline else None
         if full:
             alerts.append(f"{full}: the vchannels that write there wait for space")
+        broker = self.pipeline.broker_reachability.describe() if self.pipeline else None
+        if broker:
+            alerts.append(f"{broker}; the vchannels wait where they stand")
         return alerts
 
     def publish(self, rows: list[dict]) -> None:
@@ -196,7 +202,9 @@ class DataNode:
                             dict(sorted(failing.items())[:FAILING_SHOWN]), self.reachability.down_since,
                             self.reachability.error or None, self.sessions_lost,
                             storage_full=self.pipeline.storage_full,
-                            storage_full_since=self.pipeline.storage_full_since)
+                            storage_full_since=self.pipeline.storage_full_since,
+                            broker_unreachable_since=self.pipeline.broker_reachability.down_since,
+                            broker_error=self.pipeline.broker_reachability.error or None)
         try:
             write_status(self.pipeline.storage, status)
         except OSError as exc:

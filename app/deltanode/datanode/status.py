@@ -51,13 +51,17 @@ class NodeStatus:
     sessions_lost: int = 0
     storage_full: str | None = None         # "storage full: {where}: {reason}" while it lasts
     storage_full_since: float | None = None   # wall clock
+    broker_unreachable_since: float | None = None   # wall clock: the broker does not answer the node
+    broker_error: str | None = None         # the last unanswered request of that outage
 
     def stale(self, now: float) -> bool:
         return now - self.written_at > STALE_AFTER * self.interval
 
     def persisting(self, now: float) -> bool:
-        """Fresh, none of its vchannels failing, and no full filesystem keeping any from committing."""
-        return not self.stale(now) and self.running == self.vchannels and self.storage_full is None
+        """Fresh, none of its vchannels failing, no full filesystem keeping any from committing, and
+        its broker answering it."""
+        return not self.stale(now) and self.running == self.vchannels and self.storage_full is None \
+            and self.broker_unreachable_since is None
 
 
 def _document(status: NodeStatus) -> bytes:

@@ -118,9 +118,11 @@ class PchannelDispatcher:
         except Exception as e:  # noqa: BLE001 - one vchannel's failure must not stop the others
             self._failed[vchannel] = self._router_error(e)
 
-    def broker_failed(self, message: str) -> None:
-        """The broker could not serve the range: every vchannel of it fails."""
-        self.error = TaskError(kind=TaskErrorKind.BROKER, message=message)
+    def broker_failed(self, message: str, unanswered: bool = False) -> None:
+        """The broker could not serve the range (``unanswered``: it did not answer): every vchannel of
+        it fails, or waits where it stands for an unanswered range."""
+        kind = TaskErrorKind.BROKER_UNREACHABLE if unanswered else TaskErrorKind.BROKER
+        self.error = TaskError(kind=kind, message=message)
 
     def finish(self) -> tuple[list[Portion], ReadStats]:
         """The portions of the routed vchannels, and the range's stats (the others' portions: see

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 import pyarrow as pa
 
 from ..faults import crash_point
-from ..mq.broker import BrokerError, Gap, OffsetRange
+from ..mq.broker import BrokerError, BrokerUnreachable, Gap, OffsetRange
 from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
 from .contexts import TaskContexts
@@ -59,7 +59,7 @@ def _run(spec: TaskSpec) -> TaskOutput:
     reads = _Waited(spec.broker.read_ranges(ranges))
     for i, item in reads:
         if isinstance(item, BrokerError):
-            dispatchers[i].broker_failed(str(item))
+            dispatchers[i].broker_failed(str(item), unanswered=isinstance(item, BrokerUnreachable))
             continue
         if isinstance(item, Gap):
             dispatchers[i].next_position = item.position

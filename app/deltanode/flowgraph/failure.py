@@ -17,6 +17,9 @@ class FailureKind(enum.StrEnum):
     """What stopped a flowgraph; the text starts its ``last_error``."""
 
     BROKER = "BrokerError"               # a range of its pchannel could not be read (or was lost)
+    # The broker did not answer for its range. The cycle never fails a vchannel of this kind: it waits
+    # where it stands (``pipeline.cycle_apply``); the kind names the task's error (``task_failure``).
+    BROKER_UNREACHABLE = "BrokerUnreachable"
     TASK = "SparkTaskFailed"             # the Spark task that read its range died
     ROUTER = "RouterError"               # its router raised in a task
     BATCH_RANGE = "BatchRangeError"      # its portions do not continue its position

@@ -22,10 +22,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .backend import BrokerBackend, HighWatermarks, Sender
-from .types import BrokerError, BrokerRefused, Chunk, Delivered, Gap, OffsetRange
+from .types import BrokerError, BrokerRefused, BrokerUnreachable, Chunk, Delivered, Gap, OffsetRange
 
-__all__ = ["Broker", "BrokerError", "BrokerKind", "BrokerRefused", "Chunk", "Delivered", "Gap", "HighWatermarks",
-           "OffsetRange", "Sender", "connect"]
+__all__ = ["Broker", "BrokerError", "BrokerKind", "BrokerRefused", "BrokerUnreachable", "Chunk", "Delivered", "Gap",
+           "HighWatermarks", "OffsetRange", "Sender", "connect"]
 
 
 class BrokerKind(enum.StrEnum):
@@ -36,7 +36,7 @@ class BrokerKind(enum.StrEnum):
 
 
 PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls.allow.insecure",
-                      "tls.validate.hostname", "receiver.queue.size")
+                      "tls.validate.hostname", "receiver.queue.size", "listener.name")
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,19 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from .kafka_client import SOCKET_TIMEOUT_MS, Refusals, Settings, list_topics_watching, new_client, refusal_message
+from .kafka_client import (
+    OWN_LOG_LEVEL,
+    SOCKET_TIMEOUT_MS,
+    UNANSWERED,
+    Refusals,
+    Settings,
+    list_topics_watching,
+    new_client,
+    refusal_message,
+)
 from .kafka_read import read_ranges
 from .kafka_send import Sender, send_all
-from .types import BrokerError, Chunk, OffsetRange, even_cut_points
+from .types import BrokerError, BrokerRefused, BrokerUnreachable, Chunk, OffsetRange, even_cut_points
 
 __all__ = ["KafkaBackend", "Sender", "Settings", "Watermarks", "create_topics", "cut_points", "read_ranges",
            "refusal_message", "send_all"]
@@ -53,6 +62,15 @@ def cut_points(first: int, end: int, parts: int, _high: int = 0) -> list[int]:
     return even_cut_points(first, end, parts)
 
 
+# What a broker answers a client whose idea of a partition's leader is out of date (after the broker's
+# pause, say). The admin client does not learn better by itself (docs/platform.md): it is made again.
+STALE_LEADERS = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION)
+# Seconds without an answer after which the admin client is made again at the next question, and again
+# every as many seconds while none comes: a new client asks the broker afresh, whatever state the old
+# one was left in by the outage (what it costs: a connection and a metadata request).
+RENEW_AFTER = 30.0
+
+
 class Watermarks:
     """A long-lived metadata client for high watermarks (used by the driver to plan batches)."""
 
@@ -60,13 +78,15 @@ class Watermarks:
         self.bootstrap, self._settings = bootstrap, settings
         self._refusals = Refusals(bootstrap, settings)
         self._consumer = new_client(Consumer, bootstrap, settings, {
-            "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False},
-            self._refusals)
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS, "group.id": "deltanode-planner", "enable.auto.commit": False,
+            "log_level": OWN_LOG_LEVEL}, self._refusals)
         self._admin: AdminClient | None = None
+        self._answered_at = time.monotonic()   # the admin client's last answer with an offset (or its making)
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """Every partition's high watermark in one ListOffsets request: ``high`` asks twice per
-        partition, for the low and the high end, and the driver asks for every pchannel each cycle."""
+        partition, for the low and the high end, and the driver asks for every pchannel each cycle.
+        A partition the broker did not answer for maps to a ``BrokerUnreachable``."""
         return self._list_offsets(keys, timeout) if keys else {}
 
     def _list_offsets(self, keys: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int | BrokerError]:
@@ -75,27 +95,62 @@ class Watermarks:
             futures = self._admin_client().list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}, request_timeout=timeout)
         except KafkaException as e:
-            error = BrokerError(f"cannot read high watermarks from {self.bootstrap}: {e}")
+            error = self._error("cannot read high watermarks", e)
             return {key: error for key in keys}
         out: dict[tuple[str, int], int | BrokerError] = {}
         for tp, future in futures.items():
             key = (tp.topic, tp.partition)
+            what = f"cannot read the watermark of {tp.topic}[{tp.partition}]"
             try:
-                out[key] = future.result(max(0.0, deadline - time.monotonic())).offset
+                offset = future.result(max(0.0, deadline - time.monotonic())).offset
             except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
-                why = f"no answer within {timeout:.0f} s" if isinstance(e, TimeoutError) else str(e)
-                try:
-                    self._refusals.check(self._admin_client())
-                except BrokerError as refused:
-                    why = str(refused)
-                out[key] = BrokerError(f"cannot read the watermark of {tp.topic}[{tp.partition}] from "
-                                       f"{self.bootstrap}: {why}")
+                out[key] = self._error(what, e, timeout, tp.topic)
+                continue
+            # A broker killed or paused under the request answers some partitions with no offset (-1001).
+            if offset >= 0:
+                out[key] = offset
+                self._answered_at = time.monotonic()
+            else:
+                out[key] = self._unanswered(f"{what} from {self.bootstrap}: it answered no offset ({offset})")
         return out
+
+    def _unanswered(self, message: str) -> BrokerUnreachable:
+        """A question of the admin client went unanswered (``message``: how); ``RENEW_AFTER`` seconds
+        without an answer make it again."""
+        if time.monotonic() - self._answered_at > RENEW_AFTER:
+            self._admin, self._answered_at = None, time.monotonic()
+        return BrokerUnreachable(message)
+
+    def _error(self, what: str, e: Exception, timeout: float = 0.0, topic: str | None = None) -> BrokerError:
+        """``what`` failed with ``e``: the broker refused this client (``BrokerRefused``), did not answer
+        (``BrokerUnreachable``), or answered with an error (``BrokerError``: a topic it does not have)."""
+        try:
+            self._refusals.check(self._admin_client())
+        except BrokerRefused as refused:
+            return BrokerRefused(f"{what} from {self.bootstrap}: {refused}")
+        if isinstance(e, TimeoutError):
+            return self._unanswered(f"{what} from {self.bootstrap}: no answer within {timeout:.0f} s")
+        code = e.args[0].code() if isinstance(e, KafkaException) and isinstance(e.args[0], KafkaError) else None
+        if code in STALE_LEADERS:
+            self._admin = None   # a new client, with the partitions' leaders as they are now
+        # "No leaders found": a topic the broker does not have, or one whose leader it has not elected yet.
+        if code in UNANSWERED or (code == KafkaError._NOENT and topic is not None and not self._missing(topic)):
+            return self._unanswered(f"{what} from {self.bootstrap}: {e}")
+        return BrokerError(f"{what} from {self.bootstrap}: {e}")
+
+    def _missing(self, topic: str) -> bool:
+        """Whether the broker's metadata says it has no ``topic`` (False when it does not answer)."""
+        try:
+            found = self._consumer.list_topics(topic, timeout=2.0).topics.get(topic)
+        except KafkaException:
+            return False
+        return found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
             self._admin = new_client(AdminClient, self.bootstrap, self._settings,
-                                     {"socket.timeout.ms": SOCKET_TIMEOUT_MS}, self._refusals)
+                                     {"socket.timeout.ms": SOCKET_TIMEOUT_MS, "log_level": OWN_LOG_LEVEL},
+                                     self._refusals)
         return self._admin
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:

@@ -18,14 +18,28 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
-from .types import BrokerError, BrokerRefused
+from .types import BrokerError, BrokerRefused, BrokerUnreachable
 
-__all__ = ["REFUSED", "SOCKET_TIMEOUT_MS", "WAIT_STEP", "Refusals", "Settings", "list_topics_watching",
-           "new_client", "refusal_message"]
+__all__ = ["OWN_LOG_LEVEL", "REFUSED", "SOCKET_TIMEOUT_MS", "UNANSWERED", "WAIT_STEP", "Refusals", "Settings",
+           "list_topics_watching", "new_client", "refusal_message"]
 
 Settings = dict[str, str]   # librdkafka properties from the conf (mq.kafka.*): SASL, TLS, ...
 SOCKET_TIMEOUT_MS = 10000   # the driver's metadata clients and the range readers
 REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)   # what retrying never fixes
+# What the client says of a broker that is down, paused or cut off, and what a broker answers while it
+# takes its partitions back (started again, or continued after a pause: it serves them a few seconds
+# after it answers metadata requests, and under new leader epochs the client learns at its next
+# metadata request): nothing was refused or lost, and asking again later succeeds (``BrokerUnreachable``).
+UNANSWERED = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._MSG_TIMED_OUT,
+              KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+              KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.BROKER_NOT_AVAILABLE,
+              KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE)
+# librdkafka's own log level for DeltaNode's long-lived clients (the driver's watermark clients, the
+# executors' range readers): critical only. While the broker is away such a client tries to connect
+# again every 50-100 ms and logs each failure, about 20 lines a second per client, for as long as the
+# outage lasts; DeltaNode reports the outage itself, once (``reachability``). A conf can set
+# ``mq.kafka.log_level`` to have them back.
+OWN_LOG_LEVEL = 2
 WAIT_STEP = 0.25   # seconds: how often a waiting request looks at the errors the client reported
 
 
@@ -77,7 +91,7 @@ def list_topics_watching(client, bootstrap: str, timeout: float, refusals: Refus
         except KafkaException as e:
             refusals.check(client)
             if time.monotonic() >= deadline:
-                raise BrokerError(f"Kafka broker {bootstrap} unreachable: {e}") from None
+                raise BrokerUnreachable(f"Kafka broker {bootstrap} unreachable: {e}") from None
 
 
 def new_client(kind: type, bootstrap: str, settings: Settings | None, own: dict | None = None,

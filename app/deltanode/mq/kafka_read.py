@@ -13,14 +13,18 @@ from collections.abc import Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .kafka_client import SOCKET_TIMEOUT_MS, Settings, new_client
-from .types import BrokerError, Chunk, OffsetRange
+from .kafka_client import OWN_LOG_LEVEL, SOCKET_TIMEOUT_MS, Settings, new_client
+from .types import BrokerError, BrokerUnreachable, Chunk, OffsetRange
 
-__all__ = ["LISTED_FOR", "read_ranges"]
+__all__ = ["LISTED_FOR", "STALL_TIMEOUT", "read_ranges"]
 
 # How long a whole-cluster metadata answer is taken to still be in the client's cache: well within
 # librdkafka's metadata.max.age.ms (15 min by default; docs/platform.md).
 LISTED_FOR = 300.0
+# Seconds a range may deliver nothing, although the broker said it holds its messages, before its read
+# gives up (a ``BrokerUnreachable``: the broker went away under it). Its vchannels then wait where
+# they stand and the next cycles read the range again, so giving up early costs one read.
+STALL_TIMEOUT = 20.0
 
 
 class _Reader:
@@ -56,13 +60,14 @@ _idle_readers: dict[tuple, _Reader] = {}   # read_ranges' consumers between read
 
 
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
-                fetch_bytes: int = 32 << 20, stall_timeout: float = 60.0,
+                fetch_bytes: int = 32 << 20, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(offset, value)`` of ``ranges[i]``, each range in offset order.
 
     Ranges of different partitions are read together by one consumer; ranges of the same
     partition one after another. A range the broker cannot serve yields ``(i, BrokerError)``
-    once and nothing more, and the others go on: one vchannel's lost data never stops the rest.
+    once and nothing more, and the others go on: one vchannel's lost data never stops the rest. A
+    range that delivers nothing for ``stall_timeout`` seconds yields a ``BrokerUnreachable``.
     Memory stays bounded by ``fetch_bytes`` (the client's prefetch queue) plus one chunk: at
     most ``chunk_messages`` messages, fewer when their average size says they would pass
     ``chunk_bytes`` (64 messages of 768-dim inserts are 200 MB). An offset that the broker no
@@ -74,8 +79,8 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     reuses Python workers across tasks): a new consumer connects and fetches the cluster's
     metadata before its first message, which costs a short task more than its reading
     (docs/platform.md). A read given up halfway closes its consumer. A kept consumer stays
-    connected between tasks: while the broker is down, it logs its reconnection attempts
-    (librdkafka's own lines, on the executor's stderr), as a task's consumer would.
+    connected between tasks: while the broker is down, it tries to connect again every 50-100 ms, and
+    logs nothing about it (``OWN_LOG_LEVEL``): the driver reports the outage.
     """
     todo = [(i, r) for i, r in enumerate(ranges) if r.end > r.start]
     if not todo:
@@ -106,6 +111,7 @@ def _reader_properties(fetch_bytes: int) -> dict:
     """DeltaNode's librdkafka properties of a ``read_ranges`` consumer."""
     return {
         "socket.timeout.ms": SOCKET_TIMEOUT_MS,
+        "log_level": OWN_LOG_LEVEL,
         "group.id": "deltanode-reader",
         "enable.auto.commit": False,
         "auto.offset.reset": "error",
@@ -257,5 +263,5 @@ class _Round:
         for key, at in list(self.next_offset.items()):
             i, r = self.by_tp[key]
             self.finish(key)
-            yield i, BrokerError(f"no data from {r.topic}[{r.partition}] at offset {at} for "
-                                 f"{stall_timeout:.0f} s (range ends at {r.end})")
+            yield i, BrokerUnreachable(f"no data from {r.topic}[{r.partition}] at offset {at} for "
+                                       f"{stall_timeout:.0f} s (range ends at {r.end})")

@@ -17,18 +17,23 @@ from dataclasses import dataclass, field
 import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
-from .pulsar_client import Settings, client_options, explain, new_client
+from .pulsar_client import DISCONNECTED, Settings, client_options, explain, new_client, unanswered
 from .pulsar_positions import message_id, position, topic_name
 from .pulsar_probe import refusal
 from .pulsar_read import OPEN_AHEAD, RECEIVER_QUEUE, RECREATE_AFTER, REREADS, client, read_ranges
 from .pulsar_send import Sender, send_all
-from .types import BrokerError, Chunk, Gap, OffsetRange, even_cut_points
+from .types import BrokerError, BrokerUnreachable, Chunk, Gap, OffsetRange, even_cut_points
 
 __all__ = ["OPEN_AHEAD", "RECEIVER_QUEUE", "RECREATE_AFTER", "REREADS", "PulsarBackend", "Sender", "Settings",
            "Watermarks", "client", "client_options", "cut_points", "explain", "message_id", "new_client", "ping",
            "position", "read_ranges", "send_all", "topic_name"]
 
 PROBE_INTERVAL = 30.0    # seconds between two refusal probes of one Watermarks (the driver's, every cycle)
+# Seconds a topic that had messages may be answered with no last message before the answer is taken
+# as it is (an empty topic): a broker continued after a pause may answer so for a moment
+# (docs/pulsar.md), which the planner would take for data lost; a topic deleted and created again
+# stays empty for longer, and is told so.
+EMPTY_GRACE = 60.0
 log = logging.getLogger(__name__)
 
 
@@ -56,6 +61,8 @@ class Watermarks:
     an exclusive subscription takes one consumer). Each
     answer acknowledges up to the last message, so the subscription never holds back the
     topic's retention while it lives; it is removed at close (docs/pulsar.md: after a SIGKILL).
+    Positions only grow: a topic answered with no last message after it had some keeps its last
+    high watermark for ``EMPTY_GRACE`` seconds.
     """
 
     def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
@@ -66,24 +73,43 @@ class Watermarks:
         self._client = new_client(service_url, settings=settings)
         self._consumers: dict[str, pulsar.Consumer] = {}
         self._probed: tuple[float, BrokerError | None] | None = None   # (when, what refusal said)
+        self._seen: dict[str, int] = {}             # topic -> its last high watermark with a message below it
+        self._empty_since: dict[str, float] = {}    # topic -> when it was first answered with none since
 
     def high(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         try:
-            consumer = self._consumers.get(topic)
-            if consumer is None:
-                consumer = self._consumers[topic] = self._client.subscribe(
-                    topic_name(topic, self.tenant, self.namespace), self.subscription, receiver_queue_size=1,
-                    initial_position=pulsar.InitialPosition.Latest)
-            last = consumer.get_last_message_id()
+            return self._high(topic)
         except pulsar.PulsarException as e:
             raise self._error(f"cannot read the last message id of {topic} from {self.service_url}", e) from None
+
+    def _high(self, topic: str) -> int:
+        consumer = self._consumers.get(topic)
+        if consumer is None:
+            consumer = self._consumers[topic] = self._client.subscribe(
+                topic_name(topic, self.tenant, self.namespace), self.subscription, receiver_queue_size=1,
+                initial_position=pulsar.InitialPosition.Latest)
+        last = consumer.get_last_message_id()
         if last.entry_id() < 0 or last.ledger_id() < 0:
-            return 0   # no message yet
+            return self._no_message(topic)
         try:
             consumer.acknowledge_cumulative(last)
         except pulsar.PulsarException as e:   # the next answer acknowledges further; the position stands
             log.debug("acknowledging %s on %s: %s", last, topic, e)
-        return position(last.ledger_id(), last.entry_id()) + 1
+        high = self._seen[topic] = position(last.ledger_id(), last.entry_id()) + 1
+        self._empty_since.pop(topic, None)
+        return high
+
+    def _no_message(self, topic: str) -> int:
+        """The high watermark of a topic answered with no last message: 0 (no message yet), or the
+        last one seen for ``EMPTY_GRACE`` seconds after it had some."""
+        seen = self._seen.get(topic)
+        if seen is None:
+            return 0
+        since = self._empty_since.setdefault(topic, time.monotonic())
+        if time.monotonic() - since < EMPTY_GRACE:
+            return seen
+        del self._seen[topic]
+        return 0
 
     def first(self, topic: str, partition: int = 0, timeout: float = 10.0) -> int:
         """The first message a reader from the earliest id gets (retention may have removed ledgers)."""
@@ -98,7 +124,7 @@ class Watermarks:
         except pulsar.Timeout:
             return self.high(topic, partition, timeout)
         except pulsar.PulsarException as e:
-            raise BrokerError(f"cannot read the first message of {topic} from {self.service_url}: {e}") from None
+            raise unanswered(f"cannot read the first message of {topic} from {self.service_url}", e) from None
         finally:
             reader.close()
 
@@ -118,13 +144,23 @@ class Watermarks:
         return ""
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
-        """``high`` of each topic in turn (the client asks for one last message id at a time)."""
+        """``high`` of each topic in turn (the client asks for one last message id at a time). Once a
+        topic's answer did not come because the client has no connection to the broker, the topics
+        after it are not asked (each would wait out the client's operation timeout): they map to the
+        same ``BrokerUnreachable``, and the next call asks them again."""
         out: dict[tuple[str, int], int | BrokerError] = {}
+        silent: BrokerError | None = None
         for key in keys:
+            if silent is not None:
+                out[key] = BrokerUnreachable(f"{key[0]} not asked: {silent}")
+                continue
             try:
-                out[key] = self.high(*key, timeout=timeout)
-            except BrokerError as e:
-                out[key] = e
+                out[key] = self._high(key[0])
+            except pulsar.PulsarException as e:
+                what = f"cannot read the last message id of {key[0]} from {self.service_url}"
+                out[key] = error = self._error(what, e)
+                if isinstance(error, BrokerUnreachable) and isinstance(e, DISCONNECTED):
+                    silent = error
         return out
 
     def close(self) -> None:
@@ -143,8 +179,8 @@ def ping(service_url: str, topic: str, timeout: float = 5.0, settings: Settings 
     try:
         c.get_topic_partitions(topic)
     except pulsar.PulsarException as e:
-        raise refusal(service_url, settings, timeout) or BrokerError(f"Pulsar broker {service_url} unreachable: {e}"
-                                                                     ) from None
+        raise refusal(service_url, settings, timeout) or BrokerUnreachable(
+            f"Pulsar broker {service_url} unreachable: {e}") from None
     finally:
         c.close()
 

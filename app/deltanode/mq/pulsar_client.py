@@ -12,17 +12,28 @@ from collections.abc import Callable
 import pulsar
 
 from .pulsar_probe import refusal
-from .types import BrokerError, BrokerRefused
+from .types import BrokerError, BrokerRefused, BrokerUnreachable
 
-__all__ = ["Settings", "client_options", "explain", "new_client"]
+__all__ = ["DISCONNECTED", "UNANSWERED", "Settings", "client_options", "explain", "new_client", "unanswered"]
 
-Settings = dict[str, str]   # auth.*, tls.*, receiver.queue.size (config keys mq.pulsar.*, prefix removed)
+# The client's errors while it has no connection to the broker (down, starting again, paused, cut off).
+DISCONNECTED = (pulsar.Timeout, pulsar.ConnectError, pulsar.NotConnected)
+# Those, and what a broker answers while it is starting again and loads its topics (BrokerMetadataError
+# for its first seconds: docs/pulsar.md): nothing was refused or lost, and asking again later succeeds
+# (``BrokerUnreachable``).
+UNANSWERED = (*DISCONNECTED, pulsar.ServiceUnitNotReady, pulsar.TooManyLookupRequestException, pulsar.LookupError,
+              pulsar.BrokerMetadataError)
+
+# auth.*, tls.*, receiver.queue.size, listener.name (config keys mq.pulsar.*, prefix removed)
+Settings = dict[str, str]
 
 
 def client_options(settings: Settings | None) -> dict:
-    """``pulsar.Client`` keyword arguments for the conf's authentication and TLS settings."""
+    """``pulsar.Client`` keyword arguments for the conf's authentication, TLS and listener settings."""
     settings = settings or {}
     options: dict = {}
+    if settings.get("listener.name"):   # lookups answer with that advertised listener's address
+        options["listener_name"] = settings["listener.name"]
     plugin = settings.get("auth.plugin")
     if plugin:   # an unknown plugin is logged by the client, and the broker then refuses the connection
         options["authentication"] = pulsar.Authentication(plugin, settings.get("auth.params", ""))
@@ -52,10 +63,17 @@ def explain(what: str, e: pulsar.PulsarException, service_url: str, settings: Se
             probe: Callable[[], BrokerError | None] | None = None) -> BrokerError:
     """``what`` failed with the client's error ``e``: a BrokerRefused when the broker refuses the client
     (a token it does not accept reaches the client as a timeout, an untrusted certificate as a connect
-    error: ``refusal``, or ``probe`` when given), else a BrokerError with the client's error."""
+    error: ``refusal``, or ``probe`` when given), else a BrokerUnreachable when the broker did not
+    answer (``UNANSWERED``), else a BrokerError with the client's error."""
     found = None
     if isinstance(e, pulsar.Timeout | pulsar.ConnectError):
         found = probe() if probe is not None else refusal(service_url, settings, 5.0)
     if isinstance(found, BrokerRefused):
         return BrokerRefused(f"{what}: {found}")
-    return BrokerError(f"{what}: {e}")
+    return unanswered(what, e)
+
+
+def unanswered(what: str, e: pulsar.PulsarException) -> BrokerError:
+    """``what`` failed with ``e``, where no refusal is looked for (the executor's reads): a
+    BrokerUnreachable when the broker did not answer, else a BrokerError."""
+    return BrokerUnreachable(f"{what}: {e}") if isinstance(e, UNANSWERED) else BrokerError(f"{what}: {e}")

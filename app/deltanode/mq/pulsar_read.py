@@ -25,16 +25,19 @@ import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
 from ..wire.positions import pulsar_ledger_entry_at
-from .pulsar_client import Settings, new_client
+from .pulsar_client import Settings, new_client, unanswered
 from .pulsar_positions import message_id, position, topic_name
-from .types import BrokerError, Chunk, Gap, OffsetRange
+from .types import BrokerError, BrokerUnreachable, Chunk, Gap, OffsetRange
 
-__all__ = ["OPEN_AHEAD", "RECEIVER_QUEUE", "RECREATE_AFTER", "REREADS", "client", "read_ranges"]
+__all__ = ["OPEN_AHEAD", "RECEIVER_QUEUE", "RECREATE_AFTER", "REREADS", "STALL_TIMEOUT", "client", "read_ranges"]
 
 REREADS = 5              # attempts to fill a hole inside a ledger before the range fails
 # A reader that delivers nothing for this long although its range holds messages is replaced by a
-# new one at the same position, before the stall timeout would fail the vchannel.
+# new one at the same position, before the stall timeout gives the range up.
 RECREATE_AFTER = 5.0
+# Seconds a range may deliver nothing before its read gives up (a ``BrokerUnreachable``: the broker
+# went away under it); its vchannels then wait where they stand and the next cycles read it again.
+STALL_TIMEOUT = 20.0
 # Messages a reader prefetches (mq.pulsar.receiver.queue.size). Apache Pulsar delivers a full queue
 # once each and in order, so the Python loop reads from memory instead of waiting a round trip per
 # message (docs/pulsar.md).
@@ -55,11 +58,11 @@ def client(service_url: str, settings: Settings | None = None) -> pulsar.Client:
 
 
 def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
-                chunk_messages: int = 64, stall_timeout: float = 60.0,
+                chunk_messages: int = 64, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
     """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
-    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once, a range that
-    ends in a gap ``(i, Gap)`` last.
+    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once (a
+    ``BrokerUnreachable`` when it did not answer), a range that ends in a gap ``(i, Gap)`` last.
 
     Opening a reader is a round trip to the broker, and so is its first delivery: the readers of
     the next ``OPEN_AHEAD`` ranges open (and start prefetching) on threads while this one is read,
@@ -76,7 +79,7 @@ def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "p
             return c.create_reader(topic, message_id(r.start), receiver_queue_size=_queue(queue_size, r),
                                    start_message_id_inclusive=True)
         except pulsar.PulsarException as e:
-            return BrokerError(f"cannot read {topic} at {r.start}: {e}")
+            return unanswered(f"cannot read {topic} at {r.start}", e)
 
     pool = ThreadPoolExecutor(max_workers=max(1, min(OPEN_AHEAD, len(todo))), thread_name_prefix="pulsar-open")
     opening = [pool.submit(open_reader, r, topic) for _, r, topic in todo[:OPEN_AHEAD + 1]]
@@ -124,8 +127,8 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
             except pulsar.Timeout:
                 silent = time.monotonic() - last_progress
                 if silent > stall_timeout:
-                    yield i, BrokerError(f"no message from {topic} at position {expected} for {stall_timeout:.0f} s "
-                                         f"(range ends at {r.end})")
+                    yield i, BrokerUnreachable(f"no message from {topic} at position {expected} for "
+                                               f"{stall_timeout:.0f} s (range ends at {r.end})")
                     return
                 if silent > RECREATE_AFTER * (recreated + 1):
                     recreated += 1
@@ -154,7 +157,7 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
         if chunk:
             yield i, chunk
     except pulsar.PulsarException as e:
-        yield i, BrokerError(f"reading {topic} at {expected}: {e}")
+        yield i, unanswered(f"reading {topic} at {expected}", e)
     finally:
         _close_quietly(reader)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["BrokerError", "BrokerRefused", "Chunk", "Delivered", "Gap", "OffsetRange", "even_cut_points"]
+__all__ = ["BrokerError", "BrokerRefused", "BrokerUnreachable", "Chunk", "Delivered", "Gap", "OffsetRange",
+           "even_cut_points"]
 
 Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
 Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive messages of one range
@@ -17,6 +18,11 @@ Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive me
 
 class BrokerError(RuntimeError):
     """The broker could not serve a request (unreachable, topic missing, data expired)."""
+
+
+class BrokerUnreachable(BrokerError):
+    """The broker did not answer: down, starting again, paused, or cut off from this process.
+    Nothing was refused or lost, and asking again later may succeed."""
 
 
 class BrokerRefused(BrokerError):

@@ -7,6 +7,14 @@
    its ranges once and writes each vchannel's binlogs (``executor.task``);
 3. apply: each vchannel's portions move its working state (``cycle_apply``, ``flowgraph.state_update``).
 
+A broker that does not answer (``BrokerUnreachable``: down, starting again, paused, cut off) fails
+no vchannel: a partition whose high watermark it did not give is not read this cycle, and a range
+it did not serve is read again by a later one (its files are deleted); their vchannels wait where
+they stand, what they read before stays pending and is committed, and they read on once it
+answers, without a restart or a backoff. The outage is reported once (``mq.reachability``); a
+job that runs long has the broker asked meanwhile (``PROBE_AFTER``), since its reads tell of a
+broker gone under them only at their stall timeout.
+
 The job runs on a thread of its own (``start`` plans and submits it, ``finish`` waits and
 applies), so the sync step (``sync_manager``) of the batches the previous cycle applied can run
 beside it (``pipeline.Pipeline``). Data never passes through the driver: it sees offsets, file
@@ -31,7 +39,8 @@ from ..faults import crash_point
 from ..flowgraph.failure import Failure, FailureKind, storage_full
 from ..flowgraph.seal_policy import SealSettings
 from ..flowgraph.vchannel import VchannelFlowgraph
-from ..mq.broker import Broker, BrokerError, HighWatermarks
+from ..mq.broker import Broker, BrokerError, BrokerUnreachable, HighWatermarks
+from ..mq.reachability import BrokerReachability
 from ..records import RouteContexts, TaskOutput, TaskSpec
 from ..spark_jobs import local_dir, spark_stopped
 from ..storage.channel_state import SegmentState
@@ -47,6 +56,10 @@ from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_task
 from .registry import VchannelRegistry
 
 log = logging.getLogger(__name__)
+# Seconds into a cycle's job after which, and between which, the loop asks the broker for one
+# watermark of the job's pchannels while it waits (``CycleRunner.finish``), at most ``PROBE_TIMEOUT``.
+PROBE_AFTER = 5.0
+PROBE_TIMEOUT = 5.0
 
 
 class CycleRunner:
@@ -55,19 +68,23 @@ class CycleRunner:
     def __init__(self, *, sc: SparkContext, storage: StorageLayout, broker: Broker,
                  limits: Limits, seal: SealSettings,
                  registry: VchannelRegistry, failures: FailurePolicy,
-                 flushes: Callable[[], dict[int, int]], stopping: threading.Event) -> None:
+                 flushes: Callable[[], dict[int, int]], stopping: threading.Event,
+                 reachability: BrokerReachability | None = None) -> None:
         """Where it reads and writes (``sc``, ``storage``, ``broker``); its settings sections
-        (``limits``, ``seal``); the stages it works with (``registry``, ``failures``); and what it
+        (``limits``, ``seal``); the stages it works with (``registry``, ``failures``); what it
         asks of its pipeline: ``flushes``, collection id -> the latest flush ts requested, and
-        ``stopping``, set when the pipeline stops (a failed job is then not retried task by task)."""
+        ``stopping``, set when the pipeline stops (a failed job is then not retried task by task);
+        and where it reports whether the broker answers (``reachability``; its own when not given)."""
         self.sc, self.storage, self.broker, self.limits, self.seal = sc, storage, broker, limits, seal
         self.registry, self.failures, self.flushes, self.stopping = registry, failures, flushes, stopping
+        self.reachability = reachability if reachability is not None else BrokerReachability(broker.address)
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
         self.number = 0
         self.highs_seen: dict[tuple[str, int], int] = {}
         self._jobs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="deltanode-cycle-job")
         self.parking = Parking()
-        self.applier = CycleApplier(storage=storage, registry=registry, failures=failures, parking=self.parking)
+        self.applier = CycleApplier(storage=storage, registry=registry, failures=failures, parking=self.parking,
+                                    reachability=self.reachability)
         self.budget = CycleBudget(max_seconds=limits.cycle_seconds, floor=MIN_MESSAGES * limits.splits)
 
     def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
@@ -80,12 +97,14 @@ class CycleRunner:
         readable = [fg for fg in members.values() if fg.readable and not fg.parked]
         self._seal(readable, flushes)
         highs = self._highs(readable, report, now)
-        readable = [fg for fg in readable if fg.readable] + self.parking.unpark_past(highs)
+        readable = [fg for fg in readable if fg.readable and (fg.pchannel, fg.working.partition) in highs] \
+            + self.parking.unpark_past(highs)
         averages = self._message_sizes(readable)
         positions = [_position(fg) for fg in readable]
         cap = self.budget.messages()
         limits = self.limits if cap is None else replace(self.limits, cycle_messages=cap)
-        plan = plan_cycle(positions + self.parking.positions(), highs, averages, limits)
+        cursors = [p for p in self.parking.positions() if (p.pchannel, p.partition) in highs]
+        plan = plan_cycle(positions + cursors, highs, averages, limits)
         for vchannel, why in plan.lost.items():
             self.failures.fail(members[vchannel], Failure(kind=FailureKind.BROKER, message=why), now, report)
         ranges, spans = self.parking.expand(plan.ranges)
@@ -115,7 +134,7 @@ class CycleRunner:
         left or was loaded again meanwhile (a sync runs beside the job)."""
         if launched.job is None:
             return launched.plan
-        outputs, failed = launched.job.result()
+        outputs, failed = self._wait(launched)
         report.job_s = time.monotonic() - launched.started
         crash_point("after_binlog_write")
         apply_started = time.monotonic()
@@ -130,17 +149,46 @@ class CycleRunner:
     def close(self) -> None:
         self._jobs.shutdown(wait=False)
 
+    def _wait(self, launched: Launched) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
+        """The job's result. Every ``PROBE_AFTER`` seconds it runs, the broker is asked for the
+        watermark of one of its pchannels: one that does not answer is reported at once, where the
+        job's reads would tell only at their stall timeout (its answer reports nothing: the job's
+        end or the next cycle's watermarks do)."""
+        assert launched.job is not None
+        probe = sorted({(r.pchannel, r.partition) for r in launched.plan.ranges})[:1]
+        while True:
+            try:
+                return launched.job.result(timeout=PROBE_AFTER)
+            except TimeoutError:
+                if not probe or self.watermarks is None or self.stopping.is_set():
+                    continue
+                answer = self.watermarks.highs(probe, timeout=PROBE_TIMEOUT).get(probe[0])
+                if isinstance(answer, BrokerUnreachable):
+                    self.reachability.failed(str(answer))
+
     def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
                now: float) -> dict[tuple[str, int], int]:
+        """The high watermark of each partition the cycle may read. One the broker did not answer for
+        is left out: its vchannels, parked or not, wait where they stand. One it answered with an
+        error (a topic it lost) fails its vchannels."""
         highs: dict[tuple[str, int], int] = {}
         errors: dict[tuple[str, int], str] = {}
+        unanswered: list[str] = []
         wanted = sorted({(fg.pchannel, fg.working.partition) for fg in readable} | self.parking.keys())
+        if not wanted:
+            return highs
         assert self.watermarks is not None   # set by Pipeline.start, before its first cycle
         for key, high in self.watermarks.highs(wanted).items():
-            if isinstance(high, BrokerError):
+            if isinstance(high, BrokerUnreachable):
+                unanswered.append(str(high))
+            elif isinstance(high, BrokerError):
                 errors[key] = str(high)
             else:
                 highs[key] = self.highs_seen[key] = high
+        if unanswered:
+            self.reachability.failed(unanswered[0])
+        else:
+            self.reachability.answered()
         if errors:
             for fg in readable + [fg for key in errors for fg in self.parking.unpark_all(CursorKey(*key))]:
                 error = errors.get((fg.pchannel, fg.working.partition))

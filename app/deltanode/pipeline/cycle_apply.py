@@ -1,6 +1,8 @@
 """Applying a cycle's job output on the driver (``CycleRunner.finish``): each vchannel's portions
 move its working state (``flowgraph.state_update``), idle reads move it by ticks or park it, and
-what a vchannel no longer owns is discarded."""
+what a vchannel no longer owns is discarded. A vchannel whose range the broker did not serve
+(``TaskErrorKind.BROKER_UNREACHABLE``) waits where it stands: its portions' files are deleted and
+a later cycle reads the range again."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from dataclasses import dataclass, field
 from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
-from ..records import Portion, RangeKey, ReadStats, TaskOutput
+from ..mq.reachability import BrokerReachability
+from ..records import Portion, RangeKey, ReadStats, TaskErrorKind, TaskOutput
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
 from .cycle_report import CycleReport
@@ -39,8 +42,9 @@ class CycleApplier:
     DML message of each pchannel from the reads it applies (``averages``, which the runner plans by)."""
 
     def __init__(self, *, storage: StorageLayout, registry: VchannelRegistry, failures: FailurePolicy,
-                 parking: Parking) -> None:
+                 parking: Parking, reachability: BrokerReachability) -> None:
         self.storage, self.registry, self.failures, self.parking = storage, registry, failures, parking
+        self.reachability = reachability
         self.averages: dict[str, float] = {}                  # pchannel -> bytes per DML message
 
     def apply(self, outputs: list[TaskOutput], members: dict[str, VchannelFlowgraph], launched: Launched,
@@ -87,13 +91,18 @@ class CycleApplier:
             by_vchannel.setdefault(vchannel, []).extend(r.idle_portion(vchannel, starts[vchannel]) for r in reads)
 
     def _apply_portions(self, fg: VchannelFlowgraph, portions: list[Portion], applying: _Applying) -> None:
-        """``fg``'s portions move its state, unless it is no longer live (``_Applying.live``), a
-        task failed it or they do not continue its position (it fails): their files are deleted
-        then. Portions without a tick to end at do nothing but ask for a longer range."""
+        """``fg``'s portions move its state, unless it is no longer live (``_Applying.live``), the
+        broker did not serve one of them (it waits where it stands), a task failed it or they do
+        not continue its position (it fails): their files are deleted then. Portions without a
+        tick to end at do nothing but ask for a longer range."""
         if not applying.live(fg):
             discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
             return
         error = next((p.error for p in portions if p.error is not None), None)
+        if error is not None and error.kind is TaskErrorKind.BROKER_UNREACHABLE:
+            discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
+            self.reachability.failed(error.message)
+            return
         if error is not None:
             discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
             self.failures.fail(fg, task_failure(error), applying.now, applying.report)

@@ -4,7 +4,8 @@ Its committed state and its ``txn`` in each table come from its collection's com
 the broker's id of its pchannel topic is checked against the one it committed under
 (``flowgraph.recovery.check_topic``). A start loads every vchannel of a pchannel in a burst, so
 topic ids are asked at most every ``TOPIC_ID_TTL`` seconds, unless a vchannel of the pchannel
-failed or left since (``forget``).
+failed or left since (``forget``). While the broker does not answer the pipeline, the id is not
+asked (each question would wait out its timeout, in the pipeline's loop), as when it cannot answer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from ..flowgraph.vchannel import VchannelFlowgraph
 from ..milvus_import.importer import VchannelImporter
 from ..mq.broker import BrokerError, HighWatermarks
+from ..mq.reachability import BrokerReachability
 from ..storage import meta
 from ..storage.commit import CollectionCommitter
 from ..wire.datapb import VchannelInfo
@@ -28,9 +30,11 @@ TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
 class VchannelLoader:
     """Runs on the driver: in the loop, and in channel watchers' threads (``load``)."""
 
-    def __init__(self, *, syncs: SyncManager, importer: VchannelImporter | None = None) -> None:
+    def __init__(self, *, syncs: SyncManager, importer: VchannelImporter | None = None,
+                 reachability: BrokerReachability | None = None) -> None:
         self._syncs = syncs
         self._importer = importer   # mirror mode: imports what Milvus persisted of a vchannel first
+        self._reachability = reachability
         self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
 
@@ -74,6 +78,9 @@ class VchannelLoader:
         if known is not None and time.monotonic() - known[1] < TOPIC_ID_TTL:
             return known[0]
         if self.watermarks is None:
+            return ""
+        if self._reachability is not None and self._reachability.down_since is not None:
+            log.info("%s: the broker does not answer; loading without checking the topic's id", pchannel)
             return ""
         try:
             topic_id = self.watermarks.topic_id(pchannel)

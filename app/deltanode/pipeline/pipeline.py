@@ -9,7 +9,8 @@ interval while busy: ``trigger``), made of stages with one job each:
 - ``sync_manager``: pick the collections to commit, fence them, mark the rows their deletes
   remove, commit each collection's vchannels in one Delta commit;
 - ``failures``: a vchannel that fails drops what it did not commit and is loaded again from
-  Delta after a backoff (``loader``), alone; the cycle goes on for the others; a full
+  Delta after a backoff (``loader``), alone; the cycle goes on for the others. A broker that does
+  not answer fails none: they wait where they stand, and ``broker_reachability`` reports it; a full
   filesystem is told once for the node (``space_watch``, ``storage_full``);
 - the ``compactor`` rewrites small binlog files on its own thread.
 
@@ -29,6 +30,7 @@ from ..flowgraph.failure import Failure, FailureKind, failure_of
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
 from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
+from ..mq.reachability import BrokerReachability
 from ..storage.channel_state import SegmentState
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
@@ -64,10 +66,12 @@ class Pipeline:
         self.sc, self.storage, self.broker, self.settings = sc, storage, broker, settings
         self.node_id = node_id
         self.registry = VchannelRegistry()
+        self.broker_reachability = BrokerReachability(broker.address)
         self._syncs = SyncManager(sc=sc, storage=storage, settings=settings.sync, fence=fence, fail=self._fail,
                                   new_collection_files=settings.compaction.min_files, max_tasks=settings.limits.splits)
         self._loader = VchannelLoader(syncs=self._syncs,
-                                      importer=VchannelImporter(sc, storage, milvus) if milvus else None)
+                                      importer=VchannelImporter(sc, storage, milvus) if milvus else None,
+                                      reachability=self.broker_reachability)
         self._space = SpaceWatch()
         self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
                                        forget_topic=self._loader.forget, space=self._space)
@@ -77,7 +81,7 @@ class Pipeline:
         self._flush_lock = threading.Lock()
         self._cycle = CycleRunner(sc=sc, storage=storage, broker=broker, limits=settings.limits, seal=settings.seal,
                                   registry=self.registry, failures=self._failures, flushes=self._requested_flushes,
-                                  stopping=self._stopping)
+                                  stopping=self._stopping, reachability=self.broker_reachability)
         self._thread: threading.Thread | None = None
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(registry=self.registry, runner=self._cycle, syncs=self._syncs, stopping=self._stopping,

@@ -17,6 +17,11 @@ The SCRAM credential is written through the admin API once the broker answers (a
 an upsert), rather than at ``StorageTool format`` time (``--add-scram``): a data directory formatted
 without it, or a changed password, takes effect at the next start, and the password never appears
 on a command line or in ``server.properties``.
+
+Given a ``ForwardedListener``, it opens one more PLAINTEXT listener whose clients are told to
+connect elsewhere: a Kafka client reaches a broker at the address the broker advertises for the
+listener the client bootstrapped through, so a client that must come in through a forwarder (a
+proxy, NAT, a test's TCP relay) needs a listener that advertises the forwarder's address.
 """
 
 from __future__ import annotations
@@ -68,24 +73,38 @@ class KafkaSecurity:
                 "sasl.username": self.username, "sasl.password": self.password, "ssl.ca.location": str(self.ca)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ForwardedListener:
+    """A PLAINTEXT listener on loopback ``port`` that advertises loopback ``advertised_port``
+    instead, where a forwarder listens and relays to ``port``."""
+
+    port: int
+    advertised_port: int
+
+
 def server_properties(*, port: int, controller_port: int, log_dirs: Path, sasl_ssl_port: int | None = None,
-                      keystore: Path | None = None) -> str:
+                      keystore: Path | None = None, forwarded: ForwardedListener | None = None) -> str:
     """A single node's ``server.properties``: broker and controller in one process, on loopback,
     every internal topic with one replica, and messages up to ``MAX_MESSAGE_BYTES``; with
     ``sasl_ssl_port``, a SASL_SSL listener there too (SCRAM-SHA-512, TLS from the PEM ``keystore``:
-    the private key and the certificate chain in one file)."""
+    the private key and the certificate chain in one file); with ``forwarded``, a FORWARDED
+    listener."""
     secured = sasl_ssl_port is not None
     listeners = f"PLAINTEXT://127.0.0.1:{port}" + (f",SASL_SSL://127.0.0.1:{sasl_ssl_port}" if secured else "")
+    advertised = listeners
+    if forwarded is not None:
+        listeners += f",FORWARDED://127.0.0.1:{forwarded.port}"
+        advertised += f",FORWARDED://127.0.0.1:{forwarded.advertised_port}"
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
         f"listeners={listeners},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners={listeners}",
+        f"advertised.listeners={advertised}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-        + (",SASL_SSL:SASL_SSL" if secured else ""),
+        + (",SASL_SSL:SASL_SSL" if secured else "") + (",FORWARDED:PLAINTEXT" if forwarded else ""),
         f"log.dirs={log_dirs}",
         "num.partitions=1",
         "offsets.topic.replication.factor=1",
@@ -136,18 +155,21 @@ def cluster_id() -> str:
 class EmbeddedKafka(_Process):
     """Apache Kafka on loopback, its logs and data under ``data_dir`` (they survive restarts);
     the JVM's heap bounded by ``heap`` (``-Xmx``). With ``security``, a SASL_SSL listener on
-    ``sasl_ssl_port`` (a free one when not given) beside the PLAINTEXT one."""
+    ``sasl_ssl_port`` (a free one when not given) beside the PLAINTEXT one. With ``forwarded``,
+    its FORWARDED listener too (``forwarded_bootstrap_servers``: the forwarder's address)."""
 
     name = "Kafka broker"
 
     def __init__(self, data_dir: str | Path, port: int | None = None, *, heap: str = DEFAULT_HEAP,
-                 security: KafkaSecurity | None = None, sasl_ssl_port: int | None = None) -> None:
+                 security: KafkaSecurity | None = None, sasl_ssl_port: int | None = None,
+                 forwarded: ForwardedListener | None = None) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.heap = heap
         self.security = security
         self.sasl_ssl_port = (sasl_ssl_port or free_port()) if security is not None else None
+        self.forwarded = forwarded
 
     @property
     def bootstrap_servers(self) -> str:
@@ -161,6 +183,13 @@ class EmbeddedKafka(_Process):
         return f"127.0.0.1:{self.sasl_ssl_port}"
 
     @property
+    def forwarded_bootstrap_servers(self) -> str:
+        """The address the FORWARDED listener advertises (only with ``forwarded``)."""
+        if self.forwarded is None:
+            raise ValueError(f"{self.name} has no FORWARDED listener: it was started without one")
+        return f"127.0.0.1:{self.forwarded.advertised_port}"
+
+    @property
     def log_path(self) -> Path:
         return self.data_dir / "kafka.log"
 
@@ -168,6 +197,8 @@ class EmbeddedKafka(_Process):
         ensure_port_free(self.port, "Kafka broker port")
         if self.sasl_ssl_port is not None:
             ensure_port_free(self.sasl_ssl_port, "Kafka broker SASL_SSL port")
+        if self.forwarded is not None:
+            ensure_port_free(self.forwarded.port, "Kafka broker FORWARDED port")
         try:
             classpath = os.pathsep.join(str(j) for j in component_jars("kafka"))
         except MissingJars as e:
@@ -176,10 +207,12 @@ class EmbeddedKafka(_Process):
         logs = self.data_dir / "data"
         props = self.data_dir / "server.properties"
         if self.security is None:
-            props.write_text(server_properties(port=self.port, controller_port=free_port(), log_dirs=logs))
+            props.write_text(server_properties(port=self.port, controller_port=free_port(), log_dirs=logs,
+                                               forwarded=self.forwarded))
         else:
             props.write_text(server_properties(port=self.port, controller_port=free_port(), log_dirs=logs,
-                                               sasl_ssl_port=self.sasl_ssl_port, keystore=self._keystore()))
+                                               sasl_ssl_port=self.sasl_ssl_port, keystore=self._keystore(),
+                                               forwarded=self.forwarded))
         log4j = self.data_dir / "log4j.properties"
         log4j.write_text(_LOG4J)
         java = [java_binary(), f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]

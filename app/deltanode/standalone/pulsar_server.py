@@ -23,6 +23,12 @@ accepts any client, on plain ports only.
     with EmbeddedApachePulsar(data_dir, security=security) as server:
         server.tls_service_url              # pulsar+ssl://127.0.0.1:<port>
         make_token(key, "deltanode")        # a client's token (mq.pulsar.auth.params = token:<jwt>)
+
+Given ``forwarded_port``, it advertises a second listener, ``forwarded``, at that loopback port, where
+a forwarder (a proxy, NAT, a test's TCP relay) listens and relays to the broker's port. A Pulsar client
+looks a topic up through its service URL and then connects to the address the lookup answers with,
+the one of the listener it names (``mq.pulsar.listener.name``; the internal one when it names none):
+a client that must come in through a forwarder names ``forwarded``.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ clusterName=deltanode
 brokerServicePort={port}
 webServicePort={web_port}
 bindAddress=127.0.0.1
-advertisedAddress=127.0.0.1
+{advertised}
 # empty: a RocksDB metadata store under --metadata-dir
 metadataStoreUrl=
 configurationMetadataStoreUrl=
@@ -194,22 +200,35 @@ def class_archive() -> Path:
     return component_dir("pulsar") / "pulsar-cds.jsa"
 
 
-def standalone_conf(*, port: int, web_port: int) -> str:
+FORWARDED_LISTENER = "forwarded"
+
+
+def standalone_conf(*, port: int, web_port: int, forwarded_port: int | None = None) -> str:
+    """``forwarded_port``: advertise the ``FORWARDED_LISTENER`` there beside the internal one (Pulsar
+    refuses advertisedAddress beside advertisedListeners)."""
+    advertised = "advertisedAddress=127.0.0.1" if forwarded_port is None else (
+        f"advertisedListeners=internal:pulsar://127.0.0.1:{port},"
+        f"{FORWARDED_LISTENER}:pulsar://127.0.0.1:{forwarded_port}\ninternalListenerName=internal")
     return _CONF.format(port=port, web_port=web_port, max_message=MAX_MESSAGE_BYTES,
-                        frame=MAX_MESSAGE_BYTES + (1 << 20))
+                        frame=MAX_MESSAGE_BYTES + (1 << 20), advertised=advertised)
 
 
 class EmbeddedApachePulsar(_Process):
     """Apache Pulsar standalone on loopback, its metadata and ledgers under ``data_dir`` (they
-    survive restarts); the JVM's heap bounded by ``heap``, its direct memory by ``DIRECT_MEMORY``."""
+    survive restarts); the JVM's heap bounded by ``heap``, its direct memory by ``DIRECT_MEMORY``; the
+    ``FORWARDED_LISTENER`` advertised at ``forwarded_port`` when given."""
 
     name = "Pulsar broker"
     stop_timeout = 30.0   # a graceful stop closes every ledger and the bookie: ~15 s
 
     def __init__(self, data_dir: str | Path, port: int | None = None, *, heap: str = DEFAULT_HEAP,
                  web_port: int | None = None, jvm_options: tuple[str, ...] = (),
-                 security: PulsarSecurity | None = None, tls_port: int | None = None) -> None:
+                 security: PulsarSecurity | None = None, tls_port: int | None = None,
+                 forwarded_port: int | None = None) -> None:
         super().__init__()
+        if security is not None and forwarded_port is not None:
+            raise ValueError("a forwarded listener beside token authentication and TLS is not supported")
+        self.forwarded_port = forwarded_port
         self.jvm_options = jvm_options
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
@@ -252,7 +271,8 @@ class EmbeddedApachePulsar(_Process):
         secured = self._security_conf()
         if secured:   # it holds the superuser token: readable by this user only, as the key file
             _private(conf)
-        conf.write_text(standalone_conf(port=self.port, web_port=self.web_port) + secured)
+        conf.write_text(standalone_conf(port=self.port, web_port=self.web_port, forwarded_port=self.forwarded_port)
+                        + secured)
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.data_dir / "pulsar-broker.log"))
         data = self.data_dir.resolve()
