@@ -39,7 +39,7 @@ import pytest
 from deltanode.admin import commands
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import CollectionRecord, create_collection
-from deltanode.datanode.metrics import DataNodeCollector, health
+from deltanode.datanode.metrics import DataNodeCollector, health, readiness
 from deltanode.datanode.node import DataNode
 from deltanode.datanode.status import read_statuses
 from deltanode.etcd.client import EtcdClient
@@ -335,6 +335,7 @@ class Seen:
     dead: set[str] = field(default_factory=set)     # the node's pipeline or session seen gone
     health: dict = field(default_factory=dict)   # /healthz's body, once the broker was reported down
     healthy: bool | None = None
+    ready: bool | None = None                    # /readyz's answer at the same time
     metrics: dict[str, float] = field(default_factory=dict)
     status: dict = field(default_factory=dict)   # the node's status document
     admin: dict = field(default_factory=dict)    # admin health's answer
@@ -372,6 +373,7 @@ def watch_while_away(node: DataNode, conf: Conf, capsys, fault_at: float, second
             reported = True
             seen.reported_after = time.monotonic() - fault_at
             seen.healthy, seen.health = health(node.view())
+            seen.ready = readiness(node.view())[0]
             seen.metrics = node_gauges(node)
             seen.alerts = node.alerts()
             node.publish(node.progress())
@@ -499,6 +501,7 @@ def test_the_datanode_rides_out_its_broker_failing(private_broker, fault, spark,
     # The node reported the broker away while it was, in every place a user looks, and logged it once.
     assert seen.reported_after is not None and seen.reported_after < away, "the node never reported the broker down"
     assert seen.healthy is True and seen.health["broker"].startswith("unreachable for "), seen.health
+    assert seen.ready is False and seen.health["outages"], seen.health   # alive, not persisting
     assert seen.metrics["deltanode_broker_reachable"] == 0, seen.metrics
     assert seen.status.get("broker_unreachable_since") is not None, seen.status
     node_entry = [d for d in seen.admin["datanodes"] if d.get("process")]

@@ -12,7 +12,7 @@ from concurrent.futures import Future
 import pulsar
 from confluent_kafka import KafkaError, KafkaException
 
-from deltanode.datanode.metrics import DataNodeCollector, NodeView, health
+from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
 from deltanode.datanode.status import NodeStatus
 from deltanode.flowgraph.seal_policy import SealSettings
 from deltanode.flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
@@ -177,6 +177,8 @@ def test_a_node_whose_broker_is_away_does_not_persist_but_stays_live(tmp_path):
                     broker_down_since=lambda: since, broker_error=lambda: "no answer within 10 s")
     ok, body = health(view)
     assert ok and body["broker"].startswith("unreachable for 30 s: no answer")   # a restart would not help
+    ready, body = readiness(view)
+    assert not ready and body["outages"] == [f"broker {body['broker']}"]
     gauges = {s.name: s.value for m in DataNodeCollector(view).collect() for s in m.samples if not s.labels}
     assert gauges["deltanode_broker_reachable"] == 0 and gauges["deltanode_broker_unreachable_seconds"] >= 30
 

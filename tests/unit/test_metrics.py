@@ -7,7 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
-from deltanode.datanode.metrics import MetricsServer, NodeView, health
+from deltanode.datanode.metrics import MetricsServer, NodeView, health, readiness
 from deltanode.flowgraph.vchannel import Consumed, Snapshot
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.wire.positions import compose_ts
@@ -69,23 +69,36 @@ def test_health_follows_the_node():
     assert ok and body["status"] == "ok" and body["etcd"] == "reachable"
     ok, body = health(view([snap(V0)], down_since=time.time() - 30))
     assert ok and body["etcd"].startswith("unreachable for 30 s")   # an etcd outage alone: still persisting
+    assert readiness(view([snap(V0)], down_since=time.time() - 30))[0] is True
     ok, body = health(view([snap(V0)], node_id=0))
     assert not ok and body["problems"] == ["no etcd session (registering)"]
     ok, body = health(view([], alive=False))
     assert not ok and "the pipeline loop stopped" in body["problems"]
 
 
-def test_a_full_filesystem_is_a_problem_of_the_node_in_health_and_a_gauge():
+def test_a_full_filesystem_keeps_the_node_sound_but_not_ready_and_sets_a_gauge():
     full = "storage full: /data/delta: No space left on device"
     snaps = [snap(V0, "failed", 3, "StorageFull: /data/delta: No space left on device (committing)")]
     node = NodeView(node_id=lambda: 5, snapshots=lambda: snaps, high_watermark=lambda p: 100,
                     pipeline_alive=lambda: True, etcd_down_since=lambda: None, etcd_error=lambda: "",
                     sessions_lost=lambda: 0, storage_full=lambda: full)
     ok, body = health(node)
-    assert not ok and body["problems"] == ["1 vchannel(s) failing", full] and body["storage_full"] == full
+    assert ok and body["problems"] == [] and body["outages"] == [full] and body["storage_full"] == full
+    assert body["failing"] == {} and body["waiting_for_space"] == 1 and body["persisting"] is False
+    assert readiness(node)[0] is False
     assert health(view([snap(V0)]))[1]["storage_full"] is None
     server = MetricsServer(node, "127.0.0.1", 0).start()
     try:
         assert "deltanode_storage_full 1.0" in get(server.port, "/metrics")[1].splitlines()
+        assert get(server.port, "/healthz")[0] == 200
+        status, body = get(server.port, "/readyz")
+        assert status == 503 and json.loads(body)["outages"] == [full]
     finally:
         server.stop()
+
+
+def test_a_vchannel_failing_for_its_own_reason_beside_a_full_disk_fails_liveness():
+    snaps = [snap(V0, "failed", 3, "StorageFull: /data/delta: No space left on device (committing)"),
+             snap(V1, "failed", 1, "CommitFailed: OSError: bad")]
+    ok, body = health(view(snaps))
+    assert not ok and body["failing"] == {V1: "CommitFailed: OSError: bad"} and body["waiting_for_space"] == 1

@@ -1,10 +1,13 @@
 """A DataNode's Prometheus metrics and health, served over HTTP by the driver.
 
-``GET /metrics`` is the Prometheus text format; ``GET /healthz`` answers 200 while the node
-persists (its pipeline loop runs, it holds an etcd session, none of its vchannels is failing, no
-full filesystem keeps them from committing) and 503 otherwise, with a JSON body saying why
-either way. An etcd outage alone keeps 200: the node goes on committing (docs/operations.md,
-"When etcd is away"), and the body and ``deltanode_etcd_reachable`` say so.
+``GET /metrics`` is the Prometheus text format. ``GET /healthz`` (liveness) answers 200 while
+nothing inside the process is wrong (its pipeline loop runs, it holds an etcd session, none of its
+vchannels is failing) and 503 otherwise; ``GET /readyz`` answers 200 only while the node persists,
+503 also while an outage outside it (a full filesystem, the broker away) keeps its vchannels
+waiting. Both bodies are the same JSON document saying why. An outside outage keeps ``/healthz``
+at 200 because a restart cannot end it; an etcd outage alone keeps both at 200: the node goes on
+committing (docs/operations.md, "When etcd is away"), and the body and
+``deltanode_etcd_reachable`` say so.
 
 Two kinds of figures, so that nothing is counted twice and nothing is kept per scrape:
 
@@ -32,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..flowgraph.failure import FailureKind
 from ..flowgraph.vchannel import FlowgraphStatus, Snapshot
 from ..pipeline.cycle_report import CycleReport
 from ..wire.positions import physical_ms
@@ -187,10 +191,21 @@ class CycleMetrics:
         self._lag_labels &= current
 
 
+def _waits_for_space(snap: Snapshot) -> bool:
+    return snap.last_error.startswith(f"{FailureKind.STORAGE_FULL}:")
+
+
 def health(view: NodeView) -> tuple[bool, dict]:
-    """Whether the node persists, and the body of ``/healthz``."""
+    """Whether the node is sound (``/healthz``, a liveness probe), and the body of both probes.
+
+    Only what is wrong inside the process fails it: the pipeline loop stopped, no etcd session,
+    a vchannel failing. An outage of something outside (etcd, the broker, a full filesystem)
+    keeps it sound: the node waits where it stands and goes on by itself when the outage ends, so
+    a restart cannot help and would only re-read what it had not committed. Those outages are in
+    ``outages`` and fail ``readiness`` instead."""
     snaps = view.snapshots()
-    failing = {s.vchannel: s.last_error for s in snaps if s.status == FlowgraphStatus.FAILED}
+    failing = {s.vchannel: s.last_error for s in snaps
+               if s.status == FlowgraphStatus.FAILED and not _waits_for_space(s)}
     problems = []
     if not view.pipeline_alive():
         problems.append("the pipeline loop stopped")
@@ -199,20 +214,28 @@ def health(view: NodeView) -> tuple[bool, dict]:
     if failing:
         problems.append(f"{len(failing)} vchannel(s) failing")
     full = view.storage_full()
-    if full:
-        problems.append(full)
     down = view.etcd_down_since()
     broker_down = view.broker_down_since()
-    body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "node_id": view.node_id(),
+    broker = "reachable" if broker_down is None else \
+        f"unreachable for {time.time() - broker_down:.0f} s: {view.broker_error()}"
+    # etcd away alone does not stop commits (docs/operations.md, "When etcd is away"): not an outage here.
+    outages = [o for o in (full, None if broker_down is None else f"broker {broker}") if o]
+    body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "outages": outages,
+            "persisting": not problems and not outages, "node_id": view.node_id(),
             "vchannels": len(snaps), "running": sum(s.status == FlowgraphStatus.RUNNING for s in snaps),
             "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
+            "waiting_for_space": sum(s.status == FlowgraphStatus.FAILED and _waits_for_space(s) for s in snaps),
             "etcd": "reachable" if down is None else
                     f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}",
-            "storage_full": full,
-            # A broker outage keeps 200: nothing in the process is wrong, and it reads on by itself.
-            "broker": "reachable" if broker_down is None else
-                      f"unreachable for {time.time() - broker_down:.0f} s: {view.broker_error()}"}
+            "storage_full": full, "broker": broker}
     return not problems, body
+
+
+def readiness(view: NodeView) -> tuple[bool, dict]:
+    """Whether the node persists now (``/readyz``): sound, and no outage outside it keeps its
+    vchannels from committing (a full filesystem, the broker away). Same body as ``health``."""
+    _, body = health(view)
+    return body["persisting"], body
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -236,15 +259,15 @@ class MetricsServer:
 
         def app(environ, start_response):
             path = environ.get("PATH_INFO", "")
-            if path == "/healthz":
-                ok, body = health(view)
+            if path in ("/healthz", "/readyz"):
+                ok, body = (health if path == "/healthz" else readiness)(view)
                 start_response("200 OK" if ok else "503 Service Unavailable",
                                [("Content-Type", "application/json")])
                 return [json.dumps(body).encode()]
             if path in ("/metrics", "/"):
                 return metrics_app(environ, start_response)
             start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"/metrics or /healthz\n"]
+            return [b"/metrics, /healthz or /readyz\n"]
 
         try:
             self._server = make_server(address, port, app, _ThreadingServer, handler_class=_QuietHandler)
@@ -256,7 +279,7 @@ class MetricsServer:
 
     def start(self) -> MetricsServer:
         self._thread.start()
-        log.info("metrics on http://%s:%d/metrics, health on /healthz", self._server.server_address[0], self.port)
+        log.info("metrics on http://%s:%d/metrics, liveness on /healthz, readiness on /readyz", self._server.server_address[0], self.port)
         return self
 
     def on_cycle(self, report: CycleReport) -> None:
