@@ -251,7 +251,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
     _k("standalone.progress.interval", KeyType.DURATION, "10s",
        "standalone: how often progress is logged", min=0.1),
     _k("metrics.port", KeyType.INT, "0",
-       "DataNode driver: serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz at this port (0: off)",
+       "DataNode driver: serve Prometheus metrics on /metrics, liveness on /healthz and readiness on /readyz "
+       "at this port (0: off)",
        min=0),
     _k("metrics.address", KeyType.STR, "127.0.0.1",
        "address the metrics server binds (0.0.0.0: every interface, for a Prometheus on another host)"),

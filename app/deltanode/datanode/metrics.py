@@ -279,7 +279,8 @@ class MetricsServer:
 
     def start(self) -> MetricsServer:
         self._thread.start()
-        log.info("metrics on http://%s:%d/metrics, liveness on /healthz, readiness on /readyz", self._server.server_address[0], self.port)
+        log.info("metrics on http://%s:%d/metrics, liveness on /healthz, readiness on /readyz",
+                 self._server.server_address[0], self.port)
         return self
 
     def on_cycle(self, report: CycleReport) -> None:
