@@ -244,6 +244,9 @@ class _QuietServer(http.server.ThreadingHTTPServer):
     mid-answer is no error of the proxy's. Runs in the test process."""
 
     daemon_threads = True
+    # delta-rs opens a table with dozens of GETs at once; socketserver's default backlog of 5
+    # drops their connection attempts, and the client's backoff then stalls it for half a minute.
+    request_queue_size = 256
 
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pyarrow.parquet
 import pytest
 from deltalake import DeltaTable
 
@@ -143,6 +144,66 @@ def test_a_commit_the_store_fails_throughout_is_in_doubt_then_found_as_its_own(s
     assert moved.value.own_late and moved.value.moved == {"a": 1}
     versions = _log_versions(s3_faulty.direct, uri)
     assert sorted(versions) == [0, 1] and _carrying(versions, "again") == []
+
+
+# Faults on what delta-rs writes and lists for DeltaNode: the checkpoint every 100 versions (its
+# parquet file and ``_last_checkpoint``, PUT by delta-rs's object store on the checkpoint thread)
+# and the LIST requests behind every open of a table.
+CHECKPOINT_RULES = (
+    Rule(name="checkpoint stored, answer lost", fault=Fault.LOST_ANSWER, key=r"\.checkpoint\.parquet$"),
+    Rule(name="last checkpoint stored, reset", fault=Fault.RESET_AFTER, key=r"/_last_checkpoint$"),
+    Rule(name="checkpoint 503", fault=Fault.REFUSE, key=r"\.checkpoint\.parquet$", skip=1),
+    Rule(name="list 503", fault=Fault.REFUSE, method="GET", key=r"^/[^/]+/?$", query="list-type=2", times=6,
+         probability=0.5, seed=SEED),
+)
+
+
+def _last_checkpoint(options: StoreOptions, uri: str) -> dict | None:
+    bucket, prefix = bucket_and_key(uri)
+    try:
+        body = options.boto3().get_object(Bucket=bucket, Key=f"{prefix}/_delta_log/_last_checkpoint")["Body"]
+    except Exception:   # noqa: BLE001 - botocore's NoSuchKey: none written yet
+        return None
+    return json.loads(body.read())
+
+
+def test_checkpoints_and_listings_broken_leave_every_version_once_and_the_table_readable(s3_faulty: FaultyS3,
+                                                                                         caplog):
+    """250 commits through the proxy while the checkpoints asked for at 100 and 200 have their
+    PUTs stored but unanswered, reset or refused, and LIST requests answer 503: every version is
+    in the log once, each open of the table (delta-rs's and DeltaNode's own, which list the log)
+    gets the newest version, and ``_last_checkpoint`` only ever names a checkpoint that is whole."""
+    uri = StorageLayout(fresh_root("checkpoint-faults"), s3_faulty.options).insert_log(1)
+    log = DeltaLog(uri, PK_SCHEMA, s3_faulty.options)
+    s3_faulty.proxy.add(*CHECKPOINT_RULES)
+    try:
+        for n in range(1, 251):
+            assert log.commit(txns={"a": n}, expected={"a": n - 1 or None}, info={"attempt": f"c{n}"}) == n
+        # A checkpoint is of the version the table has when the checkpoint thread gets to it.
+        assert _poll(lambda: (_last_checkpoint(s3_faulty.direct, uri) or {}).get("version", 0) >= 200
+                     or any("checkpoint of" in r.getMessage() for r in caplog.records), 60, 0.5), \
+            "the checkpoint asked for at version 200 neither landed nor failed in 60 s"
+        opened = [DeltaLog.open(uri, s3_faulty.options) for _ in range(3)]   # through the LIST faults
+        tables = [DeltaTable(uri, storage_options=s3_faulty.options.delta_rs()) for _ in range(3)]
+    finally:
+        print(s3_faulty.proxy.report())
+    fired = collections.Counter(e.rule for e in s3_faulty.proxy.exchanges if e.rule)
+    assert all(fired[r.label] for r in CHECKPOINT_RULES), fired
+    versions = _log_versions(s3_faulty.direct, uri)
+    assert sorted(versions) == list(range(251))
+    assert [_carrying(versions, f"c{n}") for n in range(1, 251)] == [[n] for n in range(1, 251)]
+    assert all(o is not None and o.version == 250 and o.txn("a") == 250 for o in opened)
+    assert all(t.version() == 250 and t.transaction_version("a") == 250 for t in tables)
+    last = _last_checkpoint(s3_faulty.direct, uri)
+    failed = [r.getMessage() for r in caplog.records if "checkpoint of" in r.getMessage()]
+    print(f"_last_checkpoint {last}; checkpoint failures logged: {failed}")
+    if last is not None:   # what it names is whole: delta-rs reads the table from it, at any version after
+        bucket, prefix = bucket_and_key(uri)
+        key = f"{prefix}/_delta_log/{last['version']:020d}.checkpoint.parquet"
+        body = s3_faulty.direct.boto3().get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert pa.parquet.read_table(pa.BufferReader(body)).num_rows == last["size"]
+        fresh = DeltaTable(uri, version=last["version"], storage_options=s3_faulty.direct.delta_rs())
+        assert fresh.transaction_version("a") == last["version"]
 
 
 # The seeded schedule of the pipeline test: every kind of fault on the executors' data files
