@@ -12,6 +12,7 @@ from concurrent.futures import Future
 import pulsar
 from confluent_kafka import KafkaError, KafkaException
 
+from deltanode import outages
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
 from deltanode.datanode.status import NodeStatus
 from deltanode.flowgraph.seal_policy import SealSettings
@@ -150,7 +151,7 @@ def test_a_long_job_has_the_broker_asked_meanwhile(tmp_path, monkeypatch):
 def test_the_outage_is_told_once_and_its_end_once_even_when_the_broker_comes_back_unevenly(caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="deltanode")
     clock = [100.0]
-    monkeypatch.setattr(reachability_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(outages.time, "monotonic", lambda: clock[0])
     reachability = BrokerReachability("kafka-1:9092")
     for _ in range(5):
         reachability.failed("no answer within 10 s")

@@ -14,10 +14,11 @@ PACKAGE = APP / "deltanode"
 
 # What each package may import of deltanode's packages and top-level modules. A package not named
 # here is a process on top (datanode, datacoord, standalone, admin, lake, cli) or a leaf module.
-BASE = {"logs", "faults"}
+BASE = {"logs", "faults", "outages"}
 MAY_IMPORT = {
     "wire": set(),
     "logs": set(),
+    "outages": set(),
     "faults": {"logs"},
     "mq": {"wire"} | BASE,
     "etcd": {"wire"} | BASE,
