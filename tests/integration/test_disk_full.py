@@ -7,7 +7,6 @@ commits resume by themselves within seconds of space returning."""
 from __future__ import annotations
 
 import collections
-import errno
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from deltanode.flowgraph.failure import RETRY_WHILE_FULL
 from deltanode.storage import checkpoints
 from deltanode.storage.tables import read_table
 
+from .filler import Filler, free_bytes
 from .support import SCHEMA, settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
@@ -54,45 +54,6 @@ def small_fs():
     for directory in reversed(mounted):
         if subprocess.run(["umount", str(directory)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(directory)], check=True)   # a process still holds a file there
-
-
-class Filler:
-    """Keeps a filesystem full: a file that takes every block there is, and every block freed
-    afterwards (a failed write's partial file deleted), the way other writers on a shared disk
-    do, until ``release`` deletes it."""
-
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / "filler"
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        self._stop = threading.Event()
-        self._fill()
-        self._thread = threading.Thread(target=self._keep_full, daemon=True)
-        self._thread.start()
-
-    def _fill(self) -> None:
-        for chunk in (b"\0" * (1 << 20), b"\0" * 4096):
-            while True:
-                try:
-                    os.write(self._fd, chunk)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC, e
-                    break
-
-    def _keep_full(self) -> None:
-        while not self._stop.wait(0.01):
-            self._fill()
-
-    def release(self) -> None:
-        """Space returns: the filler stops and is deleted."""
-        self._stop.set()
-        self._thread.join()
-        os.close(self._fd)
-        self.path.unlink()
-
-
-def free_bytes(directory: Path) -> int:
-    stats = os.statvfs(directory)
-    return stats.f_bavail * stats.f_frsize
 
 
 class Traffic:
