@@ -1,7 +1,8 @@
-"""The processes a nemesis run breaks: etcd and Apache Kafka (started here, as a user's own
+"""The processes a nemesis run breaks: etcd and the broker (started here, as a user's own
 services), and DeltaNode's processes (``./spark-submit.sh standalone`` with the embedded
 services off, and a second ``./spark-submit.sh datanode``), each killable, pausable and
-restartable. Runs in the nemesis process."""
+restartable; with the run's storage root (``storage``) and the broker's relay. Runs in the
+nemesis process."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deltanode.standalone.kafka_server import EmbeddedKafka
 from deltanode.standalone.services import EmbeddedEtcd, free_port
+
+from .broker import RunBroker
+from .storage import StorageRoot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,9 +55,11 @@ class Node:
 
     def tree(self) -> list[int]:
         """The launcher and every process under it: the spark-submit JVM, the Python driver,
-        pyspark's workers (their own process groups: a signal to the launcher's group misses them)."""
-        if self.proc is None:
+        pyspark's workers (their own process groups: a signal to the launcher's group misses them).
+        None once the launcher is gone (its pid may be another process's by then)."""
+        if not self.alive:
             return []
+        assert self.proc is not None
         children: dict[int, list[int]] = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -79,10 +84,15 @@ class Node:
                 pass
 
     def kill(self) -> None:
-        """SIGKILL of every process of the node at once, as a machine loss stops it."""
-        self._signal(signal.SIGKILL, self.tree())
+        """SIGKILL of every process of the node at once, as a machine loss stops it; returns once
+        none of them is left (a zombie holds no file)."""
+        pids = self.tree()
+        self._signal(signal.SIGKILL, pids)
         if self.proc is not None:
             self.proc.wait()
+        deadline = time.monotonic() + 30
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._paused = []
 
     def pause(self) -> None:
@@ -111,12 +121,21 @@ class Node:
             self.kill()
 
 
-class Service:
-    """etcd or Kafka as this run started it: killed, paused and restarted on the same data and port."""
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
-    def __init__(self, name: str, make) -> None:
-        self.name, self._make = name, make
-        self.server = make()
+
+class Service:
+    """etcd or the broker as this run started it (``server``: its ``start``, ``stop`` and
+    ``proc``): killed, paused and restarted on the same data and port."""
+
+    def __init__(self, name: str, server) -> None:
+        self.name, self.server = name, server
         self.paused = False
 
     def start(self) -> None:
@@ -155,17 +174,16 @@ class Service:
 
 
 class Cluster:
-    """etcd, Kafka, and the DeltaNode processes of one run."""
+    """etcd, the broker, the storage root and the DeltaNode processes of one run."""
 
-    def __init__(self, settings: ClusterSettings) -> None:
+    def __init__(self, settings: ClusterSettings, broker: RunBroker, storage: StorageRoot) -> None:
         self.settings = settings
         work = settings.workdir
         (work / "logs").mkdir(parents=True, exist_ok=True)
-        etcd_ports, kafka_port = (free_port(), free_port()), free_port()
-        self.etcd = Service("etcd", lambda: EmbeddedEtcd(work / "etcd", *etcd_ports))
-        self.kafka = Service("kafka", lambda: EmbeddedKafka(work / "kafka", kafka_port, heap="384m"))
+        self.etcd = Service("etcd", EmbeddedEtcd(work / "etcd", free_port(), free_port()))
+        self.run_broker, self.storage = broker, storage
+        self.broker = Service("broker", broker)
         self.conf = work / "nemesis.conf"
-        self.storage_root = work / "delta"
         self.prefix = f"nemesis{int(time.time()) % 100000}-rootcoord-dml"
         self.nodes = [Node("standalone", "standalone", self.conf, work / "logs"),
                       Node("datanode", "datanode", self.conf, work / "logs")]
@@ -174,18 +192,14 @@ class Cluster:
     def etcd_endpoint(self) -> str:
         return self.etcd.server.endpoint
 
-    @property
-    def bootstrap(self) -> str:
-        return self.kafka.server.bootstrap_servers
-
     def write_conf(self) -> None:
         s = self.settings
         self.conf.write_text("\n".join([
             "embedded.etcd = false", "embedded.broker = false",
             f"etcd.endpoints = {self.etcd_endpoint}", "etcd.root = nemesis/meta",
-            "mq.type = kafka", f"mq.kafka.bootstrap.servers = {self.bootstrap}",
+            *self.run_broker.node_conf(), *self.storage.conf(),
             f"mq.pchannel.prefix = {self.prefix}", f"mq.pchannel.count = {s.pchannels}",
-            f"storage.root = {self.storage_root}", f"session.ttl = {s.session_ttl_s}s",
+            f"session.ttl = {s.session_ttl_s}s",
             "datacoord.watch.timeout = 30s", f"datanode.trigger.interval = {s.trigger}",
             # The traffic's own proxy ticks every pchannel, as Milvus's rootcoord does; a second
             # ticker on another clock would break the order a tick promises.
@@ -194,8 +208,9 @@ class Cluster:
             "spark.log.level = WARN", "spark.ui.enabled = false", "spark.sql.shuffle.partitions = 2", ""]))
 
     def start_services(self) -> None:
+        self.storage.start()
         self.etcd.start()
-        self.kafka.start()
+        self.broker.start()
         self.write_conf()
 
     def start_nodes(self) -> None:
@@ -203,8 +218,11 @@ class Cluster:
             node.start()
 
     def heal(self) -> None:
-        """Every paused process resumed, every dead one started again."""
-        for svc in (self.etcd, self.kafka):
+        """Every storage fault ended, the relay restored, every paused process resumed, every dead
+        one started again."""
+        self.storage.heal()
+        self.run_broker.restore()
+        for svc in (self.etcd, self.broker):
             if svc.paused:
                 svc.resume()
             if not svc.alive:
@@ -218,5 +236,6 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
-        for svc in (self.kafka, self.etcd):
+        for svc in (self.broker, self.etcd):
             svc.stop()
+        self.run_broker.close()

@@ -5,30 +5,13 @@ nemesis process."""
 
 from __future__ import annotations
 
-import enum
 import random
 import time
 from dataclasses import dataclass
 
 from .cluster import Cluster
+from .kinds import HOLDS, STORAGE_FAULTS, FaultKind
 
-
-class FaultKind(enum.StrEnum):
-    KILL_STANDALONE = "kill-standalone"     # SIGKILL of its process group, started again after the hold
-    KILL_DATANODE = "kill-datanode"
-    PAUSE_STANDALONE = "pause-standalone"   # SIGSTOP, SIGCONT after the hold (past session.ttl: its lease expires)
-    PAUSE_DATANODE = "pause-datanode"
-    KILL_BROKER = "kill-broker"             # Apache Kafka SIGKILLed, started again on its data and port
-    PAUSE_BROKER = "pause-broker"
-    KILL_ETCD = "kill-etcd"
-    PAUSE_ETCD = "pause-etcd"
-
-
-# (least, most) seconds a fault is held.
-HOLDS = {FaultKind.KILL_STANDALONE: (1, 8), FaultKind.KILL_DATANODE: (1, 8),
-         FaultKind.PAUSE_STANDALONE: (2, 14), FaultKind.PAUSE_DATANODE: (2, 14),
-         FaultKind.KILL_BROKER: (2, 20), FaultKind.PAUSE_BROKER: (2, 20),
-         FaultKind.KILL_ETCD: (1, 6), FaultKind.PAUSE_ETCD: (2, 10)}
 TWO_AT_ONCE = 0.3
 
 
@@ -56,16 +39,21 @@ class Nemesis:
             hold = max(self.rng.uniform(*HOLDS[k]) for k in kinds)
             faults = [Fault(kind=k, at=round(time.monotonic() - start, 1), hold=round(hold, 1)) for k in kinds]
             for f in faults:
-                log(f"t={f.at:6.1f}s {f.kind} for {f.hold:.1f}s")
-                self._apply(f.kind)
+                detail = self._apply(f.kind)
+                log(f"t={f.at:6.1f}s {f.kind} for {f.hold:.1f}s" + (f": {detail}" if detail else ""))
             time.sleep(hold)
             self.cluster.heal()
             self.done += faults
 
-    def _apply(self, kind: FaultKind) -> None:
+    def _apply(self, kind: FaultKind) -> str:
+        """Inject ``kind``; what a storage fault did (else "")."""
         c = self.cluster
+        if kind in STORAGE_FAULTS:
+            return c.storage.apply(kind, self.rng, c.nodes)
         standalone, datanode = c.nodes
         {FaultKind.KILL_STANDALONE: standalone.kill, FaultKind.KILL_DATANODE: datanode.kill,
          FaultKind.PAUSE_STANDALONE: standalone.pause, FaultKind.PAUSE_DATANODE: datanode.pause,
-         FaultKind.KILL_BROKER: c.kafka.kill, FaultKind.PAUSE_BROKER: c.kafka.pause,
+         FaultKind.KILL_BROKER: c.broker.kill, FaultKind.PAUSE_BROKER: c.broker.pause,
+         FaultKind.PARTITION_BROKER: c.run_broker.cut,
          FaultKind.KILL_ETCD: c.etcd.kill, FaultKind.PAUSE_ETCD: c.etcd.pause}[kind]()
+        return ""

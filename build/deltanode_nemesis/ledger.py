@@ -32,12 +32,24 @@ class CollectionLedger:
         return collections.Counter(newest.items())
 
 
-def read_back(bootstrap: str, pchannels: list[str], collection_ids: set[int]) -> dict[int, CollectionLedger]:
+def highs(broker: Broker, pchannels: list[str]) -> dict[str, int]:
+    """Each pchannel's high watermark: the position past its last message."""
+    marks = connect(broker).watermarks()
+    try:
+        return {p: marks.high(p) for p in pchannels}
+    finally:
+        marks.close()
+
+
+def read_back(broker: Broker, pchannels: list[str], collection_ids: set[int]) -> dict[int, CollectionLedger]:
     """Every message of ``pchannels`` (whole topics), decoded into each collection's ledger."""
-    backend = connect(Broker("kafka", bootstrap))
+    backend = connect(broker)
     marks = backend.watermarks()
+    try:
+        ranges = [OffsetRange(p, 0, marks.first(p), marks.high(p)) for p in pchannels]
+    finally:
+        marks.close()
     out = {cid: CollectionLedger() for cid in collection_ids}
-    ranges = [OffsetRange(p, 0, marks.first(p), marks.high(p)) for p in pchannels]
     for _, chunk in backend.read_ranges([r for r in ranges if r.end > r.start]):
         if isinstance(chunk, BrokerError):
             raise chunk

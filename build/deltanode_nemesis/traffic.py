@@ -2,9 +2,10 @@
 producing inserts, deletes, upserts and flushes into them and a TimeTick every 200 ms on every
 pchannel, as Milvus's proxy and rootcoord do. Runs in the nemesis process.
 
-The producer is idempotent (librdkafka's ``enable.idempotence``): a message retried across a
-broker kill lands once and in order, as a Milvus proxy's would. What the broker holds is read
-back afterwards (``ledger``); the producer's own record says only what it tried.
+On Kafka the producer is idempotent (``broker.KAFKA_PRODUCER``): a message retried across a
+broker kill lands once and in order, as a Milvus proxy's would. Pulsar's producer gives up on a
+message after its send timeout (30 s), so a long outage may leave a few out. What the broker holds
+is read back afterwards (``ledger``); the producer's own record says only what it tried.
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ log = logging.getLogger("nemesis.traffic")
 SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
                      {"name": "vec", "data_type": "FloatVector", "dim": 8},
                      {"name": "title", "data_type": "VarChar", "max_length": 64}]}
-# The producer's retries outlast any fault the schedule injects (a message given up is missing
-# from the broker, not a DeltaNode fault, but it would leave nothing to check).
-PRODUCER_SETTINGS = (("enable.idempotence", "true"), ("message.timeout.ms", "600000"),
-                     ("log_level", "2"))   # a killed broker is the point: no line per reconnect
 
 
 @dataclass
@@ -57,14 +54,15 @@ class Tally:
 class Traffic:
     """Creates ``collections`` collections of 1-2 shards and produces into them on a thread."""
 
-    def __init__(self, *, client: EtcdClient, etcd_root: str, bootstrap: str, prefix: str, pchannels: int,
-                 collections: int, seed: int) -> None:
+    def __init__(self, *, client: EtcdClient, etcd_root: str, broker: Broker, producer: Broker, prefix: str,
+                 pchannels: int, collections: int, seed: int) -> None:
+        """``broker``: where the catalog creates the topics; ``producer``: the same broker with the
+        producer's client settings."""
         self.rng = random.Random(seed)
-        broker = Broker("kafka", bootstrap, client=PRODUCER_SETTINGS)
         new = [NewCollection(name=f"nemesis_{i}", schema=schema_from_json(SCHEMA, f"nemesis_{i}"),
                              shards=1 + i % 2) for i in range(collections)]
-        records = create_collections(client, etcd_root, Broker("kafka", bootstrap), new, prefix, pchannels)
-        self.proxy = Proxy(broker)
+        records = create_collections(client, etcd_root, broker, new, prefix, pchannels)
+        self.proxy = Proxy(producer)
         self.collections = [CollectionTraffic(record=r, producer=MilvusProducer(
             self.proxy, CollectionLayout.from_proto(r.schema), r.collection_id, r.name, seed=seed + i))
             for i, r in enumerate(records)]

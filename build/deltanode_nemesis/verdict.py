@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,17 +62,19 @@ def _pairs(table) -> collections.Counter:
     return collections.Counter(zip(table.column("pk").to_pylist(), table.column("_ts").to_pylist()))
 
 
-def check_collection(storage: StorageLayout, cid: int, name: str, ledger: CollectionLedger) -> CollectionVerdict:
+def check_collection(storage: StorageLayout, cid: int, name: str, ledger: CollectionLedger,
+                     prepare_duckdb: Callable = lambda con: None) -> CollectionVerdict:
+    """``prepare_duckdb(con)`` lets DuckDB's connection reach the root (an S3 secret)."""
     v = CollectionVerdict(name=name)
     model = ledger.current()
     compare(v, broker=collections.Counter(ledger.inserts),
             delta=_pairs(read_table(storage, storage.insert_log(cid), ["pk", "_ts"], include_deleted=True)),
             model=model, current=_pairs(current_rows(storage, cid, "pk")))
-    _duckdb(storage, cid, v, sum(model.values()))
+    _duckdb(storage, cid, v, sum(model.values()), prepare_duckdb)
     return v
 
 
-def _duckdb(storage: StorageLayout, cid: int, v: CollectionVerdict, want: int) -> None:
+def _duckdb(storage: StorageLayout, cid: int, v: CollectionVerdict, want: int, prepare: Callable) -> None:
     try:
         import duckdb
 
@@ -81,6 +84,11 @@ def _duckdb(storage: StorageLayout, cid: int, v: CollectionVerdict, want: int) -
         return
     try:
         with duckdb_connection() as con:
+            try:
+                prepare(con)
+            except Exception as e:  # noqa: BLE001 - a reader that cannot reach the root is a finding, said
+                v.problems.append(f"DuckDB cannot reach {storage.root} here: {e}")
+                return
             n = con.execute(f"SELECT count(*) FROM delta_scan('{storage.insert_log(cid)}')").fetchone()[0]
     except duckdb.Error as e:
         v.problems.append(f"DuckDB cannot read the table: {e}")
