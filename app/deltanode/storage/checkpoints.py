@@ -90,8 +90,8 @@ def _clear_stale(root: str) -> None:
 
 def _checkpointed(log_dir: str, scratch: str, *, from_hint: bool) -> str | None:
     """A scratch log under ``scratch``, checkpointed by delta-rs; None when there is no version
-    to checkpoint. A last checkpoint delta-rs cannot read (one a power cut tore before checkpoints
-    were published durably) is passed over: the checkpoint is then made from every version."""
+    to checkpoint. A last checkpoint delta-rs cannot read (a torn one, left by a writer that does
+    not publish checkpoints durably) is passed over: the checkpoint is then made from every version."""
     table = scratch if from_hint else os.path.join(scratch, "every-version")
     scratch_log = os.path.join(table, LOG_DIR)
     os.makedirs(scratch_log)
