@@ -187,20 +187,22 @@ def test_a_node_whose_broker_is_away_does_not_persist_but_stays_live(tmp_path):
 def test_kafka_errors_of_a_broker_that_did_not_answer_are_told_apart_from_the_others(monkeypatch):
     marks = kafka.Watermarks("127.0.0.1:1")
     try:
-        monkeypatch.setattr(marks, "_missing", lambda topic: topic == "gone")
+        monkeypatch.setattr(marks, "_missing", lambda topics: topics & {"gone"})
+
+        def failed(e: Exception, topic: str = "dml_0") -> BrokerError:
+            return marks._errors(marks._admin_client(), {(topic, 0): e}, 10.0)[(topic, 0)]
 
         def error(code: int, topic: str = "dml_0") -> BrokerError:
-            return marks._error("reading", KafkaException(KafkaError(code)), 10.0, topic)
+            return failed(KafkaException(KafkaError(code)), topic)
 
         for code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
                      KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH):
             assert isinstance(error(code), BrokerUnreachable), code
-        assert isinstance(marks._error("reading", TimeoutError(), 10.0), BrokerUnreachable)
+        assert isinstance(failed(TimeoutError()), BrokerUnreachable)
         assert isinstance(error(KafkaError._NOENT), BrokerUnreachable)           # a leader not elected yet
         for found in (error(KafkaError._NOENT, "gone"), error(KafkaError.UNKNOWN_TOPIC_OR_PART),
                       error(KafkaError.OFFSET_OUT_OF_RANGE)):
             assert type(found) is BrokerError, found
-        marks._admin_client()
         error(KafkaError.FENCED_LEADER_EPOCH)
         assert marks._admin is None   # made again: it does not learn the new leader epoch by itself
     finally:

@@ -71,6 +71,16 @@ STALE_LEADERS = (KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH
 RENEW_AFTER = 30.0
 
 
+def _what(key: tuple[str, int]) -> str:
+    """What the question of ``key`` was, for an error message (``("", -1)``: every partition's)."""
+    return f"cannot read the watermark of {key[0]}[{key[1]}]" if key[0] else "cannot read high watermarks"
+
+
+def _code(e: Exception) -> int | None:
+    """The librdkafka error code of ``e`` (None: a timeout, or no KafkaError)."""
+    return e.args[0].code() if isinstance(e, KafkaException) and isinstance(e.args[0], KafkaError) else None
+
+
 class Watermarks:
     """A long-lived metadata client for high watermarks (used by the driver to plan batches)."""
 
@@ -91,27 +101,29 @@ class Watermarks:
 
     def _list_offsets(self, keys: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int | BrokerError]:
         deadline = time.monotonic() + timeout   # one timeout for the request and every answer
+        admin = self._admin_client()
         try:
-            futures = self._admin_client().list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}, request_timeout=timeout)
+            futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in keys},
+                                         request_timeout=timeout)
         except KafkaException as e:
-            error = self._error("cannot read high watermarks", e)
+            error = self._errors(admin, {("", -1): e}, timeout)[("", -1)]
             return {key: error for key in keys}
         out: dict[tuple[str, int], int | BrokerError] = {}
+        failed: dict[tuple[str, int], Exception] = {}
         for tp, future in futures.items():
             key = (tp.topic, tp.partition)
-            what = f"cannot read the watermark of {tp.topic}[{tp.partition}]"
             try:
                 offset = future.result(max(0.0, deadline - time.monotonic())).offset
             except Exception as e:  # noqa: BLE001 - KafkaException, or the future's timeout
-                out[key] = self._error(what, e, timeout, tp.topic)
+                failed[key] = e
                 continue
             # A broker killed or paused under the request answers some partitions with no offset (-1001).
             if offset >= 0:
                 out[key] = offset
                 self._answered_at = time.monotonic()
             else:
-                out[key] = self._unanswered(f"{what} from {self.bootstrap}: it answered no offset ({offset})")
+                out[key] = self._unanswered(f"{_what(key)} from {self.bootstrap}: it answered no offset ({offset})")
+        out.update(self._errors(admin, failed, timeout))
         return out
 
     def _unanswered(self, message: str) -> BrokerUnreachable:
@@ -121,30 +133,47 @@ class Watermarks:
             self._admin, self._answered_at = None, time.monotonic()
         return BrokerUnreachable(message)
 
-    def _error(self, what: str, e: Exception, timeout: float = 0.0, topic: str | None = None) -> BrokerError:
-        """``what`` failed with ``e``: the broker refused this client (``BrokerRefused``), did not answer
-        (``BrokerUnreachable``), or answered with an error (``BrokerError``: a topic it does not have)."""
-        try:
-            self._refusals.check(self._admin_client())
-        except BrokerRefused as refused:
-            return BrokerRefused(f"{what} from {self.bootstrap}: {refused}")
-        if isinstance(e, TimeoutError):
-            return self._unanswered(f"{what} from {self.bootstrap}: no answer within {timeout:.0f} s")
-        code = e.args[0].code() if isinstance(e, KafkaException) and isinstance(e.args[0], KafkaError) else None
-        if code in STALE_LEADERS:
-            self._admin = None   # a new client, with the partitions' leaders as they are now
-        # "No leaders found": a topic the broker does not have, or one whose leader it has not elected yet.
-        if code in UNANSWERED or (code == KafkaError._NOENT and topic is not None and not self._missing(topic)):
-            return self._unanswered(f"{what} from {self.bootstrap}: {e}")
-        return BrokerError(f"{what} from {self.bootstrap}: {e}")
+    def _errors(self, admin: AdminClient, failed: dict[tuple[str, int], Exception],
+                timeout: float) -> dict[tuple[str, int], BrokerError]:
+        """What ``admin``'s failed question of each partition means: the broker refused this client
+        (``BrokerRefused``), did not answer (``BrokerUnreachable``), or answered with an error
+        (``BrokerError``: a topic it does not have). ``("", -1)``: the whole request failed.
 
-    def _missing(self, topic: str) -> bool:
-        """Whether the broker's metadata says it has no ``topic`` (False when it does not answer)."""
+        What it takes to tell is asked once for all of them: ``admin``'s refusal, one metadata
+        request for the topics answered without a leader, and ``admin`` made again once (after a
+        stale leader epoch), not once per partition: one question covers every pchannel."""
+        if not failed:
+            return {}
         try:
-            found = self._consumer.list_topics(topic, timeout=2.0).topics.get(topic)
+            self._refusals.check(admin)
+        except BrokerRefused as refused:
+            return {key: BrokerRefused(f"{_what(key)} from {self.bootstrap}: {refused}") for key in failed}
+        codes = {key: _code(e) for key, e in failed.items()}
+        # "No leaders found": a topic the broker does not have, or one whose leader it has not elected yet.
+        leaderless = {key[0] for key, code in codes.items() if code == KafkaError._NOENT and key[0]}
+        missing = self._missing(leaderless) if leaderless else set()
+        out: dict[tuple[str, int], BrokerError] = {}
+        for key, e in failed.items():
+            what = f"{_what(key)} from {self.bootstrap}"
+            if isinstance(e, TimeoutError):
+                out[key] = self._unanswered(f"{what}: no answer within {timeout:.0f} s")
+            elif codes[key] in UNANSWERED or (key[0] in leaderless and key[0] not in missing):
+                out[key] = self._unanswered(f"{what}: {e}")
+            else:
+                out[key] = BrokerError(f"{what}: {e}")
+        if self._admin is admin and any(code in STALE_LEADERS for code in codes.values()):
+            self._admin = None   # a new client, with the partitions' leaders as they are now
+        return out
+
+    def _missing(self, topics: set[str]) -> set[str]:
+        """Those of ``topics`` the broker's metadata says it does not have (none when it does not
+        answer): one request for the whole cluster."""
+        try:
+            found = self._consumer.list_topics(timeout=2.0).topics
         except KafkaException:
-            return False
-        return found is None or (found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)
+            return set()
+        return {t for t in topics if t not in found or (
+            found[t].error is not None and found[t].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART)}
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
