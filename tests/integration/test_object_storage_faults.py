@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import threading
 import time
 
@@ -275,6 +276,7 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
     from deltanode.storage.compaction import CompactionSettings
 
     proxy = s3_faulty.proxy
+    caplog.set_level(logging.DEBUG, logger="deltanode.pipeline")   # a vchannel failed for the store says so at DEBUG
     storage = StorageLayout(fresh_root("faults"), s3_faulty.options)
     direct = StorageLayout(storage.root, s3_faulty.direct)   # the checks read S3 itself
     coll = make_collection(shards=2, ticking=False)   # ticked below, once a second
@@ -338,6 +340,7 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
         reached = _poll(lambda: all(n >= targets[v] for v, n in checkpoints().items()), CATCH_UP)
         caught_up = time.monotonic() - faults_off
         print(f"checkpoints {checkpoints()}, targets {targets}")
+        store_back = _poll(lambda: pipe.store_reachability.down_since is None, 30)
     finally:
         print(proxy.report())
         pipe.stop()
@@ -354,6 +357,12 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
         f"insert binlogs, {len(missing_deletes)} of {named_deletes} delete binlogs, e.g. {missing[:3]}; "
         f"DeltaNode deleted {len(deleted_by_node)} of them through the proxy")
     assert reached, f"the checkpoints did not reach the watermarks {CATCH_UP} s after the faults stopped"
+    # The store's outage was told for the node (not a line per vchannel), and its end once it answered.
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and "flowgraph failed" in
+            r.getMessage() and "StoreUnreachable" in r.getMessage()]
+    assert not told, told[:3]
+    assert any(r.getMessage().startswith("object storage unreachable at ") for r in caplog.records)
+    assert store_back, f"the object store's outage did not end: {pipe.store_reachability.describe()}"
     for uri in (insert_uri, delete_uri):   # every table opens in delta-rs and lists its files
         assert DeltaTable(uri, storage_options=s3_faulty.direct.delta_rs()).file_uris()
 

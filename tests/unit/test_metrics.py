@@ -84,7 +84,7 @@ def test_a_full_filesystem_keeps_the_node_sound_but_not_ready_and_sets_a_gauge()
                     sessions_lost=lambda: 0, storage_full=lambda: full)
     ok, body = health(node)
     assert ok and body["problems"] == [] and body["outages"] == [full] and body["storage_full"] == full
-    assert body["failing"] == {} and body["waiting_for_space"] == 1 and body["persisting"] is False
+    assert body["failing"] == {} and body["waiting_outside"] == 1 and body["persisting"] is False
     assert readiness(node)[0] is False
     assert health(view([snap(V0)]))[1]["storage_full"] is None
     server = MetricsServer(node, "127.0.0.1", 0).start()
@@ -101,4 +101,4 @@ def test_a_vchannel_failing_for_its_own_reason_beside_a_full_disk_fails_liveness
     snaps = [snap(V0, "failed", 3, "StorageFull: /data/delta: No space left on device (committing)"),
              snap(V1, "failed", 1, "CommitFailed: OSError: bad")]
     ok, body = health(view(snaps))
-    assert not ok and body["failing"] == {V1: "CommitFailed: OSError: bad"} and body["waiting_for_space"] == 1
+    assert not ok and body["failing"] == {V1: "CommitFailed: OSError: bad"} and body["waiting_outside"] == 1

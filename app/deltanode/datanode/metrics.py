@@ -3,7 +3,7 @@
 ``GET /metrics`` is the Prometheus text format. ``GET /healthz`` (liveness) answers 200 while
 nothing inside the process is wrong (its pipeline loop runs, it holds an etcd session, none of its
 vchannels is failing) and 503 otherwise; ``GET /readyz`` answers 200 only while the node persists,
-503 also while an outage outside it (a full filesystem, the broker away) keeps its vchannels
+503 also while an outage outside it (a full filesystem, the broker or object store away) keeps its vchannels
 waiting. Both bodies are the same JSON document saying why. An outside outage keeps ``/healthz``
 at 200 because a restart cannot end it; an etcd outage alone keeps both at 200: the node goes on
 committing (docs/operations.md, "When etcd is away"), and the body and
@@ -60,6 +60,8 @@ class NodeView:
     storage_full: Callable[[], str | None] = lambda: None   # "storage full: {where}: {reason}" while it lasts
     broker_down_since: Callable[[], float | None] = lambda: None   # wall clock, None while the broker answers
     broker_error: Callable[[], str] = lambda: ""
+    store_down_since: Callable[[], float | None] = lambda: None   # the object store's outage, wall clock
+    store_error: Callable[[], str] = lambda: ""
 
 
 class DataNodeCollector(Collector):
@@ -144,6 +146,9 @@ class DataNodeCollector(Collector):
                      0 if broker_down else 1)
         yield _gauge("deltanode_broker_unreachable_seconds", "How long the broker has not answered (0 while it does)",
                      now - broker_down if broker_down else 0.0)
+        store_down = v.store_down_since()
+        yield _gauge("deltanode_object_store_reachable", "1 while the object store of storage.root answers (always 1 "
+                     "on a filesystem)", 0 if store_down else 1)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -191,8 +196,12 @@ class CycleMetrics:
         self._lag_labels &= current
 
 
-def _waits_for_space(snap: Snapshot) -> bool:
-    return snap.last_error.startswith(f"{FailureKind.STORAGE_FULL}:")
+_OUTSIDE = tuple(f"{kind}:" for kind in (FailureKind.STORAGE_FULL, FailureKind.STORE_UNREACHABLE))
+
+
+def _waits_outside(snap: Snapshot) -> bool:
+    """Failed for a cause outside the process (``Failure.outside``): it waits, it is not failing."""
+    return snap.last_error.startswith(_OUTSIDE)
 
 
 def health(view: NodeView) -> tuple[bool, dict]:
@@ -205,7 +214,7 @@ def health(view: NodeView) -> tuple[bool, dict]:
     ``outages`` and fail ``readiness`` instead."""
     snaps = view.snapshots()
     failing = {s.vchannel: s.last_error for s in snaps
-               if s.status == FlowgraphStatus.FAILED and not _waits_for_space(s)}
+               if s.status == FlowgraphStatus.FAILED and not _waits_outside(s)}
     problems = []
     if not view.pipeline_alive():
         problems.append("the pipeline loop stopped")
@@ -218,22 +227,27 @@ def health(view: NodeView) -> tuple[bool, dict]:
     broker_down = view.broker_down_since()
     broker = "reachable" if broker_down is None else \
         f"unreachable for {time.time() - broker_down:.0f} s: {view.broker_error()}"
+    store_down = view.store_down_since()
+    store = "reachable" if store_down is None else \
+        f"unreachable for {time.time() - store_down:.0f} s: {view.store_error()}"
     # etcd away alone does not stop commits (docs/operations.md, "When etcd is away"): not an outage here.
-    outages = [o for o in (full, None if broker_down is None else f"broker {broker}") if o]
+    outages = [o for o in (full, None if broker_down is None else f"broker {broker}",
+                           None if store_down is None else f"object storage {store}") if o]
     body = {"status": "ok" if not problems else "unhealthy", "problems": problems, "outages": outages,
             "persisting": not problems and not outages, "node_id": view.node_id(),
             "vchannels": len(snaps), "running": sum(s.status == FlowgraphStatus.RUNNING for s in snaps),
             "failing": dict(sorted(failing.items())[:FAILING_LISTED]),
-            "waiting_for_space": sum(s.status == FlowgraphStatus.FAILED and _waits_for_space(s) for s in snaps),
+            "waiting_outside": sum(s.status == FlowgraphStatus.FAILED and _waits_outside(s) for s in snaps),
             "etcd": "reachable" if down is None else
                     f"unreachable for {time.time() - down:.0f} s: {view.etcd_error()}",
-            "storage_full": full, "broker": broker}
+            "storage_full": full, "broker": broker, "object_storage": store}
     return not problems, body
 
 
 def readiness(view: NodeView) -> tuple[bool, dict]:
     """Whether the node persists now (``/readyz``): sound, and no outage outside it keeps its
-    vchannels from committing (a full filesystem, the broker away). Same body as ``health``."""
+    vchannels from committing (a full filesystem, the broker or the object store away). Same body
+    as ``health``."""
     _, body = health(view)
     return body["persisting"], body
 

@@ -109,7 +109,10 @@ class DataNode:
                         storage_full=lambda: self.pipeline.storage_full if self.pipeline else None,
                         broker_down_since=lambda: self.pipeline.broker_reachability.down_since
                         if self.pipeline else None,
-                        broker_error=lambda: self.pipeline.broker_reachability.error if self.pipeline else "")
+                        broker_error=lambda: self.pipeline.broker_reachability.error if self.pipeline else "",
+                        store_down_since=lambda: self.pipeline.store_reachability.down_since
+                        if self.pipeline else None,
+                        store_error=lambda: self.pipeline.store_reachability.error if self.pipeline else "")
 
     def _register(self) -> None:
         """Take a session (a new server ID) and follow the channel watch keys of that ID."""
@@ -191,6 +194,9 @@ class DataNode:
         broker = self.pipeline.broker_reachability.describe() if self.pipeline else None
         if broker:
             alerts.append(f"{broker}; the vchannels wait where they stand")
+        store = self.pipeline.store_reachability.describe() if self.pipeline else None
+        if store:
+            alerts.append(f"{store}; the vchannels that write there wait for it")
         return alerts
 
     def publish(self, rows: list[dict]) -> None:

@@ -126,11 +126,11 @@ class VchannelFlowgraph:
         self.status = FlowgraphStatus.DROPPED if state.collection_dropped else FlowgraphStatus.RUNNING
 
     def fail(self, failure: Failure, now: float) -> list[FileEntry]:
-        """Stop until the backoff is over (``RETRY_WHILE_FULL`` for a full filesystem); returns the
+        """Stop until the backoff is over (``RETRY_WHILE_FULL`` for a cause outside the process); returns the
         uncommitted files to delete."""
         self.unpark()
         self.failures += 1
-        self.retry_at = now + (RETRY_WHILE_FULL if failure.storage_full else min(MAX_BACKOFF, 2.0 ** self.failures))
+        self.retry_at = now + (RETRY_WHILE_FULL if failure.outside else min(MAX_BACKOFF, 2.0 ** self.failures))
         self.last_failure, self.status, self.claim = failure, FlowgraphStatus.FAILED, False
         return self.batches.drop()
 

@@ -6,7 +6,8 @@ exactly what it had not committed) and is loaded again from Delta after a backof
 commit Delta refused while etcd confirms this node owns the vchannel restarts at once (the other
 writer is a node cut off from etcd, refused at its next commit), and one refused while etcd cannot
 be asked waits until it can (restarting would only take turns with the other writer). A full
-filesystem retries on a short fixed interval, told once for the node (``space_watch``).
+filesystem and an object store that does not answer retry on a short fixed interval, each told
+once for the node (``space_watch``; ``store``, an ``Outage``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from ..flowgraph.failure import Failure, FailureKind, failure_of
+from ..flowgraph.failure import Failure, FailureKind, failure_of, outside_cause
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..outages import Outage
 from ..records import TaskError
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
@@ -24,11 +26,21 @@ from .cycle_report import CycleReport
 from .space_watch import SpaceWatch
 
 log = logging.getLogger(__name__)
+STORE_SETTLED_AFTER = 5.0   # seconds of answers from the object store that end its outage
 
 
 def task_failure(error: TaskError) -> Failure:
     """The failure of a vchannel a task failed: the ``FailureKind`` named as the task's error kind."""
     return Failure(kind=FailureKind[error.kind.name], message=error.message)
+
+
+def store_outage(root: str) -> Outage:
+    """The object store's outage tracker of a pipeline writing to ``root``. It ends once the store
+    has answered (a commit or a reload from Delta) for ``STORE_SETTLED_AFTER`` seconds: a store coming
+    back may answer one request and time out on the next, which is the same outage."""
+    return Outage("object storage", root, log=log, settle_after=STORE_SETTLED_AFTER,
+                  consequence="the vchannels that write there stop committing and retry every 5 s until it "
+                              "answers; nothing is lost (what they did not commit is read again from the broker)")
 
 
 class Fence(Protocol):
@@ -46,12 +58,14 @@ class FailurePolicy:
     """Runs on the driver, in the pipeline's loop (``fail`` also from the sync step)."""
 
     def __init__(self, *, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
-                 forget_topic: Callable[[str], None], space: SpaceWatch | None = None) -> None:
+                 forget_topic: Callable[[str], None], space: SpaceWatch | None = None,
+                 store: Outage | None = None) -> None:
         """``load``: a flowgraph's state from Delta again; ``forget_topic``: drop a pchannel's
         cached topic id (a failed vchannel's reload asks the broker); ``space``: where failures
-        for a full filesystem are told."""
+        for a full filesystem are told; ``store``: where the object store's outages are."""
         self.storage, self.fence, self._load, self._forget_topic = storage, fence, load, forget_topic
         self.space = space if space is not None else SpaceWatch()
+        self.store = store if store is not None else store_outage(storage.root)
 
     def _waits_for_etcd(self, failure: Failure | None) -> bool:
         return (failure is not None and failure.kind is FailureKind.COMMIT_REFUSED and self.fence is not None
@@ -61,6 +75,7 @@ class FailurePolicy:
              at_once: bool = False, keep_files: bool = False) -> None:
         """Stop ``fg``: its uncommitted files are deleted unless ``keep_files``; it restarts after
         its backoff, or ``at_once``."""
+        failure = outside_cause(failure, self.storage.root)   # a task's error says it in its text only
         files = fg.fail(failure, now)
         if not keep_files:
             discard(self.storage, fg.collection_id, files)
@@ -69,7 +84,10 @@ class FailurePolicy:
             fg.retry_at = now
         then = ("not restarted until etcd can say which node owns it" if self._waits_for_etcd(failure)
                 else f"restarting from Delta in {fg.retry_at - now:.0f} s")
-        if not self.space.failed(fg, failure):   # a full filesystem is told once, for the node
+        if failure.kind is FailureKind.STORE_UNREACHABLE:   # told once, for the node
+            self.store.failed(failure.message)
+            log.debug("%s: flowgraph failed, %s: %s", fg.vchannel, then, failure)
+        elif not self.space.failed(fg, failure):   # a full filesystem is told once, for the node
             log.error("%s: flowgraph failed (%d in a row), %s: %s", fg.vchannel, fg.failures, then, failure)
         if report is not None:
             report.failed.append(fg.vchannel)
@@ -83,7 +101,7 @@ class FailurePolicy:
             try:
                 self._load(fg)
                 fg.claim = refused   # etcd said it is ours (above): commit at its next cycle
-                log.log(logging.DEBUG if fg.last_failure is not None and fg.last_failure.storage_full else logging.INFO,
+                log.log(logging.DEBUG if fg.last_failure is not None and fg.last_failure.outside else logging.INFO,
                         "%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
             except Exception as e:  # noqa: BLE001 - retried after the next backoff
                 self.fail(fg, failure_of(FailureKind.RESTART_FAILED, e, where=self.storage.root,

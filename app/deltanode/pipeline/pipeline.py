@@ -11,7 +11,8 @@ interval while busy: ``trigger``), made of stages with one job each:
 - ``failures``: a vchannel that fails drops what it did not commit and is loaded again from
   Delta after a backoff (``loader``), alone; the cycle goes on for the others. A broker that does
   not answer fails none: they wait where they stand, and ``broker_reachability`` reports it; a full
-  filesystem is told once for the node (``space_watch``, ``storage_full``);
+  filesystem and an object store that does not answer are told once for the node
+  (``space_watch``, ``storage_full``; ``store_reachability``);
 - the ``compactor`` rewrites small binlog files on its own thread.
 
 Data never passes through the driver: it sees offsets, file lists and counts.
@@ -40,7 +41,7 @@ from ..wire.positions import CODECS
 from .compactor import CompactionTarget, Compactor
 from .cycle import CycleRunner
 from .cycle_report import CycleReport
-from .failures import FailurePolicy, Fence
+from .failures import Fence, FailurePolicy, store_outage
 from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
 from .pipeline_settings import PipelineSettings
@@ -73,8 +74,10 @@ class Pipeline:
                                       importer=VchannelImporter(sc, storage, milvus) if milvus else None,
                                       reachability=self.broker_reachability)
         self._space = SpaceWatch()
+        self.store_reachability = store_outage(storage.root)
         self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
-                                       forget_topic=self._loader.forget, space=self._space)
+                                       forget_topic=self._loader.forget, space=self._space,
+                                       store=self.store_reachability)
         self._stopping = threading.Event()
         self._wake = threading.Event()               # set by add and stop: the next cycle starts at once
         self._flushes: dict[int, int] = {}           # collection id -> the latest flush ts requested
@@ -240,6 +243,8 @@ class Pipeline:
             finally:
                 self.registry.end_cycle()
             self._space.check(self.registry.get)
+            if report is not None and report.commits:   # the store answered this cycle's commits
+                self.store_reachability.answered()
             self._wake.wait(max(0.0, self._trigger.next_start(started, time.monotonic(), report) - time.monotonic()))
             self._wake.clear()
         self._turns.close()
