@@ -10,11 +10,15 @@ from __future__ import annotations
 from concurrent.futures import Future
 from types import SimpleNamespace
 
+import pulsar
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from deltanode.mq import kafka
+from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq.broker import BrokerError, BrokerUnreachable
+from deltanode.mq.pulsar_probe import Handshake
 
 PARTITIONS = 50
 
@@ -81,3 +85,57 @@ def test_kafka_partitions_without_a_leader_are_looked_up_in_one_metadata_request
     assert consumer.listed == 1 and _Admin.made == 1
     assert type(found[("dml_0", 0)]) is BrokerError and "dml_0" in str(found[("dml_0", 0)])   # not on the broker
     assert all(isinstance(found[key], BrokerUnreachable) for key in keys[1:])   # a leader not elected yet
+
+
+@pytest.fixture
+def pulsar_marks(monkeypatch):
+    """The driver's Pulsar watermarks: ``marks.errors`` maps a topic to the client's error for it
+    (the others are at 7), ``marks.connects`` says whether the broker accepts a CONNECT sent by
+    hand, ``marks.asked`` the topics asked in order; the clock is ``marks.clock[0]``."""
+    marks = pulsar_mq.Watermarks("pulsar://127.0.0.1:1")
+    marks.errors, marks.connects, marks.asked, marks.clock = {}, True, [], [1000.0]   # type: ignore[attr-defined]
+
+    def high(topic: str) -> int:
+        marks.asked.append(topic)   # type: ignore[attr-defined]
+        if topic in marks.errors:   # type: ignore[attr-defined]
+            raise marks.errors[topic]   # type: ignore[attr-defined]
+        return 7
+    monkeypatch.setattr(marks, "_high", high)
+    monkeypatch.setattr(marks, "_handshake", lambda fresh=False: Handshake(connected=marks.connects))  # type: ignore[attr-defined]
+    monkeypatch.setattr(pulsar_mq.time, "monotonic", lambda: marks.clock[0])   # type: ignore[attr-defined]
+    marks._disconnected_at = marks.clock[0]   # type: ignore[attr-defined]
+    yield marks
+    marks.close()
+
+
+def test_a_pulsar_topic_that_times_out_while_the_broker_answers_does_not_stop_the_topics_after_it(pulsar_marks):
+    keys = [(t, 0) for t in ("a", "b", "c", "d")]
+    pulsar_marks.errors["b"] = pulsar.Timeout()
+    found = pulsar_marks.highs(keys)
+    assert pulsar_marks.asked == ["a", "b", "c", "d"]
+    assert {k: v for k, v in found.items() if k != ("b", 0)} == {("a", 0): 7, ("c", 0): 7, ("d", 0): 7}
+    assert isinstance(found[("b", 0)], BrokerUnreachable) and "this topic alone" in str(found[("b", 0)])
+    pulsar_marks.connects, pulsar_marks.asked = False, []   # the broker away: a timeout stops the rest
+    found = pulsar_marks.highs(keys)
+    assert pulsar_marks.asked == ["a", "b"]
+    assert all(isinstance(found[(t, 0)], BrokerUnreachable) for t in "bcd")
+
+
+def test_a_pulsar_lookup_failed_long_after_any_connection_error_is_the_brokers_answer(pulsar_marks):
+    keys = [("dml_0", 0), ("dml_1", 0)]
+    pulsar_marks.errors["dml_0"] = pulsar.BrokerMetadataError()
+    assert isinstance(pulsar_marks.highs(keys)[("dml_0", 0)], BrokerUnreachable)   # the client just made
+    pulsar_marks.clock[0] += pulsar_mq.LOADING_GRACE + 1
+    for error in (pulsar.BrokerMetadataError(), pulsar.LookupError()):
+        pulsar_marks.errors["dml_0"] = error
+        found = pulsar_marks.highs(keys)[("dml_0", 0)]
+        assert type(found) is BrokerError and "does public/default exist?" in str(found), found
+    pulsar_marks.errors["dml_1"] = pulsar.ConnectError()   # the broker away, then starting again
+    pulsar_marks.connects = False
+    pulsar_marks.highs(keys)
+    del pulsar_marks.errors["dml_1"]
+    pulsar_marks.connects = True
+    pulsar_marks.clock[0] += pulsar_mq.LOADING_GRACE / 2
+    assert isinstance(pulsar_marks.highs(keys)[("dml_0", 0)], BrokerUnreachable)
+    pulsar_marks.clock[0] += pulsar_mq.LOADING_GRACE
+    assert type(pulsar_marks.highs(keys)[("dml_0", 0)]) is BrokerError

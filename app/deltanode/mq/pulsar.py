@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import pulsar
 
 from ..wire.positions import PULSAR_ENTRY_BITS as ENTRY_BITS
-from .pulsar_client import DISCONNECTED, Settings, client_options, explain, new_client, unanswered
+from .pulsar_client import DISCONNECTED, LOADING, Settings, client_options, explain, new_client
 from .pulsar_positions import message_id, position, topic_name
-from .pulsar_probe import refusal
+from .pulsar_probe import Handshake, handshake, refusal
 from .pulsar_read import OPEN_AHEAD, RECEIVER_QUEUE, RECREATE_AFTER, REREADS, client, read_ranges
 from .pulsar_send import Sender, send_all
 from .types import BrokerError, BrokerUnreachable, Chunk, Gap, OffsetRange, even_cut_points
@@ -29,6 +29,11 @@ __all__ = ["OPEN_AHEAD", "RECEIVER_QUEUE", "RECREATE_AFTER", "REREADS", "PulsarB
            "position", "read_ranges", "send_all", "topic_name"]
 
 PROBE_INTERVAL = 30.0    # seconds between two refusal probes of one Watermarks (the driver's, every cycle)
+PROBE_TIMEOUT = 5.0      # seconds a probe's CONNECT may take (a broker answers it from its network thread)
+# Seconds after a connection-level error (or the making of the driver's client) during which a
+# lookup the broker fails (``pulsar_client.LOADING``) is taken as a broker loading its topics after a
+# start or a pause, not answering yet; later, as its answer: a BrokerError, which fails the vchannels.
+LOADING_GRACE = 60.0
 # Seconds a topic that had messages may be answered with no last message before the answer is taken
 # as it is (an empty topic): a broker continued after a pause may answer so for a moment
 # (docs/pulsar.md), which the planner would take for data lost; a topic deleted and created again
@@ -63,6 +68,12 @@ class Watermarks:
     topic's retention while it lives; it is removed at close (docs/pulsar.md: after a SIGKILL).
     Positions only grow: a topic answered with no last message after it had some keeps its last
     high watermark for ``EMPTY_GRACE`` seconds.
+
+    A request that fails because the broker does not answer maps to a ``BrokerUnreachable``; a
+    failed lookup (``LOADING``) does so only within ``LOADING_GRACE`` seconds of the client's last
+    connection-level error, when the broker is likely starting again (its first seconds), and
+    otherwise maps to a ``BrokerError`` (a namespace the broker does not have waits forever if
+    taken as "not answering").
     """
 
     def __init__(self, service_url: str, tenant: str = "public", namespace: str = "default",
@@ -72,7 +83,8 @@ class Watermarks:
         self.settings = settings
         self._client = new_client(service_url, settings=settings)
         self._consumers: dict[str, pulsar.Consumer] = {}
-        self._probed: tuple[float, BrokerError | None] | None = None   # (when, what refusal said)
+        self._probed: tuple[float, Handshake] | None = None   # (when, the last probe's handshake)
+        self._disconnected_at = time.monotonic()     # the client's last connection-level error (or its making)
         self._seen: dict[str, int] = {}             # topic -> its last high watermark with a message below it
         self._empty_since: dict[str, float] = {}    # topic -> when it was first answered with none since
 
@@ -124,19 +136,33 @@ class Watermarks:
         except pulsar.Timeout:
             return self.high(topic, partition, timeout)
         except pulsar.PulsarException as e:
-            raise unanswered(f"cannot read the first message of {topic} from {self.service_url}", e) from None
+            raise self._error(f"cannot read the first message of {topic} from {self.service_url}", e) from None
         finally:
             reader.close()
 
     def _error(self, what: str, e: pulsar.PulsarException) -> BrokerError:
+        """What the client's error ``e`` means (``explain``), a failed lookup as ``LOADING_GRACE`` says."""
+        now = time.monotonic()
+        if isinstance(e, DISCONNECTED):
+            self._disconnected_at = now
+        elif isinstance(e, LOADING) and now - self._disconnected_at > LOADING_GRACE and self._handshake().connected:
+            return BrokerError(f"{what}: {e}, long after any connection error and while the broker accepts this "
+                               f"client: its answer, not a start (does {self.tenant}/{self.namespace} exist? "
+                               f"mq.pulsar.tenant, mq.pulsar.namespace; the broker's own words are in the client's "
+                               f"log on stderr)")
         return explain(what, e, self.service_url, self.settings, self._probe)
 
     def _probe(self) -> BrokerError | None:
-        """``refusal``, asked at most once per ``PROBE_INTERVAL``: while a broker is down, every
-        topic of every cycle fails, and each probe may wait its whole timeout."""
+        """``refusal`` of the last ``_handshake``."""
+        return self._handshake().refusal
+
+    def _handshake(self, fresh: bool = False) -> Handshake:
+        """A CONNECT sent by hand (``pulsar_probe.handshake``): a new one when ``fresh``, else one at
+        most ``PROBE_INTERVAL`` old: while a broker is down, every topic of every cycle fails, and
+        each probe may wait its whole timeout."""
         now = time.monotonic()
-        if self._probed is None or now - self._probed[0] >= PROBE_INTERVAL:
-            self._probed = (now, refusal(self.service_url, self.settings, 5.0))
+        if fresh or self._probed is None or now - self._probed[0] >= PROBE_INTERVAL:
+            self._probed = (now, handshake(self.service_url, self.settings, PROBE_TIMEOUT))
         return self._probed[1]
 
     def topic_id(self, topic: str, timeout: float = 10.0) -> str:
@@ -144,23 +170,29 @@ class Watermarks:
         return ""
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
-        """``high`` of each topic in turn (the client asks for one last message id at a time). Once a
-        topic's answer did not come because the client has no connection to the broker, the topics
-        after it are not asked (each would wait out the client's operation timeout): they map to the
-        same ``BrokerUnreachable``, and the next call asks them again."""
+        """``high`` of each topic in turn (the client asks for one last message id at a time, each
+        within the client's operation timeout: ``timeout`` goes unused). A topic whose answer did
+        not come (``DISCONNECTED``) has the broker probed at once (``_handshake``): one that accepts
+        this client has that topic slow on its own (its ledger's bookies away, say), and the
+        topics after it are asked; else they are not (each would wait out the operation timeout):
+        they map to the same error, and the next call asks them again."""
         out: dict[tuple[str, int], int | BrokerError] = {}
         silent: BrokerError | None = None
         for key in keys:
             if silent is not None:
-                out[key] = BrokerUnreachable(f"{key[0]} not asked: {silent}")
+                out[key] = type(silent)(f"{key[0]} not asked: {silent}")
                 continue
             try:
                 out[key] = self._high(key[0])
             except pulsar.PulsarException as e:
                 what = f"cannot read the last message id of {key[0]} from {self.service_url}"
-                out[key] = error = self._error(what, e)
-                if isinstance(error, BrokerUnreachable) and isinstance(e, DISCONNECTED):
-                    silent = error
+                if not isinstance(e, DISCONNECTED):
+                    out[key] = self._error(what, e)
+                elif self._handshake(fresh=True).connected:
+                    out[key] = self._error(f"{what} (the broker accepts this client: this topic alone does not "
+                                           f"answer)", e)
+                else:
+                    out[key] = silent = self._error(what, e)
         return out
 
     def close(self) -> None:

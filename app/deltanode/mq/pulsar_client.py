@@ -14,15 +14,19 @@ import pulsar
 from .pulsar_probe import refusal
 from .types import BrokerError, BrokerRefused, BrokerUnreachable
 
-__all__ = ["DISCONNECTED", "UNANSWERED", "Settings", "client_options", "explain", "new_client", "unanswered"]
+__all__ = ["DISCONNECTED", "LOADING", "UNANSWERED", "Settings", "client_options", "explain", "new_client",
+           "unanswered"]
 
-# The client's errors while it has no connection to the broker (down, starting again, paused, cut off).
+# The client's errors while it has no connection to the broker (down, starting again, paused, cut off);
+# Timeout also when one topic does not answer (its ledger's bookies are away, say).
 DISCONNECTED = (pulsar.Timeout, pulsar.ConnectError, pulsar.NotConnected)
-# Those, and what a broker answers while it is starting again and loads its topics (BrokerMetadataError
-# for its first seconds: docs/pulsar.md): nothing was refused or lost, and asking again later succeeds
-# (``BrokerUnreachable``).
-UNANSWERED = (*DISCONNECTED, pulsar.ServiceUnitNotReady, pulsar.TooManyLookupRequestException, pulsar.LookupError,
-              pulsar.BrokerMetadataError)
+# What a broker answers while it is starting again and loads its topics (BrokerMetadataError for its first
+# seconds: docs/pulsar.md); and also, from a broker that answers, for a lookup it fails for good (a
+# namespace's policies it does not find). The driver takes them as "not answering yet" only shortly
+# after a connection-level error (``mq.pulsar.Watermarks``).
+LOADING = (pulsar.BrokerMetadataError, pulsar.LookupError)
+# Those: nothing was refused or lost, and asking again later succeeds (``BrokerUnreachable``).
+UNANSWERED = (*DISCONNECTED, pulsar.ServiceUnitNotReady, pulsar.TooManyLookupRequestException, *LOADING)
 
 # auth.*, tls.*, receiver.queue.size, listener.name (config keys mq.pulsar.*, prefix removed)
 Settings = dict[str, str]

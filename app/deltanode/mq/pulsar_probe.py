@@ -5,7 +5,9 @@ answers its CONNECT with an AuthenticationError, which the client drops before c
 connection and trying again until the operation times out ("Pulsar error: TimeOut"); an untrusted
 certificate surfaces as "ConnectError". ``mq.pulsar`` asks ``refusal`` after such an error: it
 opens one connection as the client does (TLS with the conf's trust settings, then CONNECT with
-the token) and reports what the handshake or the broker said (docs/secured-services.md).
+the token) and reports what the handshake or the broker said (docs/secured-services.md). The same
+CONNECT tells whether the broker answers this client at all (``handshake``): the driver asks that
+when a topic's request times out, to tell a broker away from a topic of its own that is slow.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import socket
 import ssl
 import struct
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..wire.varint import encode_varint, read_varint
@@ -65,11 +68,29 @@ def _token(settings: Settings) -> bytes | None:
     return params.removeprefix("token:").strip().encode()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Handshake:
+    """What one CONNECT sent by hand learned: whether the broker accepted this client
+    (``connected``), and, when it did not, why when that can be told (``refusal``: a BrokerRefused
+    when the broker or the TLS handshake refused it, a BrokerError when nothing accepts connections;
+    None when no answer came in time)."""
+
+    connected: bool
+    refusal: BrokerError | None = None
+
+
 def refusal(service_url: str, settings: Settings | None, timeout: float = 5.0) -> BrokerError | None:
     """Why this client cannot connect to the broker, one line naming it: BrokerRefused when the broker
     refuses its credentials or the client the broker's certificate, BrokerError when nothing answers
     (None: the broker accepts the connection, or the probe cannot tell).
     """
+    return handshake(service_url, settings, timeout).refusal
+
+
+def handshake(service_url: str, settings: Settings | None, timeout: float = 5.0) -> Handshake:
+    """One connection and CONNECT to the broker as the client makes them, within ``timeout`` for
+    each step: whether the broker accepted it, else why not (``Handshake``). A broker that is
+    paused accepts the TCP connection (the kernel does) and answers nothing."""
     settings = settings or {}
     url = urllib.parse.urlsplit(service_url)
     host, _, port = url.netloc.split(",")[0].rpartition(":")
@@ -78,7 +99,7 @@ def refusal(service_url: str, settings: Settings | None, timeout: float = 5.0) -
     try:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except (OSError, ValueError) as e:
-        return BrokerError(f"Pulsar broker {service_url} unreachable: {e}")
+        return Handshake(connected=False, refusal=BrokerError(f"Pulsar broker {service_url} unreachable: {e}"))
     try:
         if tls:
             context = ssl.create_default_context(cafile=trust) if trust else ssl.create_default_context()
@@ -91,10 +112,12 @@ def refusal(service_url: str, settings: Settings | None, timeout: float = 5.0) -
             except ssl.SSLCertVerificationError as e:
                 trusted = f"the CA certificates of mq.pulsar.tls.trust.certs.file {trust}" if trust else \
                     "the system's CA certificates (mq.pulsar.tls.trust.certs.file is unset)"
-                return BrokerRefused(f"Pulsar broker {service_url}: TLS handshake refused, the broker's certificate "
-                                     f"is not trusted ({e.verify_message}) by {trusted}")
+                return Handshake(connected=False, refusal=BrokerRefused(
+                    f"Pulsar broker {service_url}: TLS handshake refused, the broker's certificate is not trusted "
+                    f"({e.verify_message}) by {trusted}"))
             except (ssl.SSLError, OSError) as e:
-                return BrokerRefused(f"Pulsar broker {service_url}: TLS handshake failed: {e}")
+                return Handshake(connected=False,
+                                 refusal=BrokerRefused(f"Pulsar broker {service_url}: TLS handshake failed: {e}"))
         token = _token(settings)
         connect = _field(1, b"deltanode-probe") + _field(4, _PROTOCOL_VERSION)
         if token is not None:
@@ -104,12 +127,17 @@ def refusal(service_url: str, settings: Settings | None, timeout: float = 5.0) -
         header = _recv(sock, 8)
         answer = _fields(_recv(sock, struct.unpack(">II", header)[1]))
     except (OSError, ValueError, IndexError, struct.error):
-        return None   # no answer to tell from: the client's own error stands
+        return Handshake(connected=False)   # no answer to tell from: the client's own error stands
     finally:
         sock.close()
-    kind = answer.get(1)
-    if kind != _ERROR:
-        return None   # CONNECTED (or a challenge): credentials and certificate are accepted
+    if answer.get(1) != _ERROR:
+        return Handshake(connected=True)   # CONNECTED (or a challenge): credentials and certificate are accepted
+    return Handshake(connected=False, refusal=_refused(service_url, settings, token, answer))
+
+
+def _refused(service_url: str, settings: Settings, token: bytes | None,
+             answer: dict[int, int | bytes]) -> BrokerRefused:
+    """The broker's ERROR ``answer`` to the CONNECT, one line naming what to fix."""
     error = next((_fields(v) for v in answer.values() if isinstance(v, bytes)), {})
     code, text = error.get(2), error.get(3)
     said = f"{_SERVER_ERRORS.get(code, f'error {code}') if isinstance(code, int) else 'error'} " \
