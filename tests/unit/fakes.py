@@ -86,13 +86,15 @@ class FakeFence:
 class FakeBrokerMetadata:
     """The broker's metadata client (``mq.broker.HighWatermarks``): each pchannel's high watermark
     and topic id; ``topic_error`` makes ``topic_id`` fail; ``asked`` records ``topic_id`` calls;
-    ``planning``: called as a cycle asks the high watermarks (what happens meanwhile on the driver)."""
+    ``planning``: called as a cycle asks the high watermarks (what happens meanwhile on the driver);
+    ``answered``: pchannel -> its ``answered_since`` (0.0 when not named)."""
 
     high: int = 0
     topic_ids: dict[str, str] = field(default_factory=dict)
     topic_error: str | None = None
     asked: list[str] = field(default_factory=list)
     planning: Callable[[], None] | None = None
+    answered: dict[str, float | None] = field(default_factory=dict)
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         if self.planning is not None:
@@ -104,6 +106,9 @@ class FakeBrokerMetadata:
         if self.topic_error is not None:
             raise BrokerError(self.topic_error)
         return self.topic_ids.get(topic, "")
+
+    def answered_since(self, topic: str) -> float | None:
+        return self.answered.get(topic, 0.0)
 
     def close(self) -> None:
         pass

@@ -7,6 +7,7 @@ the function that makes them); what is tested is the logic above them."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from types import SimpleNamespace
 
@@ -15,18 +16,25 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from deltanode.flowgraph.recovery import TopicRecreated
 from deltanode.mq import kafka
 from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq.broker import BrokerError, BrokerUnreachable
 from deltanode.mq.pulsar_probe import Handshake
+from deltanode.pipeline.cycle_report import CycleReport
+
+from .fakes import FakeBrokerMetadata
+from .vchannels import flowgraph, loaded, read_rows, stages
 
 PARTITIONS = 50
 
 
 class _Admin:
-    """An admin client whose every ListOffsets answer is the error ``code``."""
+    """An admin client whose ListOffsets answer is the error ``code`` for the topics in ``failing``
+    (every topic when None), offset 5 for the others."""
 
     made = 0
+    failing: set[str] | None = None
 
     def __init__(self, code: int) -> None:
         type(self).made += 1
@@ -39,7 +47,10 @@ class _Admin:
         out = {}
         for tp in request:
             future: Future = Future()
-            future.set_exception(KafkaException(KafkaError(self.code)))
+            if self.failing is None or tp.topic in self.failing:
+                future.set_exception(KafkaException(KafkaError(self.code)))
+            else:
+                future.set_result(SimpleNamespace(offset=5))
             out[tp] = future
         return out
 
@@ -63,7 +74,7 @@ class _Consumer:
 
 def _kafka_marks(monkeypatch, code: int, topics: set[str] = frozenset()) -> tuple[kafka.Watermarks, _Consumer]:
     consumer = _Consumer(set(topics))
-    _Admin.made = 0
+    _Admin.made, _Admin.failing = 0, None
     monkeypatch.setattr(kafka, "new_client", lambda kind, *args: _Admin(code) if kind is AdminClient else consumer)
     return kafka.Watermarks("kafka-1:9092"), consumer
 
@@ -139,3 +150,38 @@ def test_a_pulsar_lookup_failed_long_after_any_connection_error_is_the_brokers_a
     assert isinstance(pulsar_marks.highs(keys)[("dml_0", 0)], BrokerUnreachable)
     pulsar_marks.clock[0] += pulsar_mq.LOADING_GRACE
     assert type(pulsar_marks.highs(keys)[("dml_0", 0)]) is BrokerError
+
+
+def commit(s, *fgs) -> None:
+    s.syncs.sync({fg.vchannel: fg for fg in fgs}, time.monotonic(), CycleReport(0))
+    assert not any(fg.uncommitted for fg in fgs)
+
+
+def test_the_watermarks_say_since_when_the_broker_answers_for_each_pchannel(monkeypatch):
+    marks, _ = _kafka_marks(monkeypatch, KafkaError._TRANSPORT)
+    _Admin.failing = {"dml_1"}
+    keys = [("dml_0", 0), ("dml_1", 0)]
+    marks.highs(keys)
+    assert marks.answered_since("dml_0") == 0.0 and marks.answered_since("dml_1") is None
+    _Admin.failing = set()
+    before = time.monotonic()
+    marks.highs(keys)
+    assert marks.answered_since("dml_0") == 0.0 and marks.answered_since("dml_1") >= before
+
+
+def test_a_topic_created_again_while_its_pchannel_went_unanswered_is_refused_at_the_next_load(tmp_path):
+    s = stages(tmp_path)
+    broker = FakeBrokerMetadata(topic_ids={"dml_0": "T0", "dml_1": "T1"})
+    s.loader.watermarks = broker   # type: ignore[assignment]
+    fg = loaded(s, 1)
+    read_rows(fg, s.storage, [1])
+    commit(s, fg)                                 # under T0, its id cached
+    broker.answered["dml_0"] = None               # its watermark unanswered: a load skips the check ...
+    broker.topic_ids["dml_0"] = "T9"              # ... and the topic is deleted and created again meanwhile
+    assert loaded(s, 2).working.topic_id == ""
+    assert loaded(s, 3, 1).working.topic_id == "T1"   # a pchannel answered for is checked, outage or not
+    assert broker.asked == ["dml_0", "dml_1"]
+    broker.answered["dml_0"] = time.monotonic()   # answered again (the node's outage may still be settling)
+    with pytest.raises(TopicRecreated, match="deleted and created again"):
+        s.loader.load(flowgraph(1))
+    assert broker.asked == ["dml_0", "dml_1", "dml_0"]

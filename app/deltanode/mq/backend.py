@@ -32,6 +32,10 @@ class HighWatermarks(Protocol):
         """The id the broker gave ``topic`` when it created it ("" where the broker has none): a
         topic deleted and created again under the same name gets a new one."""
 
+    def answered_since(self, topic: str) -> float | None:
+        """Monotonic time since which ``highs`` got an answer for ``topic`` every time (0.0: every
+        time so far); None while its last one went unanswered (``topic_answers``)."""
+
     def close(self) -> None:
         ...
 

@@ -28,6 +28,7 @@ from .kafka_client import (
 )
 from .kafka_read import read_ranges
 from .kafka_send import Sender, send_all
+from .topic_answers import TopicAnswers
 from .types import BrokerError, BrokerRefused, BrokerUnreachable, Chunk, OffsetRange, even_cut_points
 
 __all__ = ["KafkaBackend", "Sender", "Settings", "Watermarks", "create_topics", "cut_points", "read_ranges",
@@ -92,12 +93,18 @@ class Watermarks:
             "log_level": OWN_LOG_LEVEL}, self._refusals)
         self._admin: AdminClient | None = None
         self._answered_at = time.monotonic()   # the admin client's last answer with an offset (or its making)
+        self._answers = TopicAnswers()
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """Every partition's high watermark in one ListOffsets request: ``high`` asks twice per
         partition, for the low and the high end, and the driver asks for every pchannel each cycle.
         A partition the broker did not answer for maps to a ``BrokerUnreachable``."""
-        return self._list_offsets(keys, timeout) if keys else {}
+        out = self._list_offsets(keys, timeout) if keys else {}
+        self._answers.record(out)
+        return out
+
+    def answered_since(self, topic: str) -> float | None:
+        return self._answers.since(topic)
 
     def _list_offsets(self, keys: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], int | BrokerError]:
         deadline = time.monotonic() + timeout   # one timeout for the request and every answer

@@ -22,6 +22,7 @@ from .pulsar_positions import message_id, position, topic_name
 from .pulsar_probe import Handshake, handshake, refusal
 from .pulsar_read import OPEN_AHEAD, RECEIVER_QUEUE, RECREATE_AFTER, REREADS, client, read_ranges
 from .pulsar_send import Sender, send_all
+from .topic_answers import TopicAnswers
 from .types import BrokerError, BrokerUnreachable, Chunk, Gap, OffsetRange, even_cut_points
 
 __all__ = ["OPEN_AHEAD", "RECEIVER_QUEUE", "RECREATE_AFTER", "REREADS", "PulsarBackend", "Sender", "Settings",
@@ -85,6 +86,7 @@ class Watermarks:
         self._consumers: dict[str, pulsar.Consumer] = {}
         self._probed: tuple[float, Handshake] | None = None   # (when, the last probe's handshake)
         self._disconnected_at = time.monotonic()     # the client's last connection-level error (or its making)
+        self._answers = TopicAnswers()
         self._seen: dict[str, int] = {}             # topic -> its last high watermark with a message below it
         self._empty_since: dict[str, float] = {}    # topic -> when it was first answered with none since
 
@@ -193,7 +195,11 @@ class Watermarks:
                                            f"answer)", e)
                 else:
                     out[key] = silent = self._error(what, e)
+        self._answers.record(out)
         return out
+
+    def answered_since(self, topic: str) -> float | None:
+        return self._answers.since(topic)
 
     def close(self) -> None:
         for consumer in self._consumers.values():

@@ -1,11 +1,15 @@
-"""Loading a vchannel's flowgraph from Delta (driver): at its watch, and again after a failure.
+"""Loading a vchannel's flowgraph from Delta (driver): at its watch, on a channel watcher's
+thread, and again after a failure, in the pipeline's loop.
 
 Its committed state and its ``txn`` in each table come from its collection's committer, and
 the broker's id of its pchannel topic is checked against the one it committed under
 (``flowgraph.recovery.check_topic``). A start loads every vchannel of a pchannel in a burst, so
 topic ids are asked at most every ``TOPIC_ID_TTL`` seconds, unless a vchannel of the pchannel
-failed or left since (``forget``). While the broker does not answer the pipeline, the id is not
-asked (each question would wait out its timeout, in the pipeline's loop), as when it cannot answer.
+failed or left since (``forget``), or the broker left its pchannel's watermark unanswered since
+(the topic may have been deleted and created again meanwhile). While the broker does not answer
+for the pchannel itself (its last watermark request went unanswered: ``answered_since``), the id
+is not asked (the question would wait out its timeout, holding up the thread that loads), as when
+the broker cannot answer; a pchannel it answers for is checked, whatever the others' state.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from collections.abc import Callable
 from ..flowgraph.vchannel import VchannelFlowgraph
 from ..milvus_import.importer import VchannelImporter
 from ..mq.broker import BrokerError, HighWatermarks
-from ..mq.reachability import BrokerReachability
 from ..storage import meta
 from ..storage.commit import CollectionCommitter
 from ..wire.datapb import VchannelInfo
@@ -28,13 +31,11 @@ TOPIC_ID_TTL = 10.0   # seconds a pchannel's topic id is reused for loads
 
 
 class VchannelLoader:
-    """Runs on the driver: in the loop, and in channel watchers' threads (``load``)."""
+    """Runs on the driver: in the pipeline's loop, and on channel watchers' threads (``load``)."""
 
-    def __init__(self, *, syncs: SyncManager, importer: VchannelImporter | None = None,
-                 reachability: BrokerReachability | None = None) -> None:
+    def __init__(self, *, syncs: SyncManager, importer: VchannelImporter | None = None) -> None:
         self._syncs = syncs
         self._importer = importer   # mirror mode: imports what Milvus persisted of a vchannel first
-        self._reachability = reachability
         self._topic_ids: dict[str, tuple[str, float]] = {}   # pchannel -> (its topic id, monotonic time asked)
         self.watermarks: HighWatermarks | None = None         # the broker's metadata client, once started
 
@@ -74,14 +75,15 @@ class VchannelLoader:
     def _topic_id(self, pchannel: str) -> str:
         """The broker's id of the pchannel topic ("" when it gives none or cannot answer now: the
         check is skipped, the reads will tell)."""
-        known = self._topic_ids.get(pchannel)
-        if known is not None and time.monotonic() - known[1] < TOPIC_ID_TTL:
-            return known[0]
         if self.watermarks is None:
             return ""
-        if self._reachability is not None and self._reachability.down_since is not None:
-            log.info("%s: the broker does not answer; loading without checking the topic's id", pchannel)
+        answered_since = self.watermarks.answered_since(pchannel)
+        if answered_since is None:
+            log.info("%s: the broker does not answer for it; loading without checking the topic's id", pchannel)
             return ""
+        known = self._topic_ids.get(pchannel)
+        if known is not None and known[1] >= answered_since and time.monotonic() - known[1] < TOPIC_ID_TTL:
+            return known[0]
         try:
             topic_id = self.watermarks.topic_id(pchannel)
         except BrokerError as e:

@@ -71,8 +71,7 @@ class Pipeline:
         self._syncs = SyncManager(sc=sc, storage=storage, settings=settings.sync, fence=fence, fail=self._fail,
                                   new_collection_files=settings.compaction.min_files, max_tasks=settings.limits.splits)
         self._loader = VchannelLoader(syncs=self._syncs,
-                                      importer=VchannelImporter(sc, storage, milvus) if milvus else None,
-                                      reachability=self.broker_reachability)
+                                      importer=VchannelImporter(sc, storage, milvus) if milvus else None)
         self._space = SpaceWatch()
         self.store_reachability = store_outage(storage.root)
         self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
