@@ -74,14 +74,25 @@ class StoreOptions:
         return {k: v for k, v in out.items() if v}
 
     def boto3(self):
-        """An S3 client for the conditional PUTs of the commit writer (driver only)."""
+        """An S3 client for the conditional PUTs of the commit writer (driver only).
+
+        Its timeouts are bounded (``BOTO_*``): a commit runs on the pipeline's loop thread and
+        puts and reads back up to three times, so botocore's defaults (60 s to connect, 60 s to
+        read, each attempt retried) would hold every other collection's commit for minutes on an
+        endpoint that drops packets. A version file is a few kilobytes: 30 s is ample to send it."""
         import boto3  # the driver's commit writer alone needs it
+        from botocore.config import Config
         return boto3.client("s3", endpoint_url=self.endpoint or None, region_name=self.region,
                             aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
-                            aws_session_token=self.session_token, verify=self.ca_file or None)
+                            aws_session_token=self.session_token, verify=self.ca_file or None,
+                            config=Config(connect_timeout=BOTO_CONNECT_TIMEOUT, read_timeout=BOTO_READ_TIMEOUT,
+                                          retries={"mode": "standard", "max_attempts": BOTO_ATTEMPTS}))
 
 
 LOCAL = StoreOptions()
+BOTO_CONNECT_TIMEOUT = 5.0   # seconds
+BOTO_READ_TIMEOUT = 30.0
+BOTO_ATTEMPTS = 2            # botocore's own attempts per request; the commit settles the rest by reading back
 
 
 def scheme_of(uri: str) -> str:
