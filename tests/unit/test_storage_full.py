@@ -122,3 +122,31 @@ def test_a_full_filesystem_is_told_once_for_the_node_until_every_vchannel_it_sto
     assert watch.condition is None and watch.since is None and watch.waiting == 0
     cleared = [r for r in caplog.records if r.levelno == logging.WARNING and "space again" in r.getMessage()]
     assert len(cleared) == 1 and sum(r.levelno >= logging.ERROR for r in caplog.records) == 2
+
+
+def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_interval_running(tmp_path, monkeypatch):
+    """Milvus stopped, no ticks: a vchannel the full disk stopped cannot commit to prove the space
+    back. Running again for a whole retry interval without failing is proof enough; failing again
+    meanwhile starts the interval over."""
+    from deltanode.pipeline import space_watch
+    clock = [1000.0]
+    monkeypatch.setattr(space_watch.time, "monotonic", lambda: clock[0])
+    s = stages(tmp_path)
+    fg = loaded(s, 1, 0)
+    members = {fg.vchannel: fg}
+    watch = s.failures.space
+    full = storage_full(where=str(tmp_path), reason=NO_SPACE, step="committing")
+    s.failures.fail(fg, full, clock[0])
+    s.loader.load(fg)                      # reloaded: running, nothing to commit
+    watch.check(members.get)
+    clock[0] += RETRY_WHILE_FULL - 1
+    watch.check(members.get)
+    assert watch.waiting == 1
+    s.failures.fail(fg, full, clock[0])    # failed again: the interval starts over
+    s.loader.load(fg)
+    clock[0] += 2
+    watch.check(members.get)
+    assert watch.waiting == 1 and watch.condition is not None
+    clock[0] += RETRY_WHILE_FULL
+    watch.check(members.get)
+    assert watch.waiting == 0 and watch.condition is None

@@ -5,8 +5,9 @@ that writes there, again at each of its retries (``flowgraph.failure.RETRY_WHILE
 thousand vchannels a line per failure would bury the log. Each such failure comes here
 (``failures.FailurePolicy.fail``): a place found full for the first time logs one ERROR line, the
 vchannels' own failures go to DEBUG. The condition holds until every vchannel it stopped has
-committed again (its checkpoint moved past where it stood when it failed) or left the node, then
-one line says so. Nothing is lost meanwhile: what a failed vchannel did not commit is read again
+committed again (its checkpoint moved past where it stood when it failed), or has run again for a
+whole retry interval without failing (a vchannel with nothing to write cannot prove the space back
+by a commit, and nothing stops it meanwhile), or left the node; then one line says so. Nothing is lost meanwhile: what a failed vchannel did not commit is read again
 from the broker after its reload.
 """
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..flowgraph.failure import RETRY_WHILE_FULL, Failure
-from ..flowgraph.vchannel import VchannelFlowgraph
+from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..storage import space
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,14 @@ class SpaceWatch:
         self.since: float | None = None      # wall clock of the first failure of the condition
         self._places: dict[str, None] = {}   # the condition's lines, in the order they were found
         self._waiting: dict[str, int] = {}   # vchannel -> its checkpoint offset when it failed
+        self._running: dict[str, float] = {}   # vchannel -> monotonic time it was first seen running again
 
     def failed(self, fg: VchannelFlowgraph, failure: Failure) -> bool:
         """Note ``fg``'s failure; True when it is a full filesystem (told here: once per place)."""
         if not failure.storage_full:
             return False
         self._waiting.setdefault(fg.vchannel, _offset(fg))
+        self._running.pop(fg.vchannel, None)
         line = space.condition(failure.message)
         if line not in self._places:
             self._places[line] = None
@@ -60,10 +63,14 @@ class SpaceWatch:
         committed since they failed wait no more; when none waits, the condition is over."""
         if not self._waiting:
             return
+        now = time.monotonic()
         for vchannel, offset in list(self._waiting.items()):
             fg = member(vchannel)
-            if fg is None or _offset(fg) > offset:
+            if fg is not None and fg.status == FlowgraphStatus.RUNNING:
+                self._running.setdefault(vchannel, now)
+            if fg is None or _offset(fg) > offset or now - self._running.get(vchannel, now) >= RETRY_WHILE_FULL:
                 del self._waiting[vchannel]
+                self._running.pop(vchannel, None)
         if self._waiting or self.condition is None:
             return
         lasted = time.time() - self.since if self.since is not None else 0.0
