@@ -41,7 +41,7 @@ from ..wire.positions import CODECS
 from .compactor import CompactionTarget, Compactor
 from .cycle import CycleRunner
 from .cycle_report import CycleReport
-from .failures import Fence, FailurePolicy, store_outage
+from .failures import FailurePolicy, Fence, store_outage
 from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
 from .pipeline_settings import PipelineSettings
