@@ -182,3 +182,16 @@ def test_usage_errors_exit_2(conf_file, capsys):
     mirror.write_text(conf_file.read_text() + "etcd.root = deltanode/meta\nmilvus.meta.root = by-dev/meta\n")
     assert cli.main(["admin", "verify", "--conf", str(mirror), "--sample", "0"]) == 2
     assert "--sample must be at least 1" in capsys.readouterr().err
+
+
+def test_waiting_for_a_datanode_stops_once_no_checkpoint_moves(tmp_path, monkeypatch):
+    """No table at all (no DeltaNode ever ran): the wait ends after the stall window, not the timeout."""
+    import time
+
+    from deltanode.admin import verify
+    from deltanode.storage.layout import StorageLayout
+    monkeypatch.setattr(verify, "STALLED_AFTER_S", 1.0)
+    started = time.monotonic()
+    late = verify.behind(StorageLayout(str(tmp_path)), record("a", 1), ts=10**18, timeout=60.0)
+    assert late == ("v1",)
+    assert time.monotonic() - started < 5

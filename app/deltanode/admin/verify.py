@@ -46,6 +46,7 @@ from .row_differences import (
 )
 
 PROGRESS_EVERY_S = 5.0
+STALLED_AFTER_S = 15.0   # no checkpoint of a late collection moved for this long: stop waiting
 
 
 class UsageError(ValueError):
@@ -142,14 +143,21 @@ def selected(records: list[CollectionRecord], names: tuple[str, ...]) -> list[Co
 
 def behind(storage: StorageLayout, record: CollectionRecord, ts: int, timeout: float) -> tuple[str, ...]:
     """The vchannels of ``record`` whose committed checkpoint is still before ``ts`` after waiting
-    up to ``timeout`` seconds for them."""
+    up to ``timeout`` seconds for them, or until none of them moved for ``STALLED_AFTER_S`` (a
+    DataNode that runs commits each vchannel's checkpoint at least every 10 s while Milvus ticks;
+    with none running, each collection would otherwise wait the whole timeout)."""
     deadline = time.monotonic() + timeout
+    seen: dict[str, int | None] = {}
+    moved_at = time.monotonic()
     while True:
         insert_log = DeltaLog.open(storage.insert_log(record.collection_id), storage.options)
-        late = tuple(v for v in record.vchannels
-                     if insert_log is None or (st := meta.channel_state_in(insert_log, v)) is None
-                     or st.checkpoint_ts < ts)
-        if not late or time.monotonic() >= deadline:
+        states = {v: None if insert_log is None or (st := meta.channel_state_in(insert_log, v)) is None
+                  else st.checkpoint_ts for v in record.vchannels}
+        late = tuple(v for v, cp in states.items() if cp is None or cp < ts)
+        if states != seen:
+            seen, moved_at = states, time.monotonic()
+        now = time.monotonic()
+        if not late or now >= deadline or now - moved_at >= STALLED_AFTER_S:
             return late
         time.sleep(0.5)
 
