@@ -25,11 +25,14 @@ whose bytes are the ones this commit sent is this commit. Only a version that ho
 commit's bytes means another writer won; a version still absent after an error is put again, the
 same bytes at the same version, so an earlier attempt that lands late is found, never doubled. When
 the store keeps failing, :class:`CommitInDoubt` says that the commit may or may not have landed:
-the caller keeps every file it wrote, and the next refresh reads the version if it did.
+the caller keeps every file it wrote, and the next refresh reads the version if it did. A put the
+store refused before writing anything of it (a full filesystem: :class:`NotLanded`) is no doubt:
+the commit raises at once.
 """
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -70,15 +73,23 @@ ENGINE = "deltanode"
 # Waits before each attempt to put a version whose earlier attempt failed: botocore has already
 # retried each attempt's request; these cover a store that fails for a second or so.
 PUT_ATTEMPT_DELAYS = (0.0, 0.2, 1.0)
+# Wait before putting a version again whose put was refused while nothing is there yet: another put
+# of it is in flight (S3's 409), often this commit's own earlier attempt, which settles in a moment.
+IN_FLIGHT_WAIT = 0.1
 DELETION_VECTORS = "deletionVectors"
 
 
 class TxnMoved(RuntimeError):
-    """Another writer moved the ``txn`` of some app ids this commit depends on; ``own_late``: or
-    an earlier commit of this object, left in doubt, landed since (``DeltaLog.own_late``)."""
+    """Another writer moved the ``txn`` of some app ids this commit depends on (``moved``: their
+    txn now); ``own_late``: those of them whose txn an earlier commit of this object moved, one
+    left in doubt that landed after all (``DeltaLog.own_late``)."""
 
-    def __init__(self, moved: dict[str, int | None], own_late: bool = False) -> None:
-        super().__init__(f"txn moved by {'an earlier commit of this node' if own_late else 'another writer'}: {moved}")
+    def __init__(self, moved: dict[str, int | None], own_late: frozenset[str] = frozenset()) -> None:
+        others = {app: v for app, v in moved.items() if app not in own_late}
+        own = {app: v for app, v in moved.items() if app in own_late}
+        super().__init__("txn moved by " + "; by ".join(
+            f"{who}: {part}" for who, part in (("another writer", others), ("an earlier commit of this node", own))
+            if part))
         self.moved, self.own_late = moved, own_late
 
 
@@ -94,12 +105,25 @@ class CommitInDoubt(RuntimeError):
 
 
 class FilesRemoved(RuntimeError):
-    """A commit that rewrites files (compaction) found some of them removed since it read them:
-    Delta's concurrent-delete conflict. Nothing was committed."""
+    """A commit that removes or rewrites files found some of them removed by a version it did not
+    know when it began (or since its ``ReadFiles``): Delta's concurrent-delete conflict. Nothing was
+    committed."""
 
     def __init__(self, paths: list[str]) -> None:
-        super().__init__(f"{len(paths)} of the files it rewrites were removed meanwhile, e.g. {paths[0]}")
+        super().__init__(f"{len(paths)} of the files it removes were removed meanwhile, e.g. {paths[0]}")
         self.paths = paths
+
+
+class NotLanded(RuntimeError):
+    """The store refused a put before it wrote anything of it (the cause: the store's error, e.g.
+    a full filesystem's ``ENOSPC``): the version is certainly not this put's. Raised by a log
+    store; a commit raises it at once, without reading the version back or trying again."""
+
+
+class NotDurable(RuntimeError):
+    """A put's version is in the log but making its name durable failed (the cause: the failed
+    directory fsync): a power cut may take it away. The commit raises it; its ``txnId`` is in
+    ``DeltaLog.doubtful``, so a ``refresh`` that reads the version knows it as this node's own."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +151,13 @@ class LogStore(Protocol):
         """The file's content, None when it does not exist."""
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        """Create the file holding ``data``; False, and nothing written, when it exists."""
+        """Create the file holding ``data``; False, and nothing written, when it exists. Raises
+        :class:`NotLanded` when it certainly wrote nothing, :class:`NotDurable` when the file is
+        there but not durable; any other error: the file may be there or not."""
+
+    def make_durable(self) -> None:
+        """Make the names in the log durable (a put that found its version there after an unsure
+        answer counts on it); raises :class:`NotDurable` when it cannot."""
 
     def surely_empty(self) -> bool:
         """True only when the directory certainly holds no version (then there is no table)."""
@@ -180,10 +210,12 @@ class DeltaLog:
         self._fs, self._base = fs, base
         self._live: dict[str, AddFile] | None = None   # the live files, once asked for (``live_files``)
         self._deletion_vectors = protocol_dvs
-        # txnIds of commits that raised CommitInDoubt, and the versions where ``refresh`` found one
-        # of them landed after all (a moved txn there is this object's own doing).
-        self.doubtful: set[str] = set()
-        self.own_late: set[int] = set()
+        # The txnIds of this object's commits that raised after a put that may still land, by the
+        # version it aimed at (an entry goes once that version is read or committed), and the app
+        # ids whose txn at ``version`` is set by one of them that landed after all, with its version:
+        # a txn moved there is this object's own doing.
+        self.doubtful: dict[int, set[str]] = {}
+        self.own_late: dict[str, int] = {}
 
     def _create(self, schema: pa.Schema) -> bool:
         """Create the table (its version 0) if it has none; False when it exists (another
@@ -227,15 +259,20 @@ class DeltaLog:
             if lines is None:
                 return infos
             self.version += 1
-            self._apply(lines, self.version)
-            for line in lines:
-                if "commitInfo" in line:
-                    infos.append((self.version, line["commitInfo"]))
-                    if line["commitInfo"].get("txnId") in self.doubtful:
-                        self.doubtful.discard(line["commitInfo"]["txnId"])
-                        self.own_late.add(self.version)
-                        log.info("%s: version %d is a commit of this node whose answer was lost: it landed",
-                                 self.uri, self.version)
+            info = next((line["commitInfo"] for line in lines if "commitInfo" in line), None)
+            own_late = self._settle(self.version, info.get("txnId") if info is not None else None)
+            if own_late:
+                log.info("%s: version %d is a commit of this node whose answer was lost: it landed",
+                         self.uri, self.version)
+            self._apply(lines, self.version, own_late)
+            if info is not None:
+                infos.append((self.version, info))
+
+    def _settle(self, version: int, txn_id: str | None) -> bool:
+        """``version`` holds the commit ``txn_id``: whether it is one of this object's doubtful
+        commits; no other doubtful commit can land there any more."""
+        doubted = self.doubtful.pop(version, None)
+        return doubted is not None and txn_id in doubted
 
     def live_files(self) -> dict[str, AddFile]:
         """The table's live files at ``self.version``, by path: read from the log once, then kept
@@ -244,7 +281,7 @@ class DeltaLog:
             self._live = live_adds(self._fs, self._base, self.version)
         return self._live
 
-    def _apply(self, lines: list[dict], version: int) -> None:
+    def _apply(self, lines: list[dict], version: int, own_late: bool = False) -> None:
         if self._live is not None:
             apply_actions(self._live, lines)
         for action in lines:
@@ -254,6 +291,10 @@ class DeltaLog:
             txn = action.get("txn")
             if txn is not None:
                 self._txns[txn["appId"]] = int(txn["version"])
+                if own_late:
+                    self.own_late[txn["appId"]] = version
+                else:
+                    self.own_late.pop(txn["appId"], None)
         self._track_removes(version, [a["remove"]["path"] for a in lines if "remove" in a])
 
     def _track_removes(self, version: int, paths: list[str]) -> None:
@@ -296,12 +337,16 @@ class DeltaLog:
     def commit(self, *, adds: Sequence[AddFile] = (), removes: Sequence[RemoveFile] = (), txns: dict[str, int],
                expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None) -> int:
         """Append one version: the files, ``txn(app, version)`` for each of ``txns`` and ``info`` in
-        ``commitInfo``; only if every app id of ``expected`` still has that txn. Returns the version.
+        ``commitInfo``; only if every app id of ``expected`` still has that txn, and no version
+        this object did not know when the call began removed a file of ``removes`` (they are files
+        live at ``self.version``). Returns the version.
 
         ``rewrites``: the commit only rearranges data (compaction: ``dataChange = false``, Delta's
-        OPTIMIZE) and lands only while none of those files was removed by another version.
-        Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed), or
-        :class:`CommitInDoubt` (the store failed: it may have landed).
+        OPTIMIZE) and lands only while none of those files was removed by a version after
+        ``rewrites.version``.
+        Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed), :class:`NotLanded`
+        (the store wrote nothing), or :class:`CommitInDoubt` or another error of the store (it may
+        have landed: its txnId is then in ``doubtful``).
         """
         now = int(time.time() * 1000)
         change = rewrites is None
@@ -313,43 +358,58 @@ class DeltaLog:
         lines += [f.to_action(now, change) for f in adds]
         lines += [f.to_action(now, change) for f in removes]
         with_dvs = any(f.deletion_vector is not None for f in adds)
-        while True:
-            upgrade = self._enabling_deletion_vectors() if with_dvs and not self._deletion_vectors else []
-            data = json_codec.write_lines(upgrade + lines)
-            moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
-            if moved:
-                own_late, self.own_late = bool(self.own_late), set()
-                raise TxnMoved(moved, own_late)
-            gone = self.removed_since(rewrites) if rewrites is not None else []
-            if gone:
-                raise FilesRemoved(gone)
-            version = self.version + 1
-            if self._put(version, data, txn_id):
-                self.version = version
-                self._deletion_vectors = self._deletion_vectors or with_dvs
-                if self._live is not None:
-                    apply_actions(self._live, lines)
-                self._txns.update(txns)
-                self._track_removes(version, [f.path for f in removes])
-                self._checkpoint_due(version)
-                return version
-            # Another commit holds the version, or a put of it is in flight (409): read what landed.
-            # One of this commit's own earlier attempts may be among it (its answer lost).
-            mine = next((v for v, info in self._read_new() if info.get("txnId") == txn_id), None)
-            if mine is not None:
-                self._checkpoint_due(mine)
-                return mine
+        reads = [r for r in (ReadFiles(self.version, frozenset(f.path for f in removes)), rewrites)
+                 if r is not None and r.paths]
+        # Versions where an attempt of this commit may still land (its answer lost, or another put of
+        # the version in flight): if the commit raises, its txnId is doubtful there.
+        uncertain: set[int] = set()
+        try:
+            while True:
+                upgrade = self._enabling_deletion_vectors() if with_dvs and not self._deletion_vectors else []
+                data = json_codec.write_lines(upgrade + lines)
+                moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
+                if moved:
+                    raise TxnMoved(moved, frozenset(app for app in moved if app in self.own_late))
+                gone = sorted({p for read in reads for p in self.removed_since(read)})
+                if gone:
+                    raise FilesRemoved(gone)
+                version = self.version + 1
+                if self._put(version, data, txn_id, uncertain):
+                    self.version = version
+                    self._settle(version, txn_id)
+                    self._deletion_vectors = self._deletion_vectors or with_dvs
+                    if self._live is not None:
+                        apply_actions(self._live, lines)
+                    self._txns.update(txns)
+                    for app in txns:
+                        self.own_late.pop(app, None)
+                    self._track_removes(version, [f.path for f in removes])
+                    self._checkpoint_due(version)
+                    return version
+                # Another commit holds the version, or a put of it is in flight (409): read what
+                # landed. One of this commit's own earlier attempts may be among it (its answer lost).
+                mine = next((v for v, info in self._read_new() if info.get("txnId") == txn_id), None)
+                if mine is not None:
+                    self._checkpoint_due(mine)
+                    return mine
+        except BaseException:
+            for version in uncertain:
+                if version > self.version:   # not read yet: it may still turn out to be this commit
+                    self.doubtful.setdefault(version, set()).add(txn_id)
+            raise
 
     def _checkpoint_due(self, version: int) -> None:
         if version % CHECKPOINT_INTERVAL == 0:
             CHECKPOINTS.request(self.uri, self.storage_options)
 
-    def _put(self, version: int, data: bytes, txn_id: str) -> bool:
+    def _put(self, version: int, data: bytes, txn_id: str, uncertain: set[int]) -> bool:
         """Put ``data`` as ``version``, settled by reading the version back: True when it holds
-        ``data`` (this commit, whatever the put answered), False when it holds another commit or
-        is absent after a refusal (a concurrent put of it in flight). Raises
-        :class:`CommitInDoubt` when the store fails every attempt (the txnId is then in
-        ``doubtful``)."""
+        ``data`` (this commit, whatever the put answered; its name durable), False when it holds
+        another commit or is absent after a refusal (a concurrent put of it in flight). Adds
+        ``version`` to ``uncertain`` while an attempt of it may still land there. Raises
+        :class:`NotLanded` at once when the store wrote nothing and no earlier attempt may land,
+        :class:`NotDurable` at once, and :class:`CommitInDoubt` when the store fails every
+        attempt."""
         name = _version_name(version)
         failure: BaseException | None = None
         for delay in PUT_ATTEMPT_DELAYS:
@@ -359,23 +419,34 @@ class DeltaLog:
                 if self._store.put_if_absent(name, data):
                     return True
                 refused = True
+            except NotLanded as e:
+                if version in uncertain:   # an earlier attempt's answer was lost: it may land yet
+                    raise CommitInDoubt(self.uri, version, txn_id, e) from e
+                raise
+            except NotDurable:
+                uncertain.add(version)
+                raise
             except Exception as e:  # noqa: BLE001 - whatever the error, the put may have landed
                 failure, refused = e, False
                 log.warning("%s: putting version %d failed, reading it back: %s: %s", self.uri, version,
                             type(e).__name__, e)
+            uncertain.add(version)
             try:
                 found = self._store.get(name)
             except Exception as e:  # noqa: BLE001 - the store is failing: try again
                 failure = e
                 continue
-            if found is not None:
-                if found == data and (refused or failure is not None):
-                    log.info("%s: version %d holds this commit: the store's answer to its put was lost",
-                             self.uri, version)
-                return found == data
-            if refused:
+            if found == data:
+                log.info("%s: version %d holds this commit: the store's answer to its put was lost",
+                         self.uri, version)
+                self._store.make_durable()
+                return True
+            if found is not None:   # another commit's: no attempt of this one can land there
+                uncertain.discard(version)
                 return False
-        self.doubtful.add(txn_id)
+            if refused:
+                time.sleep(IN_FLIGHT_WAIT)
+                return False
         assert failure is not None
         raise CommitInDoubt(self.uri, version, txn_id, failure)
 
@@ -404,7 +475,9 @@ class _LocalLog:
     temporary file's data fsynced before the link (a version's name never stands for data a cut
     could lose), and the directory fsynced after it and the temporary name's removal (one fsync
     for both names). The log directory and its parents are made durable once per process
-    (``durable.make_dirs``), a table's version 0 included. Runs on the driver.
+    (``durable.make_dirs``), a table's version 0 included. A failure before the link wrote no
+    version (:class:`NotLanded`); a failed directory fsync after it is :class:`NotDurable`. Runs on
+    the driver.
     """
 
     def __init__(self, log_dir: str, sync: bool = True) -> None:
@@ -422,6 +495,26 @@ class _LocalLog:
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         tmp = os.path.join(self.dir, f".tmp-{_TMP_PREFIX}-{os.getpid()}-{next(_TMP_SEQUENCE)}.json")
+        try:
+            self._write(tmp, data)
+        except OSError as e:   # e.g. no space for the whole version: nothing of it is in the log
+            raise NotLanded(f"{self.dir}/{name}: {e}") from e
+        try:
+            os.link(tmp, os.path.join(self.dir, name))
+        except FileExistsError:
+            os.unlink(tmp)
+            return False
+        except OSError as e:
+            _unlink_quietly(tmp)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):   # no room for the name: link(2) made none
+                raise NotLanded(f"{self.dir}/{name}: {e}") from e
+            raise   # e.g. an NFS call whose answer was lost: the name may be there
+        os.unlink(tmp)
+        self.make_durable()
+        return True
+
+    def _write(self, tmp: str, data: bytes) -> None:
+        """The version's bytes in the temporary file ``tmp`` (its data durable with ``sync``)."""
         if self.sync:
             durable.make_dirs(self.dir, sync=True)
         try:
@@ -435,19 +528,26 @@ class _LocalLog:
                 if self.sync:
                     f.flush()
                     os.fsync(f.fileno())
-        except BaseException:   # e.g. no space for the whole version: nothing of it stays in the log
-            os.unlink(tmp)
+        except BaseException:
+            _unlink_quietly(tmp)
             raise
-        try:
-            os.link(tmp, os.path.join(self.dir, name))
-            linked = True
-        except FileExistsError:
-            linked = False
-        finally:
-            os.unlink(tmp)
-        if linked and self.sync:
-            durable.sync_dir(self.dir)
-        return linked
+
+    def make_durable(self) -> None:
+        # A failed fsync is an answer, never tried again: Linux reports a writeback error once, and
+        # a second fsync may succeed although the names were never written. So a put whose fsync
+        # failed raises NotDurable, where a read-back would find its version and count it done.
+        if self.sync:
+            try:
+                durable.sync_dir(self.dir)
+            except OSError as e:
+                raise NotDurable(f"{self.dir}: making its names durable failed: {e}") from e
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass   # a temporary name left in the log is no version: readers pass over it
 
 
 class _ObjectStoreLog:
@@ -476,6 +576,9 @@ class _ObjectStoreLog:
 
     def surely_empty(self) -> bool:
         return False   # a listing costs what delta-rs's own look costs: let it look
+
+    def make_durable(self) -> None:
+        pass   # a stored object is durable
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
