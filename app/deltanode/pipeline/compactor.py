@@ -1,29 +1,31 @@
 """The DataNode's compactor: a driver thread that has its segments' binlog files rewritten.
 
 Every ``interval`` it looks at the collections into which this node committed ``min_files``
-insert files or more since it last looked (and at every collection once after the start),
-takes their insert_log tables' live files with their deletion vectors from the committer's log
+insert files or more since it last looked (and at every collection once after the start), takes
+their insert_log tables' live files with their deletion vectors from the committer's log
 (``DeltaLog.live_files``, under the collection's commit lock: delta-rs lists no DVs), plans
 each live segment's rewrites (``storage.compaction.plan_segment``: small files, and files with
 many deleted rows), runs them on executors as Spark jobs in a scheduler pool of their own
 (``POOL``: the pipeline's cycles keep their share of the cores), and commits each collection's
-rewrites under the collection's commit lock, so that in this process the pipeline's commits
-and the compaction's never interleave (rows deleted meanwhile are carried over to the output:
-``storage.compaction.commit_rewrites``); other writers are kept out by the commit's own checks.
-A refused or failed rewrite deletes what it wrote and stops nothing: the files stay and are
-tried again in a later round. Files replaced by a rewrite, and their bloom filters, are deleted
-``retention`` seconds after its commit. A sweep at the first round and every hour (or
-``retention``, if longer) deletes what any process's commits removed (rewrites, dropped
-segments and partitions) more than ``retention`` ago on this node's collections, what a
-restart kept the in-memory queue from deleting: the tables' tombstones, as delta-rs's vacuum
-lists them (``vacuum(dry_run=True)``: it lists, DeltaNode deletes, no commit is written). The
-same sweep deletes the files no commit ever added once they are ``orphan_retention`` old (a
-crash between a batch's write and its commit, a refused commit; Milvus's garbage collector
-does the same after ``dataCoord.gc.missingTolerance``): delta-rs's full vacuum lists them by
-their modification time. Every insert binlog the sweep deletes goes with its bloom filter
-(``layout.pk_bloom_path``). delta-rs's vacuum lists no filter (they live under ``_pk_bloom/``,
-a directory it skips), so the filters a crash left without their binlog are found by listing
-them: deleted once ``orphan_retention`` old when their binlog is neither live nor on disk.
+rewrites under the collection's commit lock, so that in this process the pipeline's commits and
+the compaction's never interleave (rows deleted meanwhile are carried over to the output:
+``storage.compaction.commit_rewrites``); other writers, and a compaction commit left in doubt
+that lands after the lock was released, are kept out by the commits' own checks. A refused or
+failed rewrite deletes what it wrote and stops nothing: the files stay and are tried again in a
+later round; a commit that raised (it may have landed) keeps what it wrote. Files replaced by a
+rewrite, and their bloom filters, are deleted ``retention`` seconds after its commit. A sweep
+at the first round and every hour (or ``retention``, if longer) deletes what any process's
+commits removed (rewrites, dropped segments and partitions) more than ``retention`` ago on this
+node's collections, what a restart kept the in-memory queue from deleting: the tables'
+tombstones, as delta-rs's vacuum lists them (``vacuum(dry_run=True)``: it lists, DeltaNode
+deletes, no commit is written). The same sweep deletes the files no commit ever added once they
+are ``orphan_retention`` old (a crash between a batch's write and its commit, a refused commit;
+Milvus's garbage collector does the same after ``dataCoord.gc.missingTolerance``): delta-rs's
+full vacuum lists them by their modification time. Every insert binlog the sweep deletes goes
+with its bloom filter (``layout.pk_bloom_path``). delta-rs's vacuum lists no filter (they live
+under ``_pk_bloom/``, a directory it skips), so the filters a crash left without their binlog
+are found by listing them: deleted once ``orphan_retention`` old when their binlog is neither
+live nor on disk.
 """
 
 from __future__ import annotations
@@ -240,6 +242,14 @@ class Compactor:
             report.refused += len(kept)
             delete_files(self.storage, insert_log.uri, _written(kept))
             log.info("compaction of collection %d refused: %s", target.collection_id, e)
+            return
+        except Exception as e:  # noqa: BLE001 - the other collections' rewrites still commit
+            # It may have landed (CommitInDoubt, a lost answer): its files stay, and a version
+            # that names none of them leaves them to the sweep's orphans. The pipeline's commits
+            # check their removes against whatever lands (FilesRemoved).
+            report.failed += len(kept)
+            log.warning("compaction of collection %d failed, its files kept: %s: %s", target.collection_id,
+                        type(e).__name__, e)
             return
         report.rewrites += len(kept)
         report.files_in += sum(len(r.inputs) for r, _ in kept)

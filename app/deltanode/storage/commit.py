@@ -23,6 +23,14 @@ committed without it, and its files are deleted (no landed version names them: f
 unique to the task that wrote them). A commit that raises instead (``CommitInDoubt``, or any
 error of the store) may have landed: the caller keeps every file of the sync, and the vchannel
 reloads from whatever Delta holds.
+
+A commit that removes files (a dropped segment's, a marked file's old deletion vector) lands only
+while no version it did not know removed one of them (``FilesRemoved``): a compaction of this node
+left in doubt may land after it released the lock, and a removal that missed its output would
+bring the rows back twice. The dropped segments' files are then listed again from the files live
+now; a vchannel whose marks were on such a file waits for the next cycle, which marks its deletes
+again, or reloads when its side commits landed (the side tables' txns refuse its batches a
+second time).
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from ..records import FileEntry, FileMark, TableKind
 from . import json_codec
 from .actions import AddFile, RemoveFile
 from .channel_state import STATES_KEY, ChannelState
-from .delta_log import DeltaLog, TxnMoved
+from .delta_log import DeltaLog, FilesRemoved, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout
 from .written_files import delete_written, table_roots
 
@@ -121,11 +129,25 @@ def add_actions(files: list[FileEntry]) -> list[AddFile]:
 
 
 def _moved(live: list[VchannelSync], e: TxnMoved, table: TableKind) -> dict[str, str]:
-    who = ("an earlier commit of this node, whose answer was lost, landed since: the vchannel reloads from it"
-           if e.own_late else "another writer owns the channel")
+    def who(vchannel: str) -> str:
+        return ("an earlier commit of this node, whose answer was lost, landed since: the vchannel reloads from it"
+                if vchannel in e.own_late else "another writer owns the channel")
     return {s.vchannel: f"{s.vchannel}: the {table} table's txn is {e.moved[s.vchannel]}, this node last committed "
-                        f"{s.watermarks.of(table)}: {who}"
+                        f"{s.watermarks.of(table)}: {who(s.vchannel)}"
             for s in live if s.vchannel in e.moved}
+
+
+def _marked_gone(live: list[VchannelSync], e: FilesRemoved) -> dict[str, str]:
+    """The syncs whose marks are on a file that a version landed since their commit began
+    removed (a compaction whose answer was lost, landing late), with the reason: their marks
+    must be made again against the files that replaced it."""
+    gone = set(e.paths)
+    out = {}
+    for s in live:
+        path = next((m.path for m in s.marks if m.path in gone), None)
+        if path is not None:
+            out[s.vchannel] = f"{path}, where its deletes were marked, was removed by a version that landed meanwhile"
+    return out
 
 
 def _stale_marks(insert_log: DeltaLog, syncs: list[VchannelSync]) -> dict[str, str]:
@@ -231,6 +253,18 @@ class CollectionCommitter:
                     info={STATES_KEY: json_codec.dumps({s.vchannel: s.state.to_doc() for s in live})})
             except TxnMoved as e:
                 live = self._refuse(live, _moved(live, e, TableKind.INSERT), result, SIDE_TABLES)
+                continue
+            except FilesRemoved as e:
+                # The removes of dropped segments are listed again from the files live now. Marks
+                # are made again next cycle (deferred), or by the vchannel's reload when its side
+                # commits landed: the side tables hold its batches' deletes and quarantined rows
+                # now, and their txns refuse a later sync of the same batches.
+                gone = _marked_gone(live, e)
+                landed = {v: why for v, why in gone.items() if v in delete_txn or v in quarantine_txn}
+                result.deferred.update((v, why) for v, why in gone.items() if v not in landed)
+                live = self._refuse(live, {v: f"{v}: {why}: the vchannel reloads" for v, why in landed.items()},
+                                    result, SIDE_TABLES)
+                live = [s for s in live if s.vchannel not in result.deferred]
                 continue
             delete_files(self.storage, insert_log.uri, [f for s in live for f in s.table_files(TableKind.INSERT)
                                           if f.segment_id in dropped])
