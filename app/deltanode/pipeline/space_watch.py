@@ -7,8 +7,9 @@ thousand vchannels a line per failure would bury the log. Each such failure come
 vchannels' own failures go to DEBUG. The condition holds until every vchannel it stopped has
 committed again (its checkpoint moved past where it stood when it failed), or has run again for a
 whole retry interval without failing (a vchannel with nothing to write cannot prove the space back
-by a commit, and nothing stops it meanwhile), or left the node; then one line says so. Nothing is lost meanwhile: what a failed vchannel did not commit is read again
-from the broker after its reload.
+by a commit, and nothing stops it meanwhile), or left the node; then one line says so. Nothing is
+lost meanwhile: what a failed vchannel did not commit is read again from the broker after its
+reload.
 """
 
 from __future__ import annotations
