@@ -7,6 +7,8 @@ the function that makes them); what is tested is the logic above them."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -16,17 +18,35 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from deltanode.flowgraph.failure import FailureKind
 from deltanode.flowgraph.recovery import TopicRecreated
+from deltanode.flowgraph.seal_policy import SealSettings
+from deltanode.flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from deltanode.mq import kafka
 from deltanode.mq import pulsar as pulsar_mq
-from deltanode.mq.broker import BrokerError, BrokerUnreachable
+from deltanode.mq.broker import Broker, BrokerError, BrokerUnreachable
 from deltanode.mq.pulsar_probe import Handshake
+from deltanode.pipeline import cycle, read_stalls
+from deltanode.pipeline.cycle import CycleRunner
+from deltanode.pipeline.cycle_apply import Launched
 from deltanode.pipeline.cycle_report import CycleReport
+from deltanode.pipeline.failures import FailurePolicy
+from deltanode.pipeline.plan import Limits, Plan
+from deltanode.pipeline.registry import VchannelRegistry
+from deltanode.records import Portion, ReadRange, ReadStats, TaskError, TaskErrorKind, TaskOutput, TaskSpec
+from deltanode.storage.commit import Watermarks
+from deltanode.storage.layout import StorageLayout
+from deltanode.wire.datapb import VchannelInfo
+from deltanode.wire.names import pchannel_name, vchannel_name
+from deltanode.wire.positions import CODECS
+from deltanode.wire.schema import schema_from_json
 
 from .fakes import FakeBrokerMetadata
 from .vchannels import flowgraph, loaded, read_rows, stages
 
 PARTITIONS = 50
+SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}
+STALLED = pchannel_name("dml", 1)
 
 
 class _Admin:
@@ -185,3 +205,137 @@ def test_a_topic_created_again_while_its_pchannel_went_unanswered_is_refused_at_
     with pytest.raises(TopicRecreated, match="deleted and created again"):
         s.loader.load(flowgraph(1))
     assert broker.asked == ["dml_0", "dml_1", "dml_0"]
+
+
+class _Highs:
+    """The broker's watermarks: every partition at ``high``, but ``STALLED``'s unanswered while ``away``,
+    or when asked for alone while ``away_alone`` (after a job, not at a cycle's start); each
+    question takes ``slow`` seconds (Pulsar's client waits out its operation timeout)."""
+
+    def __init__(self) -> None:
+        self.away = self.away_alone = False
+        self.slow, self.asked, self.high = 0.0, 0, 6
+
+    def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
+        self.asked += 1
+        time.sleep(self.slow)
+        away = self.away or (self.away_alone and len(keys) == 1)
+        return {key: BrokerUnreachable(f"{key[0]}: no answer within 10 s") if away and key[0] == STALLED
+                else self.high for key in keys}
+
+
+class _Runner(CycleRunner):
+    """The cycle runner with its Spark job replaced: every range is read to its end with a tick at
+    its last offset, but ``STALLED``'s while ``stalling``: nothing delivered from its third offset on
+    (its first vchannel saw a message of its own before, so its portion carries the error too)."""
+
+    stalling = True
+    stalled = 0   # cycles that read STALLED and got nothing
+
+    def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list]:
+        outputs = []
+        pieces = [p for spec in specs for p in spec.pieces]
+        self.stalled += self.stalling and any(p.pchannel == STALLED for p in pieces)
+        for piece in pieces:
+            if piece.pchannel != STALLED or not self.stalling:
+                outputs.append(TaskOutput((), (ReadStats(piece.pchannel, piece.first, piece.end,
+                                                         messages=piece.end - piece.first, tick=50,
+                                                         tick_offset=piece.end - 1),)))
+                continue
+            error = TaskError(kind=TaskErrorKind.BROKER_UNREACHABLE, message=(
+                f"no data from {STALLED}[0] at offset {piece.first + 2} for 20 s (range ends at {piece.end})"))
+            routed = piece.members[0]
+            outputs.append(TaskOutput((Portion(routed, piece.first, piece.end, error=error),),
+                                      (ReadStats(STALLED, piece.first, piece.end, error=error,
+                                                 routed=frozenset({routed})),)))
+        return outputs, []
+
+
+def _runner(tmp_path) -> tuple[_Runner, VchannelRegistry, _Highs]:
+    """Two collections of two shards on pchannels dml_0 and dml_1, every vchannel at offset 1."""
+    registry = VchannelRegistry()
+    for c in range(2):
+        for k in range(2):
+            info = VchannelInfo(collectionID=100 + c, channelName=vchannel_name(pchannel_name("dml", k), 100 + c, k))
+            info.seek_position.msgID = CODECS["kafka"].to_msg_id(1)
+            fg = VchannelFlowgraph(info, schema_from_json(SCHEMA, f"c{c}"), node_id=1)
+            fg.load(None, Watermarks(), time.monotonic())
+            registry.add(fg)
+    storage = StorageLayout(str(tmp_path))
+    runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
+                     limits=Limits(), seal=SealSettings(), registry=registry,
+                     failures=FailurePolicy(storage=storage, fence=None, load=lambda fg: None,
+                                            forget_topic=lambda pchannel: None),
+                     flushes=dict, stopping=threading.Event())
+    highs = _Highs()
+    runner.watermarks = highs   # type: ignore[assignment]
+    return runner, registry, highs
+
+
+def _cycle(runner: _Runner, registry: VchannelRegistry, number: int) -> CycleReport:
+    members = registry.begin_cycle()
+    report = CycleReport(number)
+    try:
+        runner.finish(runner.start(members, report, time.monotonic()), members, report)
+    finally:
+        registry.end_cycle()
+    return report
+
+
+def test_a_range_left_unserved_while_the_broker_answers_its_watermark_fails_its_vchannels_after_a_few_cycles(
+        tmp_path):
+    runner, registry, _ = _runner(tmp_path)
+    stalled = sorted(v for v, fg in registry.members().items() if fg.pchannel == STALLED)
+    try:
+        for number in range(1, read_stalls.STALLS_TO_FAIL):
+            assert not _cycle(runner, registry, number).failed   # waits, as for a broker away
+        assert runner.reachability.down_since is not None
+        report = _cycle(runner, registry, read_stalls.STALLS_TO_FAIL)
+    finally:
+        runner.close()
+    assert sorted(report.failed) == stalled
+    for v in stalled:
+        fg = registry.members()[v]
+        assert fg.status == FlowgraphStatus.FAILED and fg.last_failure.kind is FailureKind.BROKER
+        assert f"{STALLED}[0]: the broker answers its watermark (6)" in fg.last_failure.message
+        assert re.search(rf"from offset \d+\): no data from {STALLED}\[0\] at offset \d+ for 20 s",
+                         fg.last_failure.message), fg.last_failure.message
+    assert all(fg.status == FlowgraphStatus.RUNNING for v, fg in registry.members().items() if v not in stalled)
+
+
+def test_a_range_left_unserved_is_waited_for_while_the_broker_does_not_answer_or_serves_it_in_between(tmp_path):
+    runner, registry, highs = _runner(tmp_path)
+    try:
+        number = 0
+        for stalling in ([True] * (read_stalls.STALLS_TO_FAIL - 1) + [False]) * 2:
+            number += 1
+            highs.high += 5   # more messages each cycle
+            runner.stalling = stalling
+            assert not _cycle(runner, registry, number).failed
+        runner.stalling, highs.away_alone = True, True   # answered at each cycle's start, not after its job
+        for _ in range(2 * read_stalls.STALLS_TO_FAIL):
+            number += 1
+            highs.high += 5
+            assert not _cycle(runner, registry, number).failed
+    finally:
+        runner.close()
+    assert runner.stalled == 2 * (read_stalls.STALLS_TO_FAIL - 1) + 2 * read_stalls.STALLS_TO_FAIL
+    assert all(fg.status == FlowgraphStatus.RUNNING for fg in registry.members().values())
+
+
+def test_a_look_at_the_broker_during_a_job_waits_at_most_its_timeout_and_not_past_the_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(cycle, "PROBE_AFTER", 0.05)
+    monkeypatch.setattr(cycle, "PROBE_TIMEOUT", 0.2)
+    runner, _, highs = _runner(tmp_path)
+    highs.slow = 3.0   # the client waits its own timeout, far past the probe's
+    plan = Plan((ReadRange(STALLED, 0, 1, 6, ("v",)),), {}, False)
+    try:
+        job: Future = Future()
+        threading.Timer(0.6, lambda: job.set_result(([], []))).start()
+        started = time.monotonic()
+        assert runner._wait(Launched(plan=plan, job=job)) == ([], [])
+        assert time.monotonic() - started < 1.2
+        assert highs.asked == 1   # one question at a time
+        assert "no answer within 0 s to the watermark request of " in runner.reachability.error
+    finally:
+        runner.close()

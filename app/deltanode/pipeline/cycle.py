@@ -11,7 +11,8 @@ A broker that does not answer (``BrokerUnreachable``: down, starting again, paus
 no vchannel: a partition whose high watermark it did not give is not read this cycle, and a range
 it did not serve is read again by a later one (its files are deleted); their vchannels wait where
 they stand, what they read before stays pending and is committed, and they read on once it
-answers, without a restart or a backoff. The outage is reported once (``mq.reachability``); a
+answers, without a restart or a backoff (unless it answers the partition's watermark through a few
+cycles in a row of unserved reads: ``read_stalls``). The outage is reported once (``mq.reachability``); a
 job that runs long has the broker asked meanwhile (``PROBE_AFTER``), since its reads tell of a
 broker gone under them only at their stall timeout.
 
@@ -29,7 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 
 from pyspark import SparkContext
@@ -53,7 +54,9 @@ from .failures import FailurePolicy
 from .jobs import JOB_GROUP, SparkStopped
 from .parking import CursorKey, Parking
 from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
+from .read_stalls import StalledReads
 from .registry import VchannelRegistry
+from .watermark_probe import Answers, ask_highs
 
 log = logging.getLogger(__name__)
 # Seconds into a cycle's job after which, and between which, the loop asks the broker for one
@@ -86,6 +89,7 @@ class CycleRunner:
         self.applier = CycleApplier(storage=storage, registry=registry, failures=failures, parking=self.parking,
                                     reachability=self.reachability)
         self.budget = CycleBudget(max_seconds=limits.cycle_seconds, floor=MIN_MESSAGES * limits.splits)
+        self.stalled_reads = StalledReads()
 
     def start(self, members: dict[str, VchannelFlowgraph], report: CycleReport, now: float) -> Launched:
         """Plan for ``members`` (failed ones reloaded first, when due) and start the cycle's Spark
@@ -150,21 +154,36 @@ class CycleRunner:
         self._jobs.shutdown(wait=False)
 
     def _wait(self, launched: Launched) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
-        """The job's result. Every ``PROBE_AFTER`` seconds it runs, the broker is asked for the
-        watermark of one of its pchannels: one that does not answer is reported at once, where the
-        job's reads would tell only at their stall timeout (its answer reports nothing: the job's
-        end or the next cycle's watermarks do)."""
+        """The job's result, its reads the broker left unserved while answering judged
+        (``read_stalls``: they fail their vchannels after a few cycles in a row).
+
+        Every ``PROBE_AFTER`` seconds it runs, the broker is asked for the watermark of one of its
+        pchannels and given at most ``PROBE_TIMEOUT`` to answer, on a thread of its own (Pulsar's
+        client waits out its 10-s operation timeout, then probes the broker), the job's end ending
+        the wait at once: one that does not answer in time is reported at once, where the job's
+        reads would tell only at their stall timeout (its answer reports nothing: the job's end or
+        the next cycle's watermarks do). A question still unanswered is not asked again."""
         assert launched.job is not None
         probe = sorted({(r.pchannel, r.partition) for r in launched.plan.ranges})[:1]
-        while True:
-            try:
-                return launched.job.result(timeout=PROBE_AFTER)
-            except TimeoutError:
-                if not probe or self.watermarks is None or self.stopping.is_set():
-                    continue
-                answer = self.watermarks.highs(probe, timeout=PROBE_TIMEOUT).get(probe[0])
+        asking: Future[Answers] | None = None
+        while not launched.job.done():
+            if wait([launched.job], timeout=PROBE_AFTER).done:
+                break
+            if not probe or self.watermarks is None or self.stopping.is_set():
+                continue
+            if asking is None or asking.done():
+                asking = ask_highs(self.watermarks, probe, PROBE_TIMEOUT)
+            either: list[Future] = [launched.job, asking]
+            done = wait(either, timeout=PROBE_TIMEOUT, return_when=FIRST_COMPLETED).done
+            if asking in done:
+                answer = asking.result().get(probe[0])
                 if isinstance(answer, BrokerUnreachable):
                     self.reachability.failed(str(answer))
+            elif launched.job not in done:
+                self.reachability.failed(f"no answer within {PROBE_TIMEOUT:.0f} s to the watermark request of "
+                                         f"{probe[0][0]}[{probe[0][1]}] from {self.broker.address}")
+        outputs, failed = launched.job.result()
+        return self.stalled_reads.judge(outputs, None if self.stopping.is_set() else self.watermarks), failed
 
     def _highs(self, readable: list[VchannelFlowgraph], report: CycleReport,
                now: float) -> dict[tuple[str, int], int]:
