@@ -11,6 +11,7 @@ cd "$ROOT"
 bash build/bootstrap.sh || { echo "build/test.sh: bootstrap failed" >&2; exit 1; }
 bash build/lint.sh || { echo "build/test.sh: lint failed" >&2; exit 1; }
 bash build/milvus_env.sh || { echo "build/test.sh: the real-Milvus environment failed" >&2; exit 1; }
+bash build/milvus_wal.sh >/dev/null || { echo "build/test.sh: building the Milvus 2.6 WAL writer (tests/milvus_wal) failed" >&2; exit 1; }
 
 TARGET=(tests)
 for arg in "$@"; do
