@@ -150,6 +150,11 @@ def test_a_pulsar_topic_that_times_out_while_the_broker_answers_does_not_stop_th
     found = pulsar_marks.highs(keys)
     assert pulsar_marks.asked == ["a", "b"]
     assert all(isinstance(found[(t, 0)], BrokerUnreachable) for t in "bcd")
+    pulsar_marks.connects, pulsar_marks.asked = True, []   # b's consumer has no connection yet: nor would the rest
+    pulsar_marks.errors["b"] = pulsar.NotConnected()
+    found = pulsar_marks.highs(keys)
+    assert pulsar_marks.asked == ["a", "b"]
+    assert all(isinstance(found[(t, 0)], BrokerUnreachable) for t in "bcd")
 
 
 def test_a_pulsar_lookup_failed_long_after_any_connection_error_is_the_brokers_answer(pulsar_marks):

@@ -173,11 +173,15 @@ class Watermarks:
 
     def highs(self, keys: list[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int | BrokerError]:
         """``high`` of each topic in turn (the client asks for one last message id at a time, each
-        within the client's operation timeout: ``timeout`` goes unused). A topic whose answer did
-        not come (``DISCONNECTED``) has the broker probed at once (``_handshake``): one that accepts
-        this client has that topic slow on its own (its ledger's bookies away, say), and the
-        topics after it are asked; else they are not (each would wait out the operation timeout):
-        they map to the same error, and the next call asks them again."""
+        within the client's operation timeout: ``timeout`` goes unused).
+
+        A topic's consumer without a connection (ConnectError, or NotConnected once it waited out
+        the operation timeout for one: the broker is away, or the client waits to connect again)
+        leaves the topics after it unasked: each would wait as long. They map to the same error,
+        and the next call asks them again. A Timeout (a connection, and no answer on it) has the
+        broker probed at once (``_handshake``): one that accepts a CONNECT has that topic alone
+        not answering (its ledger's bookies away, say), and the topics after it are asked; one
+        that does not is away (paused, say), and they are not."""
         out: dict[tuple[str, int], int | BrokerError] = {}
         silent: BrokerError | None = None
         for key in keys:
@@ -190,7 +194,7 @@ class Watermarks:
                 what = f"cannot read the last message id of {key[0]} from {self.service_url}"
                 if not isinstance(e, DISCONNECTED):
                     out[key] = self._error(what, e)
-                elif self._handshake(fresh=True).connected:
+                elif isinstance(e, pulsar.Timeout) and self._handshake(fresh=True).connected:
                     out[key] = self._error(f"{what} (the broker accepts this client: this topic alone does not "
                                            f"answer)", e)
                 else:
