@@ -4,9 +4,25 @@
 //
 // Usage: milvus-wal-writer [SCRIPT]   (no SCRIPT or "-": the script is read from stdin)
 //
-// The script is JSON lines, one step each ("op": open, append, etcd_put, etcd_delete); for every
-// step done one JSON line goes to stdout. Anything else (Milvus's and the clients' logs) goes to
-// stderr. The first failing step stops the run with exit code 1 and the reason on stderr.
+// The script is JSON lines, one step each; for every step done one JSON line goes to stdout
+// ({"step": n, "op": ..., ...}). Anything else (Milvus's and the clients' logs) goes to stderr. The
+// first failing step stops the run with exit code 1 and the reason on stderr.
+//
+//	{"op": "open", "wal": "kafka"|"pulsar", "address": ..., "pchannel": ..., "term": 1}
+//	    opens the pchannel for writing with Milvus's WAL implementation; "term" goes in `_wt`.
+//	{"op": "append", "pchannel": ..., "vchannel": ..., "type": "Insert", "timetick": <uint64>,
+//	 "last_confirmed": "self"|"step:N"|"<marshaled id>", "header": {...}, "body": {...},
+//	 "txn": {"id": ..., "keepalive_ms": ...}, "cipher": true|{"ez_id", "collection_id"},
+//	 "broadcast": {"vchannels": [...], "id": N}, "wal_term": false}
+//	    builds the message with Milvus's New<Type>MessageBuilderV1/V2 (header and body are protojson
+//	    of the type's messagespb header and its msgpb request or messagespb body), stamps it as a
+//	    streaming node does and appends it. No "vchannel": a message of every vchannel (a TimeTick).
+//	    Prints "id" (as `_lc` carries it), "offset" (Kafka offset, or Pulsar "ledger:entry" and
+//	    "batch_index") and "properties" (as written).
+//	{"op": "etcd_put", "endpoints": "host:port,...", "key": ..., "proto": "milvus.proto.etcd.CollectionInfo",
+//	 "value": {...}} or {..., "raw": "<string>"}
+//	    puts the binary proto Milvus's Go types marshal (or the raw string) at the key.
+//	{"op": "etcd_delete", "endpoints": ..., "key": ...}
 package main
 
 import (
