@@ -23,7 +23,10 @@ __all__ = ["LISTED_FOR", "STALL_TIMEOUT", "read_ranges"]
 LISTED_FOR = 300.0
 # Seconds a range may deliver nothing, although the broker said it holds its messages, before its read
 # gives up (a ``BrokerUnreachable``: the broker went away under it). Its vchannels then wait where
-# they stand and the next cycles read the range again, so giving up early costs one read.
+# they stand and the next cycles read the range again, so giving up early costs one read. A broker
+# that answers and still delivers nothing (the consumer reads read_committed, librdkafka's default,
+# which stops below a transaction still open) has the driver fail them after a few such cycles
+# (``pipeline.read_stalls``).
 STALL_TIMEOUT = 20.0
 
 

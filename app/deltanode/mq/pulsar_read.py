@@ -36,7 +36,8 @@ REREADS = 5              # attempts to fill a hole inside a ledger before the ra
 # new one at the same position, before the stall timeout gives the range up.
 RECREATE_AFTER = 5.0
 # Seconds a range may deliver nothing before its read gives up (a ``BrokerUnreachable``: the broker
-# went away under it); its vchannels then wait where they stand and the next cycles read it again.
+# went away under it); its vchannels then wait where they stand and the next cycles read it again,
+# unless the broker answers the topic's watermark through a few such cycles (``pipeline.read_stalls``).
 STALL_TIMEOUT = 20.0
 # Messages a reader prefetches (mq.pulsar.receiver.queue.size). Apache Pulsar delivers a full queue
 # once each and in order, so the Python loop reads from memory instead of waiting a round trip per
