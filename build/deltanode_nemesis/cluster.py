@@ -108,14 +108,16 @@ class Node:
         return bool(self._paused)
 
     def stop(self) -> None:
-        """Ctrl-C, as a user stops it; SIGKILL after 60 s."""
+        """SIGTERM to the launcher, as a service manager stops it (it asks the driver to stop
+        cleanly); SIGKILL after 60 s. Not SIGINT: a nemesis started in the background of a
+        non-interactive shell inherits SIGINT ignored, and so does the launcher, whose trap for it
+        then never runs."""
         if not self.alive:
             return
         self.resume()
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGINT)
+        os.kill(self.proc.pid, signal.SIGTERM)
         try:
-            assert self.proc is not None
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.kill()
