@@ -55,7 +55,7 @@ def read_back(broker: Broker, pchannels: list[str], collection_ids: set[int]) ->
             raise chunk
         if isinstance(chunk, Gap):
             continue
-        for _, payload in chunk:
+        for _, payload, _ in chunk:
             if payload is not None:
                 _decode(payload, out)
     return out

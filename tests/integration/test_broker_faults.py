@@ -397,7 +397,7 @@ def on_broker(broker: Broker, pchannels: list[str], collections_: list[int]) -> 
         assert not isinstance(chunk, BrokerError), chunk
         if isinstance(chunk, Gap):
             continue
-        for _, payload in chunk:
+        for _, payload, _ in chunk:
             kind = msg_pb2.TimeTickMsg.FromString(payload).base.msg_type   # field 1 of every message: its MsgBase
             if kind == common_pb2.MsgType.Insert:
                 req = msg_pb2.InsertRequest.FromString(payload)

@@ -30,7 +30,7 @@ def _create_messages(mq: Broker, pchannel: str, first: int, end: int) -> dict[in
     out = {}
     for _, chunk in mq.read_ranges([OffsetRange(pchannel, 0, first, end)]):
         assert isinstance(chunk, list), chunk
-        for offset, value in chunk:
+        for offset, value, _ in chunk:
             out[offset] = msg_pb2.CreateCollectionRequest.FromString(value).collectionID
     return out
 

@@ -26,7 +26,7 @@ def _read(bootstrap: str, topic: str, end: int) -> tuple[list[int], list[BrokerE
         if isinstance(item, BrokerError):
             errors.append(item)
         else:
-            offsets.extend(offset for offset, _ in item)
+            offsets.extend(offset for offset, _, _ in item)
     return offsets, errors
 
 

@@ -29,8 +29,8 @@ def test_ranges_are_read_each_in_order_and_one_failure_stays_its_own(broker):
         if isinstance(item, BrokerError):
             errors[i] = item
         else:
-            got.setdefault(i, []).extend(offset for offset, _ in item)
-            assert all(value.decode().startswith(ranges[i].topic) for _, value in item)
+            got.setdefault(i, []).extend(offset for offset, _, _ in item)
+            assert all(value.decode().startswith(ranges[i].topic) for _, value, _ in item)
     assert got == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7, 8], 2: [2, 3, 4, 5]}
     assert list(errors) == [3]
     assert time.monotonic() - started < 10
@@ -45,7 +45,7 @@ def test_client_settings_reach_the_range_reader_and_a_refused_one_is_named(broke
     producer.flush()
     tuned = {"client.id": "deltanode-test", "fetch.wait.max.ms": "5", "socket.keepalive.enable": "true"}
     read = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 5)], settings=tuned)
-            for off, _ in chunk]
+            for off, _, _ in chunk]
     assert read == [0, 1, 2, 3, 4]
     refused = list(read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 0, 5, 6)],
                                settings={"fetch.wait.max.ms": "soon"}))
@@ -92,7 +92,7 @@ def test_a_high_watermark_counts_every_record_of_the_last_batch(broker):
     finally:
         wm.close()
     read = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(full, 0, 0, 7)])
-            for off, _ in chunk]
+            for off, _, _ in chunk]
     assert read == list(range(7))
 
 
@@ -129,7 +129,7 @@ def test_reads_one_after_another_in_a_process_each_get_exactly_their_ranges(brok
 
     def offsets(first: int, end: int) -> list[int]:
         got = [off for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, first, end)])
-               for off, _ in chunk]
+               for off, _, _ in chunk]
         assert all(isinstance(off, int) for off in got)
         return got
 
@@ -157,7 +157,7 @@ def test_a_kept_reader_reads_topics_new_to_it_without_waiting_for_its_client_to_
 
     def read(topic: str) -> list[bytes]:
         return [value for _, chunk in read_ranges(broker.bootstrap_servers, [OffsetRange(topic, 0, 0, 3)])
-                for _, value in chunk]
+                for _, value, _ in chunk]
 
     assert read(topics[0]) == [f"{topics[0]}-{i}".encode() for i in range(3)]   # the process's reader, kept
     started = time.monotonic()
@@ -186,8 +186,8 @@ def test_ranges_past_one_fetch_answer_are_read_exactly_in_bounded_chunks(broker)
                                 fetch_bytes=2 << 20):
         assert not isinstance(chunk, BrokerError), chunk
         largest = max(largest, len(chunk))
-        for offset, value in chunk:
+        for offset, value, _ in chunk:
             assert value.startswith(topics[i].encode() + b"-%d-" % offset)
-        got.setdefault(i, []).extend(offset for offset, _ in chunk)
+        got.setdefault(i, []).extend(offset for offset, _, _ in chunk)
     assert got == {i: list(range(1, 35)) for i in range(3)}
     assert largest == 3   # 700 KB of 200 KB messages

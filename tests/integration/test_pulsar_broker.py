@@ -126,13 +126,13 @@ def test_ranges_of_many_topics_read_exactly_with_readers_opened_ahead_and_closed
     got: dict[int, list[bytes]] = {}
     for i, chunk in broker.read_ranges(ranges):
         assert isinstance(chunk, list), chunk
-        got.setdefault(i, []).extend(payload for _, payload in chunk)
+        got.setdefault(i, []).extend(payload for _, payload, _ in chunk)
     assert got == {k: [f"{k}:{n}".encode() for n in range(5, 15)] for k in range(len(topics))}
     # A caller that stops after the first chunk: the readers opened ahead of it are closed with it.
     client = source.client(pulsar_server.service_url)
     before = len(client._consumers)
     reads = broker.read_ranges(ranges)
     first: Chunk = next(reads)[1]   # type: ignore[assignment]
-    assert [p for _, p in first] == [f"0:{n}".encode() for n in range(5, 15)]
+    assert [p for _, p, _ in first] == [f"0:{n}".encode() for n in range(5, 15)]
     reads.close()
     assert len(client._consumers) == before

@@ -73,7 +73,9 @@ class PchannelDispatcher:
         first = self._first.get(vchannel)
         return first is not None and first <= offset and vchannel not in self._failed
 
-    def on_message(self, offset: int, value: bytes | None) -> None:
+    def on_message(self, offset: int, value: bytes | None, props: dict[str, str] | None = None) -> None:
+        """One message of the range; ``props``: its properties (Kafka headers, Pulsar properties), None
+        when it has none."""
         size = len(value or b"")
         self.messages += 1
         self.bytes += size

@@ -65,8 +65,8 @@ def _run(spec: TaskSpec) -> TaskOutput:
             dispatchers[i].next_position = item.position
             continue
         on_message = dispatchers[i].on_message
-        for offset, value in item:
-            on_message(offset, value)
+        for offset, value, props in item:
+            on_message(offset, value, props)
         del item  # not kept alive through release_task_memory below
     portions, stats = [], []
     for d in dispatchers:

@@ -65,7 +65,8 @@ _idle_readers: dict[tuple, _Reader] = {}   # read_ranges' consumers between read
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
                 fetch_bytes: int = 32 << 20, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | BrokerError]]:
-    """Yield ``(i, chunk)``: lists of ``(offset, value)`` of ``ranges[i]``, each range in offset order.
+    """Yield ``(i, chunk)``: lists of ``(offset, value, headers)`` of ``ranges[i]`` (``types.Chunk``), each
+    range in offset order.
 
     Ranges of different partitions are read together by one consumer; ranges of the same
     partition one after another. A range the broker cannot serve yields ``(i, BrokerError)``
@@ -138,6 +139,12 @@ def _reader_properties(fetch_bytes: int) -> dict:
         # consume() with the CPU idle: large ranges would take several times as long (docs/platform.md).
         "fetch.queue.backoff.ms": 10,
     }
+
+
+def properties(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
+    """A record's headers as a message's properties: Milvus 2.6 writes one header per property, its
+    value the string's UTF-8 bytes (zero bytes for an empty string)."""
+    return {k: v.decode("utf-8", "replace") if v else "" for k, v in headers}
 
 
 def _one_per_partition(todo: list[tuple[int, OffsetRange]]
@@ -232,7 +239,8 @@ class _Round:
                 self.finish(key)
                 continue
             value = m.value()
-            chunks.setdefault(key, []).append((off, value))
+            headers = m.headers()
+            chunks.setdefault(key, []).append((off, value, None if headers is None else properties(headers)))
             seen_messages, seen_bytes = seen_messages + 1, seen_bytes + len(value or b"")
             next_offset[key] = off + 1
             if off + 1 >= r.end:

@@ -61,9 +61,9 @@ def client(service_url: str, settings: Settings | None = None) -> pulsar.Client:
 def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
                 chunk_messages: int = 64, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:
-    """Yield ``(i, chunk)``: lists of ``(position, payload)`` of ``ranges[i]`` in order, one range
-    after another; a range the broker cannot serve yields ``(i, BrokerError)`` once (a
-    ``BrokerUnreachable`` when it did not answer), a range that ends in a gap ``(i, Gap)`` last.
+    """Yield ``(i, chunk)``: lists of ``(position, payload, properties)`` of ``ranges[i]`` (``types.Chunk``)
+    in order, one range after another; a range the broker cannot serve yields ``(i, BrokerError)``
+    once (a ``BrokerUnreachable`` when it did not answer), a range that ends in a gap ``(i, Gap)`` last.
 
     Opening a reader is a round trip to the broker, and so is its first delivery: the readers of
     the next ``OPEN_AHEAD`` ranges open (and start prefetching) on threads while this one is read,
@@ -150,7 +150,7 @@ def _read_range(c: pulsar.Client, i: int, r: OffsetRange, topic: str, chunk_mess
                     rereads += 1
                     reader.seek(message_id(expected))   # a skipped delivery: read again from the hole
                     continue
-            chunk.append((pos, msg.data()))
+            chunk.append((pos, msg.data(), msg.properties() or None))
             expected, rereads, last_progress = pos + 1, 0, time.monotonic()
             if len(chunk) >= chunk_messages:
                 yield i, chunk

@@ -13,7 +13,10 @@ __all__ = ["BrokerError", "BrokerRefused", "BrokerUnreachable", "Chunk", "Delive
            "even_cut_points"]
 
 Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, error) when it failed
-Chunk = list[tuple[int, bytes | None]]   # (position, payload) of consecutive messages of one range
+# (position, payload, properties) of consecutive messages of one range. Properties (Kafka record
+# headers, Pulsar message properties; Milvus 2.6 puts its message's type, time tick, vchannel and
+# header there) are None for a message without any, so that the older messages cost nothing more.
+Chunk = list[tuple[int, bytes | None, dict[str, str] | None]]
 
 
 class BrokerError(RuntimeError):
