@@ -43,6 +43,10 @@ class EventKind(enum.StrEnum):
     FLUSH = "flush"
     DROP_PARTITION = "drop_partition"
     DROP_COLLECTION = "drop_collection"
+    # Milvus 2.6: a Flush of one segment, a ManualFlush of several (``ControlEvent.segments``),
+    # sealed at the event's ts.
+    SEGMENT_FLUSH = "segment_flush"
+    MANUAL_FLUSH = "manual_flush"
 
 
 class Lane(enum.StrEnum):
@@ -284,6 +288,7 @@ class ControlEvent:
     offset: int
     ts: int
     partition_id: int = -1
+    segments: tuple[int, ...] = ()   # the segments a SEGMENT_FLUSH or MANUAL_FLUSH seals
 
 
 @dataclass(frozen=True)
@@ -309,8 +314,13 @@ class Portion:
     stats: PortionStats = PortionStats()
     replay: ReplayState | None = None   # the replay filter at ``end`` while it is active
     error: TaskError | None = None   # the vchannel failed in this task; nothing of it is kept
-    tickless: int = 0              # pack order: messages read without a TimeTick to end at; nothing done
+    # Messages read without a point to end at (pack order: no clean TimeTick; a transaction open
+    # from the first message on); nothing done, a longer range read in one piece next.
+    tickless: int = 0
     sealed: tuple[int, ...] = ()   # segments it sealed at the context's flush ts (their rows reach it)
+    # It ends before its range does (at a clean tick, or before a transaction still open): what
+    # follows is read again, so a later piece of the same range is not applied after it.
+    cut: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ tick): an idle vchannel needs no router, no schema and no writer, and no portion
 either: its portion is its part of the range and the range's last tick, which the range's
 ``ReadStats`` carries (``ReadStats.idle_portion``). At 10,000 vchannels on 16 pchannels a task
 holds 625 a pchannel, and most of them have nothing in a range of one cycle.
+
+A message with properties whose ``_v`` is set is Milvus 2.6's (``wire.wal_message``): it goes to the
+router of its ``_vc`` only (adapted by ``wal_adaptor``, its properties read first so that another
+vchannel's message costs no payload parsing), and its time tick ``_tt`` is the pchannel's progress,
+as a TimeTick's is: a 2.6 streaming node writes no TimeTick on an idle pchannel, and appends in
+time-tick order.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError, TaskErrorKind
-from . import decode
+from ..wire import wal_message
+from . import decode, wal_adaptor
 from .contexts import TaskContexts
 from .route import VchannelRouter
 from .task_errors import task_error
@@ -79,13 +86,13 @@ class PchannelDispatcher:
         size = len(value or b"")
         self.messages += 1
         self.bytes += size
+        if props is not None and wal_message.VERSION in props:
+            self._on_wal_message(offset, value, props, size)
+            return
         try:
             msg_type, msg = decode.parse(value)
         except decode.Reject as e:
-            reason = str(e)
-            reader = next((v for v in self._first if self._reads(v, offset)), None)
-            if reader is not None:
-                self._call(reader, lambda r: r.quarantine(offset, value, reason, None))
+            self._quarantine_unrouted(offset, value, str(e), None)
             return
         if msg is None:
             return
@@ -96,11 +103,7 @@ class PchannelDispatcher:
                 payload = value or b""   # parsed as an Insert or Delete: never None
                 self._call(msg.shardName, lambda r: r.dml(offset, msg_type, msg, payload))
         elif msg_type == decode.MSG_TIME_TICK:
-            ts = msg.base.timestamp
-            self._tick = (max(ts, self._tick[0]), offset)
-            for router in self._ticked:
-                if router.first <= offset and router.needs_ticks:
-                    self._call(router.ctx.vchannel, lambda r: r.tick(ts, offset))
+            self._ticked_by(msg.base.timestamp, offset)
         else:
             by_collection, by_name = self._collections()
             if msg_type == decode.MSG_FLUSH:
@@ -110,6 +113,52 @@ class PchannelDispatcher:
             for vchannel in targets:
                 if self._reads(vchannel, offset):
                     self._call(vchannel, lambda r: r.control(offset, msg_type, msg))
+
+    def _quarantine_unrouted(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
+        """A message that names no vchannel of its own: recorded once, under the first vchannel that reads it."""
+        reader = next((v for v in self._first if self._reads(v, offset)), None)
+        if reader is not None:
+            self._call(reader, lambda r: r.quarantine(offset, value, reason, msg_type))
+
+    def _on_wal_message(self, offset: int, value: bytes | None, props: dict[str, str], size: int) -> None:
+        """A Milvus 2.6 message: to its vchannel's router, its time tick to every vchannel."""
+        vchannel = props.get(wal_message.VCHANNEL)
+        if vchannel is not None and not self._reads(vchannel, offset):
+            try:   # another vchannel's: only its time tick matters here
+                self._ticked_by(wal_message.time_tick(props), offset)
+            except wal_message.WalFormatError:
+                pass   # its reader records it
+            return
+        try:
+            wal = wal_message.parse(props)
+        except wal_message.WalFormatError as e:
+            reason = f"Milvus 2.6 message properties: {e}"
+            if vchannel is not None:
+                self._call(vchannel, lambda r: r.quarantine(offset, value, reason, None))
+            else:
+                self._quarantine_unrouted(offset, value, reason, None)
+            return
+        tick_before = self._tick[0]
+        if vchannel is not None:
+            adapted = wal_adaptor.adapt(value, wal)
+            if adapted.msg_type == decode.MSG_INSERT or adapted.msg_type == decode.MSG_DELETE:
+                self.dml_messages += 1
+                self.dml_bytes += size
+            if adapted.kind is not wal_adaptor.Kind.TICK or wal.txn is not None:
+                payload = value or b""
+                self._call(vchannel, lambda r: r.wal(offset, wal, adapted, payload, tick_before))
+        elif wal.type != wal_message.T_TIME_TICK:   # a message of every vchannel that is no TimeTick
+            adapted = wal_adaptor.adapt(value, wal)
+            if adapted.kind is wal_adaptor.Kind.REJECT:
+                self._quarantine_unrouted(offset, value, adapted.reason, adapted.msg_type)
+        self._ticked_by(wal.time_tick, offset)
+
+    def _ticked_by(self, ts: int, offset: int) -> None:
+        """A time tick at ``offset``: the range's last, and a tick for the routers that need every one."""
+        self._tick = (max(ts, self._tick[0]), offset)
+        for router in self._ticked:
+            if router.first <= offset and router.needs_ticks:
+                self._call(router.ctx.vchannel, lambda r: r.tick(ts, offset))
 
     def _call(self, vchannel: str, step: Callable[[VchannelRouter], None]) -> None:
         """``step`` on the vchannel's router (made now if need be); an error fails the vchannel alone."""

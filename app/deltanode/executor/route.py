@@ -14,6 +14,12 @@ While the replay filter is active, messages are applied in Milvus's pack order
 tick after which nothing was held (a "clean" tick): what follows it is read again by the next
 batch, so nothing after that tick is written, counted or reported by this one. A range
 without a clean tick does nothing and asks for a longer one (``Portion.tickless``).
+
+A Milvus 2.6 message (``wal``, made by ``wal_adaptor``) is applied like its older form; a
+transaction's members are held until its CommitTxn, re-stamped with the commit's time tick (as
+Milvus's txn buffer does), and dropped at a RollbackTxn or once it expires. While one is open,
+nothing after its BeginTxn is written: a portion that ends with a transaction still open ends
+right before its BeginTxn (a clean point, as above), so a restart reads the transaction whole.
 """
 
 from __future__ import annotations
@@ -33,23 +39,46 @@ from ..records import (
     TaskError,
 )
 from ..storage.layout import StorageLayout
+from ..wire.positions import LOGICAL_BITS
 from ..wire.schema import CollectionLayout
+from ..wire.wal_message import Txn, WalMessage
 from . import decode
 from .binlog_writer import BinlogWriter
 from .pack_order import PackOrder
 from .replay_filter import ReplayFilter
+from .wal_adaptor import MSG_FLUSH_SEGMENT, MSG_MANUAL_FLUSH, Adapted, Kind, restamp
+
+_SEAL_EVENTS = {MSG_FLUSH_SEGMENT: EventKind.SEGMENT_FLUSH, MSG_MANUAL_FLUSH: EventKind.MANUAL_FLUSH}
 
 
 @dataclass(frozen=True)
 class _CleanTick:
-    """Where a portion may end while the replay filter holds messages back."""
+    """Where a portion may end while the replay filter holds messages back, or a transaction is open."""
 
-    end: int                 # the offset after the tick
+    end: int                 # the offset after the tick (before the BeginTxn)
     ts: int
     replay: ReplayState | None   # the filter's state there
     counters: tuple[int, ...]
     events: int
     sealed: int
+
+
+@dataclass
+class _OpenTxn:
+    """A Milvus 2.6 transaction between its BeginTxn and its CommitTxn or RollbackTxn: its members,
+    held (offset, adapted message, wire bytes), and the time tick of the last of them."""
+
+    txn: Txn
+    last_tt: int
+    members: list[tuple[int, Adapted, bytes]]
+
+    def expired(self, tick: int) -> bool:
+        """Whether ``tick`` reached its expiry: the time tick of its last message (the BeginTxn's
+        when none) plus its keepalive, in physical milliseconds (Milvus's ``ExpiredTimeTick``)."""
+        if not self.txn.expires:
+            return False
+        expiry = self.last_tt + (self.txn.keepalive_ms << LOGICAL_BITS)
+        return expiry <= tick
 
 
 class VchannelRouter:
@@ -71,8 +100,9 @@ class VchannelRouter:
         self.dml_messages = self.dml_bytes = self.inserted = self.deleted = self.quarantined = 0
         self._writer: BinlogWriter | None = None
         self._order = PackOrder() if self.replay is not None else None
-        self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick (pack order only)
+        self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick (pack order, open txns)
         self._clean: _CleanTick | None = None
+        self._txns: dict[int, _OpenTxn] = {}   # Milvus 2.6 transactions open, by txn id
 
     @property
     def writer(self) -> BinlogWriter:
@@ -150,8 +180,9 @@ class VchannelRouter:
         self.deleted += n
 
     def _write(self, write: Callable[[], None]) -> None:
-        """Now, or at the next clean tick under pack order (a portion cut there must not hold it)."""
-        if self._order is not None:
+        """Now, or at the next clean tick under pack order or while a transaction is open (a portion
+        cut there must not hold it)."""
+        if self._order is not None or self._txns:
             self._deferred.append(write)
         else:
             write()
@@ -174,25 +205,27 @@ class VchannelRouter:
         if not self.replay.active:       # nothing left to drop: the held messages go through in order
             for apply in self._order.release_all():
                 apply()
-        if not self._order.holding:
+        if not self._order.holding and not self._txns:
             self._clean_tick(offset + 1, ts)
             if not self.replay.active:
                 self._order = None
 
     def _clean_tick(self, end: int, ts: int) -> None:
-        assert self.replay is not None   # called in pack order only (tick), kept while replaying
+        """Everything before offset ``end`` is written: a portion may end there."""
         for write in self._deferred:
             write()
         self._deferred = []
-        self._clean = _CleanTick(end, ts, self.replay.state(), self._counters(),
-                                 len(self.events), len(self.newly_sealed))
+        self._clean = _CleanTick(end, ts, self.replay.state() if self.replay is not None else None,
+                                 self._counters(), len(self.events), len(self.newly_sealed))
 
     def _counters(self) -> tuple[int, ...]:
         return self.dml_messages, self.dml_bytes, self.inserted, self.deleted, self.quarantined
 
-    def control(self, offset: int, msg_type: int, msg) -> None:
-        """Flush (already matched by collection name) or a drop of this vchannel's collection."""
-        ts = msg.base.timestamp
+    def control(self, offset: int, msg_type: int, msg, ts: int | None = None) -> None:
+        """Flush (already matched by collection name) or a drop of this vchannel's collection, at
+        ``ts`` (default: its MsgBase's); a 2.6 seal of segments (``wal_adaptor.SegmentSeal``)."""
+        if ts is None:
+            ts = msg.base.timestamp
         if self.seeking and ts <= self.ctx.seek_ts:
             return
         if self._order is not None:
@@ -209,6 +242,71 @@ class VchannelRouter:
         elif msg_type == decode.MSG_DROP_PARTITION:
             self.dropped_partitions.add(msg.partitionID)
             self.events.append(ControlEvent(EventKind.DROP_PARTITION, offset, ts, msg.partitionID))
+        elif msg_type in _SEAL_EVENTS:
+            for segment in msg.segments:   # a later insert into it is refused (``_check_seal``)
+                self.sealed.setdefault(segment, ts)
+            self.events.append(ControlEvent(_SEAL_EVENTS[msg_type], offset, ts, segments=msg.segments))
+
+    # -- Milvus 2.6 ------------------------------------------------------------------------
+    def wal(self, offset: int, wal: WalMessage, adapted: Adapted, value: bytes, tick_before: int) -> None:
+        """A 2.6 message of this vchannel, adapted (``wal_adaptor``); ``tick_before``: the pchannel's
+        time tick before it (every 2.6 message's ``_tt`` is its pchannel's progress)."""
+        if self._txns:
+            self._expire(tick_before, offset)
+        txn = wal.txn
+        if txn is None:
+            self._apply_wal(offset, adapted, value)
+            return
+        kind = adapted.kind
+        if kind is Kind.BEGIN:
+            self._begin(offset, txn, wal.time_tick, tick_before)
+            return
+        if kind is Kind.COMMIT or kind is Kind.ROLLBACK:
+            open_txn = self._txns.pop(txn.txn_id, None)
+            if open_txn is None:
+                return   # a transaction never begun here, expired or ended: Milvus ignores it too
+            if kind is Kind.COMMIT:
+                for member_offset, member, member_value in open_txn.members:
+                    self._apply_wal(member_offset, restamp(member, wal.time_tick), member_value)
+            self._txn_closed(offset + 1, wal.time_tick)
+            return
+        open_txn = self._txns.get(txn.txn_id)
+        if open_txn is not None:   # a member of a transaction not begun here is ignored, as Milvus's txn buffer does
+            open_txn.members.append((offset, adapted, value))
+            open_txn.last_tt = wal.time_tick
+
+    def _apply_wal(self, offset: int, adapted: Adapted, value: bytes) -> None:
+        kind, msg_type = adapted.kind, adapted.msg_type
+        if kind is Kind.DML and msg_type is not None:
+            self.dml(offset, msg_type, adapted.msg, value)
+        elif kind is Kind.CONTROL and msg_type is not None:
+            if adapted.seal is not None:
+                self.control(offset, msg_type, adapted.seal, adapted.seal.ts)
+            elif adapted.msg.collectionID == self.ctx.collection_id:
+                self.control(offset, msg_type, adapted.msg)
+        elif kind is Kind.REJECT:
+            self.quarantine(offset, value, adapted.reason, adapted.msg_type)
+
+    def _begin(self, offset: int, txn: Txn, tt: int, tick_before: int) -> None:
+        if txn.txn_id in self._txns:
+            return   # a BeginTxn repeated: Milvus keeps the first
+        if not self._txns and not (self._order is not None and self._order.holding):
+            self._clean_tick(offset, tick_before)   # where this portion ends if the transaction is still open
+        self._txns[txn.txn_id] = _OpenTxn(txn, tt, [])
+
+    def _txn_closed(self, end: int, ts: int) -> None:
+        """A transaction ended (committed, rolled back, expired): with none left open, what was held
+        for them is written and a portion may end at ``end``."""
+        if not self._txns and not (self._order is not None and self._order.holding):
+            self._clean_tick(end, ts)
+
+    def _expire(self, tick: int, end: int) -> None:
+        """Drop the transactions ``tick`` expires (a message before ``end`` reached it)."""
+        expired = [txn_id for txn_id, t in self._txns.items() if t.expired(tick)]
+        for txn_id in expired:
+            del self._txns[txn_id]
+        if expired:
+            self._txn_closed(end, tick)
 
     def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
         self.quarantined += 1
@@ -220,10 +318,14 @@ class VchannelRouter:
     # -- results -------------------------------------------------------------------------
     def finish(self, max_tick: int) -> Portion:
         """``max_tick``: the range's last TimeTick if this vchannel read it, else 0."""
+        if self._txns:
+            self._expire(max_tick, self.end)
         end, replay = self.end, self.replay.state() if self.replay is not None else None
-        if self._order is not None and self._order.holding:
+        cut = False
+        if self._txns or (self._order is not None and self._order.holding):
             clean = self._clean
-            if clean is not None:     # end at the last clean tick: the rest is read again next batch
+            if clean is not None and clean.end > self.first:   # end there: the rest is read again next batch
+                cut = True
                 end, max_tick, replay = clean.end, clean.ts, clean.replay
                 (self.dml_messages, self.dml_bytes, self.inserted, self.deleted, self.quarantined) = clean.counters
                 del self.events[clean.events:]
@@ -231,7 +333,7 @@ class VchannelRouter:
                     del self.sealed[segment]
                 del self.newly_sealed[clean.sealed:]
                 self._deferred = []
-            else:                     # no clean tick in the whole range: nothing done, a longer range next
+            else:   # no clean tick (or a transaction open from the first message): nothing done, a longer range next
                 if self._writer is not None:
                     self._writer.abort()
                 return Portion(self.ctx.vchannel, self.first, self.first, tickless=self.end - self.first)
@@ -242,7 +344,7 @@ class VchannelRouter:
                              self.quarantined)
         return Portion(self.ctx.vchannel, self.first, end, files,
                        dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
-                       replay, sealed=tuple(self.newly_sealed))
+                       replay, sealed=tuple(self.newly_sealed), cut=cut)
 
     def fail(self, error: TaskError) -> Portion:
         """The vchannel failed in this task: its files are deleted, its portion carries the error."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.positions import physical_ms
 
-FLUSH_REQUEST, FLUSH_MESSAGE = "flush", "flush message"
+FLUSH_REQUEST, FLUSH_MESSAGE, MANUAL_FLUSH = "flush", "flush message", "manual flush"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..records import ControlEvent, EventKind, FileEntry, Portion, PortionStats, ReplayState, TableKind
 from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST
+from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST, MANUAL_FLUSH
 
 
 class BatchRangeError(RuntimeError):
@@ -80,6 +80,17 @@ def retract_after_drops(portions: list[Portion]) -> tuple[list[Portion], list[Fi
                             segments={s: st for s, st in p.segments.items()
                                       if not (everything or st.partition_id in parts)}))
     return kept, discarded
+
+
+def cut_after_short(portions: list[Portion]) -> tuple[list[Portion], list[Portion]]:
+    """The portions up to the first that ends before its range does (``Portion.cut``: what follows it
+    is read again), and the later ones, which are not applied: another task read them, from a
+    piece of the same range past the cut."""
+    ordered = sorted(portions, key=lambda p: p.first)
+    for i, p in enumerate(ordered):
+        if p.cut:
+            return ordered[:i + 1], ordered[i + 1:]
+    return portions, []
 
 
 def moves_by_ticks(state: ChannelState) -> bool:
@@ -202,6 +213,15 @@ def _apply_event(new: ChannelState, e: ControlEvent, end: int) -> None:
         new.collection_dropped = True
         for seg in new.segments.values():
             seg.state = SegmentState.DROPPED
+    elif e.kind in (EventKind.SEGMENT_FLUSH, EventKind.MANUAL_FLUSH):
+        # Milvus 2.6 seals the segments it names at the event's ts; each becomes Flushed once the
+        # checkpoint's tick reaches it (``_move_checkpoint``). A segment without a row here has
+        # nothing to flush.
+        reason = FLUSH_MESSAGE if e.kind == EventKind.SEGMENT_FLUSH else MANUAL_FLUSH
+        for seg_id in e.segments:
+            found = new.segments.get(seg_id)
+            if found is not None and found.state == SegmentState.GROWING:
+                found.state, found.sealed_ts, found.seal_reason = SegmentState.SEALED, e.ts, reason
 
 
 def _move_checkpoint(new: ChannelState, stats: list[PortionStats], end: int) -> list[SegmentMeta]:

@@ -280,10 +280,12 @@ class CycleRunner:
 
 
 def _position(fg: VchannelFlowgraph) -> Position:
-    """Where ``fg`` reads from this cycle, for the plan."""
+    """Where ``fg`` reads from this cycle, for the plan. A vchannel that asked for a longer range (no
+    point to end at in its last one) reads it in one piece: split, its first piece would be as short."""
     w = fg.working
+    min_range = fg.batches.min_range
     return Position(fg.vchannel, fg.pchannel, w.partition, w.checkpoint_offset,
-                    w.replay is not None or w.seek_ts > 0 or w.flush_ts > 0, fg.batches.min_range)
+                    w.replay is not None or w.seek_ts > 0 or w.flush_ts > 0 or min_range > 0, min_range)
 
 
 def log_cycle(r: CycleReport) -> None:

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..flowgraph.failure import Failure, FailureKind
-from ..flowgraph.state_update import BatchRangeError, advance, retract_after_drops
+from ..flowgraph.state_update import BatchRangeError, advance, cut_after_short, retract_after_drops
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..mq.reachability import BrokerReachability
 from ..records import Portion, RangeKey, ReadStats, TaskErrorKind, TaskOutput
@@ -109,8 +109,11 @@ class CycleApplier:
             return
         tickless = sum(p.tickless for p in portions)
         if tickless:
+            discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
             fg.read_without_tick(tickless)
             return
+        portions, unread = cut_after_short(portions)
+        discard(self.storage, fg.collection_id, [f for p in unread for f in p.files])
         portions, retracted = retract_after_drops(portions)
         discard(self.storage, fg.collection_id, retracted)
         try:

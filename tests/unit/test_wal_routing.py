@@ -1,0 +1,251 @@
+"""Milvus 2.6 messages through a task's dispatcher and routers: rows land with the time tick and
+segment of their properties, every message's time tick moves the pchannel, flushes seal segments,
+transactions apply whole at their commit (or not at all), and a range that ends inside one ends
+its vchannel's portion before it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pyarrow.parquet as pq
+
+from deltanode.executor.contexts import TaskContexts
+from deltanode.executor.dispatch import PchannelDispatcher
+from deltanode.executor.route import VchannelRouter
+from deltanode.flowgraph.state_update import advance, cut_after_short
+from deltanode.records import (
+    ControlEvent,
+    EventKind,
+    FileEntry,
+    Portion,
+    PortionStats,
+    ReadRange,
+    ReadStats,
+    RouteContext,
+    TableKind,
+)
+from deltanode.storage.channel_state import ChannelState, SegmentState
+from deltanode.storage.layout import StorageLayout
+from deltanode.wire.milvus_proto import common_pb2
+
+from .wal26 import (
+    CID,
+    LAYOUT,
+    OTHER,
+    PCHANNEL,
+    PID,
+    VCHANNEL,
+    delete,
+    drop_partition,
+    insert,
+    insert_header,
+    pb,
+    props,
+    time_tick,
+)
+
+T0 = 1_700_000_000_000 << 18
+SEG = 900
+IDLE = f"{PCHANNEL}_9v0"   # read by the range, no message of its own
+Message = tuple[bytes, dict[str, str] | None]
+
+
+def tt(ms: int) -> int:
+    """A time tick ``ms`` physical milliseconds after T0."""
+    return T0 + (ms << 18)
+
+
+def ins(ms: int, pks: list[int], *, seg: int = SEG, txn: tuple[int, int] | None = None, **kw) -> Message:
+    return insert(pks), props("Insert", tt(ms), header=insert_header({PID: seg}), txn=txn, **kw)
+
+
+def dele(ms: int, pks: list[int], *, txn: tuple[int, int] | None = None) -> Message:
+    return delete(pks), props("Delete", tt(ms), header=pb((1, CID), (2, len(pks))), txn=txn)
+
+
+def begin(ms: int, txn_id: int, keepalive_ms: int = 5000) -> Message:
+    return b"", props("BeginTxn", tt(ms), header=pb((1, keepalive_ms)), txn=(txn_id, keepalive_ms))
+
+
+def end(kind: str, ms: int, txn_id: int, keepalive_ms: int = 5000) -> Message:
+    return b"", props(kind, tt(ms), txn=(txn_id, keepalive_ms))
+
+
+def other(ms: int) -> Message:
+    """A message of a vchannel on the same pchannel that the range does not read."""
+    return insert([99], vchannel=OTHER), props("Insert", tt(ms), OTHER, header=insert_header({PID: 1}))
+
+
+def dispatch(tmp_path, messages: list[Message], *, first: int = 10, starts: dict[str, int] | None = None
+             ) -> tuple[list[Portion], ReadStats]:
+    storage = StorageLayout(str(tmp_path))
+    stop = first + len(messages)
+    contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, (starts or {}).get(v, first)) for v in (VCHANNEL, IDLE)]
+    dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, stop, (VCHANNEL, IDLE)), TaskContexts.of(contexts),
+                                    lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
+    for offset, (value, p) in enumerate(messages, start=first):
+        dispatcher.on_message(offset, value, p)
+    return dispatcher.finish()
+
+
+def rows(tmp_path, portion: Portion, table: TableKind) -> Counter:
+    """(pk, _ts) of the portion's insert or delete files, as a multiset."""
+    storage = StorageLayout(str(tmp_path))
+    root = storage.insert_log(CID) if table == TableKind.INSERT else storage.delta_log(CID)
+    out: Counter = Counter()
+    for f in portion.files:
+        if f.table == table:
+            t = pq.read_table(os.path.join(root, f.path))
+            out.update(zip(t.column("pk").to_pylist(), t.column("_ts").to_pylist()))
+    return out
+
+
+def quarantined(tmp_path, portion: Portion) -> list[dict]:
+    root = StorageLayout(str(tmp_path)).quarantine()
+    return [r for f in portion.files if f.table == TableKind.QUARANTINE
+            for r in pq.read_table(os.path.join(root, f.path)).to_pylist()]
+
+
+def test_inserts_and_deletes_land_with_their_time_tick_and_segment(tmp_path):
+    portions, read = dispatch(tmp_path, [ins(1, [1, 2, 3]), other(2), dele(3, [2]), ins(4, [4], seg=SEG + 1)])
+    [p] = portions
+    assert (p.vchannel, p.first, p.end, p.cut) == (VCHANNEL, 10, 14, False)
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1, (2, tt(1)): 1, (3, tt(1)): 1,
+                                                            (4, tt(4)): 1})
+    assert rows(tmp_path, p, TableKind.DELETE) == Counter({(2, tt(3)): 1})
+    assert {s: st.rows for s, st in p.segments.items()} == {SEG: 3, SEG + 1: 1}
+    assert p.stats == PortionStats(tt(4), 3, p.stats.dml_bytes, 4, 1, 0)
+    # Another vchannel's message is not routed, and no TimeTick came: every message's time tick is
+    # the pchannel's progress, which gives the idle vchannels their portions.
+    assert read.routed == {VCHANNEL} and (read.tick, read.tick_offset) == (tt(4), 13)
+    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 14, stats=PortionStats(tt(4)))
+    assert read.dml_messages == 3
+
+
+def test_a_timetick_of_every_vchannel_ticks_without_a_router(tmp_path):
+    portions, read = dispatch(tmp_path, [other(1), (time_tick(0), props("TimeTick", tt(5), vchannel=None))])
+    assert portions == [] and (read.tick, read.tick_offset) == (tt(5), 11)
+
+
+def test_old_and_new_messages_share_a_pchannel(tmp_path):
+    old = common_pb2.MsgBase(msg_type=common_pb2.MsgType.TimeTick, timestamp=tt(3))
+    from deltanode.wire.milvus_proto import msg_pb2
+    portions, read = dispatch(tmp_path, [ins(1, [1]), (msg_pb2.TimeTickMsg(base=old).SerializeToString(), None),
+                                         (b"", {"not": "milvus"})])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(1)): 1})
+    assert read.tick == tt(3)
+    # Properties without _v are an old message's: this one's payload is no Milvus message.
+    assert quarantined(tmp_path, portions[0])[0]["reason"] == "empty payload"
+
+
+def test_what_cannot_be_applied_is_quarantined_under_its_own_vchannel(tmp_path):
+    encrypted = b"\x8a\x01ciphertext", props("Insert", tt(1), header=insert_header({PID: SEG}), cipher_zone=3)
+    theirs = b"\x8a\x01ciphertext", props("Insert", tt(2), OTHER, header=insert_header({PID: SEG}), cipher_zone=3)
+    broken = insert([5]), {**props("Insert", tt(3)), "_tt": "?"}
+    portions, read = dispatch(tmp_path, [encrypted, theirs, broken, ins(4, [6])])
+    [p] = portions
+    got = [(r["offset"], r["msg_type"], r["reason"], r["payload"]) for r in quarantined(tmp_path, p)]
+    assert got == [(10, common_pb2.MsgType.Insert, "encrypted by Milvus's cipher (zone 3): DeltaNode has no key",
+                    encrypted[0]),
+                   (12, None, "Milvus 2.6 message properties: time tick _tt '?' is not base 36", broken[0])]
+    assert p.stats.quarantined == 2 and rows(tmp_path, p, TableKind.INSERT) == Counter({(6, tt(4)): 1})
+
+
+def test_a_flush_seals_its_segment_and_a_later_insert_into_it_is_quarantined(tmp_path):
+    flush = b"", props("Flush", tt(2), header=pb((1, CID), (2, PID), (3, SEG)))
+    manual = b"", props("ManualFlush", tt(5), header=pb((1, CID), (2, tt(5)), (3, [SEG + 1])))
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), flush, ins(3, [2]), ins(4, [3], seg=SEG + 1), manual])
+    [p] = portions
+    assert p.events == (ControlEvent(EventKind.SEGMENT_FLUSH, 11, tt(2), segments=(SEG,)),
+                        ControlEvent(EventKind.MANUAL_FLUSH, 14, tt(5), segments=(SEG + 1,)))
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1, (3, tt(4)): 1})
+    [q] = quarantined(tmp_path, p)
+    assert q["offset"] == 12 and "sealed" in q["reason"]
+    # The driver: both sealed at their ts and Flushed in the same batch, the checkpoint's tick past them.
+    state = advance(ChannelState(VCHANNEL, CID, PCHANNEL, checkpoint_offset=10), [p]).state
+    segs = {s: (m.state, m.sealed_ts, m.seal_reason, m.num_rows) for s, m in state.segments.items()}
+    assert segs == {SEG: (SegmentState.FLUSHED, tt(2), "flush message", 1),
+                    SEG + 1: (SegmentState.FLUSHED, tt(5), "manual flush", 1)}
+
+
+def test_a_drop_of_its_partition_filters_what_follows(tmp_path):
+    drop = drop_partition(PID), props("DropPartition", tt(2), header=pb((1, CID), (2, PID)))
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), drop, ins(3, [2])])
+    assert portions[0].events == (ControlEvent(EventKind.DROP_PARTITION, 11, tt(2), PID),)
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(1)): 1})
+
+
+def test_a_committed_transaction_applies_whole_at_its_commits_time_tick(tmp_path):
+    txn = (41, 5000)
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), begin(2, 41), ins(3, [2, 3], txn=txn), ins(4, [4]),
+                                      dele(5, [1], txn=txn), other(6), end("CommitTxn", 7, 41), ins(8, [5])])
+    [p] = portions
+    assert not p.cut and p.end == 18
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1, (2, tt(7)): 1, (3, tt(7)): 1,
+                                                            (4, tt(4)): 1, (5, tt(8)): 1})
+    assert rows(tmp_path, p, TableKind.DELETE) == Counter({(1, tt(7)): 1})
+    assert p.stats.inserted_rows == 5 and p.stats.deleted_rows == 1
+
+
+def test_a_rolled_back_or_expired_transaction_writes_nothing(tmp_path):
+    portions, _ = dispatch(tmp_path, [begin(1, 41), ins(2, [1], txn=(41, 5000)), end("RollbackTxn", 3, 41),
+                                      ins(4, [2])])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(4)): 1})
+    # Expired: its last member's time tick plus its keepalive is reached (by another vchannel's
+    # message here) before its commit, which then commits nothing.
+    portions, _ = dispatch(tmp_path, [begin(1, 42, 100), ins(2, [1], txn=(42, 100)), other(102),
+                                      end("CommitTxn", 103, 42, 100), ins(104, [2])])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(104)): 1})
+    assert not portions[0].cut
+    # A keepalive of -1 s never expires.
+    portions, _ = dispatch(tmp_path, [begin(1, 43, -1000), ins(2, [1], txn=(43, -1000)), other(10 ** 6),
+                                      end("CommitTxn", 10 ** 6 + 1, 43, -1000)])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(10 ** 6 + 1)): 1})
+
+
+def test_a_member_or_commit_of_a_transaction_never_begun_here_is_ignored(tmp_path):
+    portions, _ = dispatch(tmp_path, [ins(1, [1], txn=(44, 5000)), end("CommitTxn", 2, 44), ins(3, [2])])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(3)): 1})
+
+
+def test_a_range_ending_inside_a_transaction_ends_the_portion_before_its_begin(tmp_path):
+    messages = [ins(1, [1]), other(2), begin(3, 41), ins(4, [2], txn=(41, 5000)), ins(5, [3]), other(6)]
+    portions, read = dispatch(tmp_path, messages)
+    [p] = portions
+    # Up to the BeginTxn, with the tick before it; what follows (the plain insert too) is read again.
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 12, True, tt(2))
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1})
+    assert p.stats.inserted_rows == 1 and p.stats.dml_messages == 1
+    assert read.tick == tt(6)   # the other vchannels move on
+    # From the BeginTxn on, without its commit: nothing done, a longer range asked for.
+    portions, _ = dispatch(tmp_path, messages[2:], first=12)
+    assert portions == [Portion(VCHANNEL, 12, 12, tickless=4)]
+    # With its commit: whole.
+    portions, _ = dispatch(tmp_path, messages[2:] + [end("CommitTxn", 7, 41)], first=12)
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(7)): 1, (3, tt(5)): 1})
+
+
+def test_after_a_cut_the_later_pieces_of_the_range_are_not_applied():
+    files = (FileEntry(TableKind.INSERT, "p/s/part-1.parquet", 10, 1, "{}"),)
+    cut = Portion(VCHANNEL, 10, 12, cut=True)
+    later = Portion(VCHANNEL, 15, 20, files=files)
+    assert cut_after_short([later, Portion(VCHANNEL, 0, 10), cut]) == ([Portion(VCHANNEL, 0, 10), cut], [later])
+    assert cut_after_short([Portion(VCHANNEL, 0, 10), later]) == ([Portion(VCHANNEL, 0, 10), later], [])
+
+
+def test_a_vchannel_that_asked_for_a_longer_range_reads_it_in_one_piece():
+    """Split, its first piece would again end before the commit it needs."""
+    from deltanode.flowgraph.vchannel import VchannelFlowgraph
+    from deltanode.pipeline.cycle import _position
+    from deltanode.storage.commit import Watermarks
+    from deltanode.wire.datapb import VchannelInfo
+    from deltanode.wire.schema import schema_from_json
+
+    schema = schema_from_json({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
+                                          {"name": "vec", "data_type": "FloatVector", "dim": 2}]}, "c")
+    fg = VchannelFlowgraph(VchannelInfo(collectionID=CID, channelName=VCHANNEL), schema, node_id=1)
+    fg.load(None, Watermarks(), 0.0)
+    assert not _position(fg).replaying
+    fg.read_without_tick(8)
+    assert _position(fg).replaying and _position(fg).min_messages == 16
