@@ -38,7 +38,7 @@ class SegmentMeta:
     dml_ts: int = 0          # the largest EndTs of the segment's committed inserts
     size_bytes: int = 0      # wire bytes of its inserts (Milvus sizes segments by their rows' memory)
     sealed_ts: int = 0       # Sealed or Flushed: no row after this ts belongs to it (0: not recorded)
-    seal_reason: str = ""    # flush, flush message, size, lifetime, idle (seal_policy.py)
+    seal_reason: str = ""    # flush, flush message, manual flush, size, lifetime, idle (seal_policy.py)
 
 
 @dataclass
