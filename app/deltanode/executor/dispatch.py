@@ -138,8 +138,9 @@ class PchannelDispatcher:
             else:
                 self._quarantine_unrouted(offset, value, reason, None)
             return
-        tick_before = self._tick[0]
         if vchannel is not None:
+            ts, at = self._tick
+            tick_before = ts if at >= self._first[vchannel] else 0   # only a tick the vchannel read
             adapted = wal_adaptor.adapt(value, wal)
             if adapted.msg_type == decode.MSG_INSERT or adapted.msg_type == decode.MSG_DELETE:
                 self.dml_messages += 1
