@@ -97,13 +97,15 @@ PK = {"name": "pk", "data_type": "Int64", "is_primary_key": True}
 
 
 @pytest.mark.parametrize("field, message", [
-    ({"name": "v", "data_type": "Int8Vector", "dim": 4}, "Int8Vector is not supported: it came with Milvus 2.6"),
-    ({"name": "t", "data_type": "Timestamptz"}, "'t': data type Timestamptz .* Milvus 2.6"),
-    ({"name": "g", "data_type": "Geometry"}, "Geometry .* Milvus 2.6"),
+    ({"name": "m", "data_type": "Mol"}, "'m': data type Mol is not supported: it came with a milvus-proto newer"),
+    ({"name": "v", "data_type": "Int8Vector"}, "needs a positive 'dim'"),
+    ({"name": "v", "data_type": "ArrayOfVector", "dim": 4}, "a sub-field of a struct array"),
+    ({"name": "s", "data_type": "ArrayOfStruct"}, "'s': a struct array without sub-fields"),
     ({"name": "a", "data_type": "Array", "element_type": "JSON", "max_capacity": 4}, "'a': an Array of JSON"),
     ({"name": "a", "data_type": "Array", "element_type": "Array", "max_capacity": 4}, "an Array of Array"),
     ({"name": "a", "data_type": "Array", "element_type": "FloatVector", "max_capacity": 4}, "Array of FloatVector"),
-    ({"name": "a", "data_type": "Array", "element_type": "Int8Vector", "max_capacity": 4}, "Milvus 2.6"),
+    ({"name": "a", "data_type": "Array", "element_type": "Int8Vector", "max_capacity": 4}, "an Array of Int8Vector"),
+    ({"name": "a", "data_type": "Array", "element_type": "Timestamptz", "max_capacity": 4}, "Array of Timestamptz"),
     ({"name": "a", "data_type": "Array", "max_capacity": 4}, "needs an element_type"),
     ({"name": "a", "data_type": "Int32", "element_type": "Int32"}, "only an Array field has one"),
     ({"name": "a", "data_type": "Array", "element_type": "Int32"}, "an Array field needs a max_capacity"),

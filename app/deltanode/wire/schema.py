@@ -2,36 +2,50 @@
 
 insert_log columns: one per user field, by name, then ``_ts``, ``_row_id``, ``_segment_id``,
 ``_partition_id`` (int64). delta_log columns: the primary key, ``_ts``, ``_partition_id``.
-A user field's column ("since": the Milvus release that added the type; the others are older):
+A user field's column ("since": the Milvus release that added the type; the others are older;
+docs/milvus-facts.md §15 has each type's shape on the wire):
 
 | Milvus type (since)       | Arrow                     | Delta                      | a row                         |
 |---------------------------|---------------------------|----------------------------|-------------------------------|
 | Bool                      | bool                      | boolean                    |                               |
 | Int8, Int16, Int32, Int64 | int8, int16, int32, int64 | byte, short, integer, long |                               |
 | Float, Double             | float32, float64          | float, double              |                               |
-| VarChar                   | string                    | string                     |                               |
+| VarChar, Text (2.6)       | string                    | string                     |                               |
 | JSON                      | string                    | string                     | the JSON text as sent         |
 | dynamic field (2.3)       | string                    | string                     | JSON text (1)                 |
+| Timestamptz (2.6)         | timestamp[us, UTC]        | timestamp                  | the instant, in UTC (4)       |
+| Geometry (2.6)            | binary                    | binary                     | WKB, little-endian (5)        |
 | Array of E (2.3)          | list<E's type above>      | array<E's type above>      | E: a scalar type above (2)    |
 | FloatVector               | list<float32>             | array<float>               | dim floats                    |
+| Int8Vector (2.6)          | list<int8>                | array<byte>                | dim integers                  |
 | BinaryVector              | binary                    | binary                     | dim / 8 bytes                 |
 | Float16Vector             | binary                    | binary                     | dim x 2 bytes (IEEE half, LE) |
 | BFloat16Vector (2.4)      | binary                    | binary                     | dim x 2 bytes (bfloat16, LE)  |
 | SparseFloatVector (2.4)   | map<int64, float32>       | map<long, float>           | index -> value (3)            |
+| struct array (2.6)        | list<struct<...>>         | array<struct<...>>         | its elements (6)              |
 
 (1) The column is named as the field: ``$meta``, as Milvus names it. (2) Bool, Int8-Int64, Float,
 Double or VarChar. (3) In the wire's order, indices increasing; they are uint32 on the wire and
-Delta has no unsigned types.
+Delta has no unsigned types. (4) Milvus keeps microseconds since the epoch, UTC. (5) As Milvus's
+proxy turns the WKT a client sends into WKB (its query answers WKT). (6) A ``StructArrayFieldSchema``:
+one struct per element, a member per sub-field, named as the sub-field without the ``struct[...]``
+Milvus wraps its name in; a scalar sub-field's member is its element's type above, a vector
+sub-field's (an ArrayOfVector) the vector's type above.
 
-- Nullable fields (2.5; scalars, JSON, VarChar, Array): a row is null where ``FieldData.valid_data``
-  says so. Every column is nullable in Arrow/Delta; only such fields ever hold a null.
+- Nullable fields (2.5; scalars, JSON, VarChar, Text, Timestamptz, Geometry, Array, struct
+  arrays): a row is null where ``FieldData.valid_data`` says so. Every column is nullable in
+  Arrow/Delta; only such fields ever hold a null.
 - Default values (2.5): the proxy fills them in before it sends an insert, so what arrives is kept
   as is; ``schema_from_json`` stores them in ``FieldSchema.default_value`` for Milvus's sake.
 - Partition key (2.3): a flag of one Int64 or VarChar field (``FieldSpec.is_partition_key``); the
   partition a row went to is its ``_partition_id``.
-- Refused with a ``SchemaError`` naming the field: the types of Milvus 2.6 (Int8Vector, Text,
-  Geometry, Timestamptz, struct arrays, arrays of vectors) and newer, and Arrays whose element is
-  an Array, JSON or a vector.
+- Function outputs (2.5): the output of a BM25 function has no column. Milvus's proxy refuses an
+  insert that carries it, its DataNode computes it when it persists a segment, and its query
+  never returns it (``SchemaHelper.CanRetrieveRawFieldData``). Other functions' outputs come in
+  the insert and are columns as any field.
+- Refused with a ``SchemaError`` naming the field: types newer than Milvus 2.6 (Mol, Date, Time,
+  Decimal...), an ArrayOfVector outside a struct array, Arrays whose element is not a scalar of
+  note (2), nullable vectors, and a function output no function of the schema makes.
 """
 
 from __future__ import annotations
@@ -71,6 +85,10 @@ class FieldSpec:
     nullable: bool = False
     is_partition_key: bool = False
     is_dynamic: bool = False
+    # A struct array (ArrayOfStruct): its sub-fields, each an Array (element_type a scalar) or
+    # an ArrayOfVector (element_type a dense vector, with its dim), named without ``struct[...]``.
+    sub_fields: tuple[FieldSpec, ...] = ()
+    wire_name: str = ""            # a sub-field: the name Milvus gives its column (``struct[sub]``)
 
     @property
     def type_name(self) -> str:
@@ -97,53 +115,69 @@ _SCALAR_ARROW = {
     DataType.VarChar: pa.string(),
 }
 FLOAT_LIST = pa.list_(pa.field("element", pa.float32()))
+INT8_LIST = pa.list_(pa.field("element", pa.int8()))
 SPARSE_MAP = pa.map_(pa.int64(), pa.float32())
+TIMESTAMPTZ = pa.timestamp("us", tz="UTC")
 _VECTOR_ARROW = {
     DataType.FloatVector: FLOAT_LIST,
+    DataType.Int8Vector: INT8_LIST,
     DataType.BinaryVector: pa.binary(),
     DataType.Float16Vector: pa.binary(),
     DataType.BFloat16Vector: pa.binary(),
     DataType.SparseFloatVector: SPARSE_MAP,
 }
-_ARROW = {**_SCALAR_ARROW, DataType.JSON: pa.string(), **_VECTOR_ARROW}
+_ARROW = {**_SCALAR_ARROW, DataType.JSON: pa.string(), DataType.Text: pa.string(), DataType.Timestamptz: TIMESTAMPTZ,
+          DataType.Geometry: pa.binary(), **_VECTOR_ARROW}
 # Arrays hold scalars only; the element Arrow type is the scalar's.
 _ARRAY_ARROW = {t: pa.list_(pa.field("element", a)) for t, a in _SCALAR_ARROW.items()}
 _DENSE_VECTORS = frozenset(_VECTOR_ARROW) - {DataType.SparseFloatVector}   # the ones with a dim
 VECTORS = frozenset(_VECTOR_ARROW)
-SUPPORTED = frozenset(_ARROW) | {DataType.Array}
+SUPPORTED = frozenset(_ARROW) | {DataType.Array, DataType.ArrayOfStruct}
 # The member of ScalarField (an Array row is one) and of ValueField (a default value) holding
 # each scalar type's values.
 VALUE_SLOTS = {DataType.Bool: "bool_data", DataType.Int8: "int_data", DataType.Int16: "int_data",
                DataType.Int32: "int_data", DataType.Int64: "long_data", DataType.Float: "float_data",
                DataType.Double: "double_data", DataType.VarChar: "string_data"}
 # Field types of later Milvus releases, with where they came from (milvus-proto schema.proto).
-_LATER = {name: "Milvus 2.6" for name in ("Int8Vector", "Text", "Geometry", "Timestamptz", "ArrayOfVector",
-                                          "ArrayOfStruct", "Struct")}
-_LATER |= {name: "a milvus-proto newer than Milvus 2.6" for name in ("Mol", "Date", "Time", "Decimal")}
+_LATER = {name: "a milvus-proto newer than Milvus 2.6" for name in ("Mol", "Date", "Time", "Decimal")}
+# What a struct array's sub-field may be: Milvus's proxy flattens a struct array into one column
+# of each (an Array of scalars, or an ArrayOfVector of dense vectors).
+_SUB_FIELD_TYPES = frozenset({DataType.Array, DataType.ArrayOfVector})
 _INT_BITS = {DataType.Int8: 8, DataType.Int16: 16, DataType.Int32: 32, DataType.Int64: 64}
 
 
 def arrow_type(field: FieldSpec) -> pa.DataType:
-    if field.data_type == DataType.Array:
+    t = field.data_type
+    if t == DataType.Array:
         return _ARRAY_ARROW[field.element_type]
-    return _ARROW[field.data_type]
+    if t == DataType.ArrayOfVector:
+        return pa.list_(pa.field("element", _VECTOR_ARROW[field.element_type]))
+    if t == DataType.ArrayOfStruct:
+        return pa.list_(pa.field("element", pa.struct([pa.field(sub.name, arrow_type(sub).value_type)
+                                                       for sub in field.sub_fields])))
+    return _ARROW[t]
 
 
 def _unsupported(what: str, data_type: int) -> str:
     name = type_name(data_type)
     since = _LATER.get(name)
     if since:
-        return f"{what} {name} is not supported: it came with {since}; DeltaNode handles the types of Milvus 2.3-2.5"
+        return f"{what} {name} is not supported: it came with {since}; DeltaNode handles the types of Milvus 2.3-2.6"
     return f"{what} {name} is not supported"
 
 
 def _check_field(f: FieldSpec) -> None:
     """One field's type and flags, as Milvus 2.5 would accept them."""
     where = f"field {f.name!r}"
+    if f.data_type == DataType.ArrayOfVector:
+        raise SchemaError(f"{where}: an ArrayOfVector is a sub-field of a struct array in Milvus 2.6, not a field "
+                          "of its own")
     if f.data_type not in SUPPORTED:
         raise SchemaError(f"{where}: {_unsupported('data type', f.data_type)}")
     if f.name.startswith("_"):
         raise SchemaError(f"{where}: names starting with '_' are reserved")
+    if f.data_type == DataType.ArrayOfStruct:
+        _check_struct(f, where)
     if f.data_type in _DENSE_VECTORS and f.dim <= 0:
         raise SchemaError(f"{where}: a {f.type_name} needs a positive 'dim'")
     if f.data_type == DataType.BinaryVector and f.dim % 8:
@@ -157,6 +191,31 @@ def _check_field(f: FieldSpec) -> None:
         raise SchemaError(f"{where}: a partition key must be an Int64 or VarChar field other than the primary key")
     if f.is_dynamic and f.data_type != DataType.JSON:
         raise SchemaError(f"{where}: the dynamic field must be JSON, not {f.type_name}")
+
+
+def _check_struct(f: FieldSpec, where: str) -> None:
+    """A struct array's sub-fields: Arrays of scalars and ArrayOfVectors of dense vectors."""
+    if not f.sub_fields:
+        raise SchemaError(f"{where}: a struct array without sub-fields (struct arrays come with a Milvus's meta, "
+                          "root-coord/struct-array-fields/; a schema file cannot describe one)")
+    if f.is_primary_key or f.is_partition_key or f.is_dynamic:
+        raise SchemaError(f"{where}: a struct array cannot be a primary key, partition key or dynamic field")
+    names = [sub.name for sub in f.sub_fields]
+    if len(set(names)) != len(names):
+        raise SchemaError(f"{where}: duplicate sub-field names in {names}")
+    for sub in f.sub_fields:
+        at = f"{where}, sub-field {sub.name!r}"
+        if sub.data_type not in _SUB_FIELD_TYPES:
+            raise SchemaError(f"{at}: {sub.type_name}; a struct array's sub-fields are Arrays and ArrayOfVectors")
+        if sub.data_type == DataType.Array and sub.element_type not in _SCALAR_ARROW:
+            raise SchemaError(f"{at}: {_unsupported('an Array of', sub.element_type)}")
+        if sub.data_type == DataType.ArrayOfVector:
+            if sub.element_type not in _DENSE_VECTORS:
+                raise SchemaError(f"{at}: {_unsupported('an ArrayOfVector of', sub.element_type)} (Milvus's vectors "
+                                  "in a struct are dense)")
+            if sub.dim <= 0 or (sub.element_type == DataType.BinaryVector and sub.dim % 8):
+                raise SchemaError(f"{at}: an ArrayOfVector of {sub.element_type_name} needs a positive 'dim'"
+                                  + (" that is a multiple of 8" if sub.element_type == DataType.BinaryVector else ""))
 
 
 @dataclass(frozen=True)
@@ -193,16 +252,16 @@ class CollectionLayout:
 
     @classmethod
     def from_proto(cls, schema: schema_pb2.CollectionSchema) -> "CollectionLayout":
+        """The columns of ``schema``: its fields (system fields and BM25 outputs left out), then
+        its struct arrays."""
+        left_out = _bm25_outputs(schema)
         fields = []
         for f in schema.fields:
-            if f.fieldID < FIRST_USER_FIELD_ID:
+            if f.fieldID < FIRST_USER_FIELD_ID or (f.fieldID, f.name) in left_out:
                 continue  # RowID/Timestamp system fields live in _row_id/_ts
-            params = {p.key: p.value for p in f.type_params}
-            fields.append(FieldSpec(
-                f.fieldID, f.name, f.data_type, int(params.get("dim", 0) or 0), f.is_primary_key,
-                int(params.get("max_length", 0) or 0), element_type=f.element_type,
-                max_capacity=int(params.get("max_capacity", 0) or 0), nullable=f.nullable,
-                is_partition_key=f.is_partition_key, is_dynamic=f.is_dynamic))
+            fields.append(_spec(f))
+        for struct in schema.struct_array_fields:
+            fields.append(_struct_spec(struct))
         layout = cls(tuple(fields))
         layout.validate()
         return layout
@@ -229,6 +288,57 @@ class CollectionLayout:
             flagged = [f.name for f in self.fields if getattr(f, flag)]
             if len(flagged) > 1:
                 raise SchemaError(f"a collection has at most one field with {flag}: {flagged}")
+
+
+def _params(f) -> dict[str, str]:
+    return {p.key: p.value for p in f.type_params}
+
+
+def _spec(f: schema_pb2.FieldSchema, *, name: str = "", wire_name: str = "", nullable: bool | None = None,
+          inherited: dict[str, str] | None = None) -> FieldSpec:
+    params = (inherited or {}) | _params(f)
+    return FieldSpec(
+        f.fieldID, name or f.name, f.data_type, int(params.get("dim", 0) or 0), f.is_primary_key,
+        int(params.get("max_length", 0) or 0), element_type=f.element_type,
+        max_capacity=int(params.get("max_capacity", 0) or 0), nullable=f.nullable if nullable is None else nullable,
+        is_partition_key=f.is_partition_key, is_dynamic=f.is_dynamic, wire_name=wire_name)
+
+
+def _struct_spec(struct: schema_pb2.StructArrayFieldSchema) -> FieldSpec:
+    """A struct array and its sub-fields. Milvus 2.6 names a sub-field ``struct[sub]`` in its
+    schema and on the wire; its member in the struct is ``sub``. A sub-field takes the struct's
+    ``max_capacity`` when it has none, and the struct's nullability (a row's struct is null or
+    not as a whole)."""
+    nullable = struct.nullable if "nullable" in struct.DESCRIPTOR.fields_by_name else False
+    inherited = _params(struct)
+    subs = []
+    for f in struct.fields:
+        prefix = f"{struct.name}["
+        raw = f.name[len(prefix):-1] if f.name.startswith(prefix) and f.name.endswith("]") else f.name
+        subs.append(_spec(f, name=raw, wire_name=f"{struct.name}[{raw}]", nullable=nullable, inherited=inherited))
+    return FieldSpec(struct.fieldID, struct.name, DataType.ArrayOfStruct, nullable=nullable,
+                     max_capacity=int(inherited.get("max_capacity", 0) or 0), sub_fields=tuple(subs))
+
+
+def _bm25_outputs(schema: schema_pb2.CollectionSchema) -> set[tuple[int, str]]:
+    """(id, name) of the fields BM25 functions output; a field marked as a function's output that
+    no function of the schema makes is refused (the meta read is incomplete)."""
+    made, bm25 = set(), set()
+    for fn in schema.functions:
+        outputs = set(fn.output_field_ids) | set(fn.output_field_names)
+        made |= outputs
+        if fn.type == schema_pb2.FunctionType.BM25:
+            bm25 |= outputs
+    out = set()
+    for f in schema.fields:
+        if not f.is_function_output:
+            continue
+        if f.fieldID not in made and f.name not in made:
+            raise SchemaError(f"field {f.name!r} is a function's output, but no function of the schema makes it "
+                              f"(functions: {[fn.name for fn in schema.functions]})")
+        if f.fieldID in bm25 or f.name in bm25:
+            out.add((f.fieldID, f.name))
+    return out
 
 
 def schema_from_json(doc: dict, collection_name: str) -> schema_pb2.CollectionSchema:
