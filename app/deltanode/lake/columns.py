@@ -23,10 +23,14 @@ SYSTEM_COMMENTS = {
 
 
 def comment(field: FieldSpec) -> str:
-    """``Milvus <type>`` with what else Milvus says of the field: dim, element type, keys, dynamic."""
+    """``Milvus <type>`` with what else Milvus says of the field: dim, element type, keys, dynamic;
+    a struct array's sub-fields in parentheses (``Milvus ArrayOfStruct (n: Array of Int32, v:
+    ArrayOfVector of FloatVector, dim 2)``)."""
     parts = [PREFIX + field.type_name]
-    if field.data_type == DataType.Array:
+    if field.data_type in (DataType.Array, DataType.ArrayOfVector):
         parts[0] += f" of {field.element_type_name}"
+    if field.sub_fields:
+        parts[0] += " (" + ", ".join(f"{sub.name}: {comment(sub)[len(PREFIX):]}" for sub in field.sub_fields) + ")"
     if field.dim:
         parts.append(f"dim {field.dim}")
     for flag, words in (("is_primary_key", "primary key"), ("is_partition_key", "partition key"),

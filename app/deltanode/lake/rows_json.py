@@ -5,13 +5,16 @@ it: a FloatVector is an array of floats, a Float16Vector or BFloat16Vector (stor
 dimension, little endian) an array of the floats they hold, a BinaryVector (dim / 8 bytes, 8
 dimensions a byte, the first in the high bit) an array of its bytes as numbers 0-255, a
 SparseFloatVector an object from index to value, a JSON field or the dynamic field ``$meta``
-the JSON document it holds. Any other column is written as Spark's ``to_json`` writes it, except
-that bytes are base64 text and decimals numbers. NaN and infinities, which JSON lacks, are null.
+the JSON document it holds, a Geometry (stored as WKB) its WKT (``wkb``), a Timestamptz its
+instant in RFC 3339 with the UTC offset. Any other column is written as Spark's ``to_json``
+writes it, except that bytes are base64 text and decimals numbers. NaN and infinities, which
+JSON lacks, are null.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import decimal
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +23,7 @@ import numpy as np
 import orjson
 
 from .columns import milvus_type
+from .wkb import NotWkb, to_wkt
 
 Convert = Callable[[Any], Any]
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
@@ -45,11 +49,26 @@ def _json(text: str) -> Any:
         return text
 
 
+def _wkt(raw: bytes) -> str:
+    try:
+        return to_wkt(raw)
+    except NotWkb:   # kept as stored, as any bytes are
+        return base64.b64encode(raw).decode()
+
+
+def _instant(value: datetime.datetime) -> str:
+    """Spark hands a timestamp over as a naive datetime in the local time zone of the Python
+    process; ``astimezone`` reads a naive one so."""
+    return value.astimezone(datetime.UTC).isoformat()
+
+
 _BY_MILVUS_TYPE: dict[tuple[str, str], Convert] = {
     ("BinaryVector", "binary"): list,
     ("Float16Vector", "binary"): _float16,
     ("BFloat16Vector", "binary"): _bfloat16,
     ("JSON", "string"): _json,
+    ("Geometry", "binary"): _wkt,
+    ("Timestamptz", "timestamp"): _instant,
 }
 
 

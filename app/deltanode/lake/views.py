@@ -34,6 +34,10 @@ def sql_type(t: pa.DataType) -> str:
         return f"ARRAY<{sql_type(t.value_type)}>"
     if pa.types.is_map(t):
         return f"MAP<{sql_type(t.key_type)}, {sql_type(t.item_type)}>"
+    if pa.types.is_struct(t):
+        return "STRUCT<" + ", ".join(f"{quote(f.name)}: {sql_type(f.type)}" for f in t) + ">"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP"
     return _SCALARS[t]
 
 
