@@ -340,3 +340,37 @@ def test_wkb_reads_as_wkt(raw, text):
 def test_what_is_not_wkb_is_said_so(raw):
     with pytest.raises(NotWkb):
         to_wkt(raw)
+
+
+# -- a 2.6 collection's meta ------------------------------------------------------------------------
+class _Keys:
+    """The keys of an etcd prefix read (``EtcdClient.get_prefix``'s (key, value, revision) rows)."""
+
+    def __init__(self, keys: dict[str, bytes]) -> None:
+        self.keys = keys
+
+    def get_prefix(self, prefix: str):
+        return [(k, v, 1) for k, v in sorted(self.keys.items()) if k.startswith(prefix)]
+
+
+def test_a_26_collection_is_joined_from_its_keys_skipping_tombstones():
+    from deltanode.datacoord.milvus_catalog import TOMBSTONE, MilvusCatalog
+    from deltanode.wire.etcdpb import CollectionInfo
+    from deltanode.wire.positions import CODECS
+
+    root, cid = "by-dev/meta/root-coord", 5
+    info = CollectionInfo(ID=cid, schema=schema_pb2.CollectionSchema(name="every26", enable_dynamic_field=True),
+                          virtual_channel_names=["p_0_5v0"], physical_channel_names=["p_0"], shards_num=1)
+    keys = {f"{root}/database/collection-info/1/{cid}": info.SerializeToString(),
+            f"{root}/struct-array-fields/{cid}/{m.STRUCT_ID}": m.struct_field().SerializeToString(),
+            f"{root}/struct-array-fields/{cid}/3": TOMBSTONE,
+            f"{root}/functions/{cid}/{m.BM25_ID}": m.bm25().SerializeToString(),
+            f"{root}/functions/{cid}/2": TOMBSTONE, f"{root}/fields/{cid}/999": TOMBSTONE,
+            f"{root}/functions/{cid + 1}/{m.BM25_ID}": m.bm25().SerializeToString()}   # another collection's
+    keys |= {f"{root}/fields/{cid}/{f.fieldID}": f.SerializeToString() for f in m.fields()}
+    catalog = MilvusCatalog(_Keys(keys), "by-dev/meta", own_client=None, own_root="dn", broker=None,  # type: ignore
+                            positions=CODECS["kafka"])
+    [record] = catalog.collections()
+    assert [f.fieldID for f in record.schema.fields] == [f.fieldID for f in m.fields()]   # in id order
+    assert list(record.schema.struct_array_fields) == [m.struct_field()] and list(record.schema.functions) == [m.bm25()]
+    assert CollectionLayout.from_proto(record.schema).insert_schema() == LAYOUT.insert_schema()

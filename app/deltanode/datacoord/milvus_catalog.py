@@ -5,6 +5,9 @@ RootCoord keeps every collection under ``{meta}/root-coord/`` (docs/milvus-facts
 - ``database/collection-info/{dbID}/{collID}`` (``root-coord/collection/{collID}`` before
   databases): an ``etcdpb.CollectionInfo`` whose schema has no fields;
 - ``fields/{collID}/{fieldID}``: one ``schema.FieldSchema`` each, joined into the schema here;
+- ``struct-array-fields/{collID}/{fieldID}`` (2.6): one ``schema.StructArrayFieldSchema`` each, its
+  sub-fields inside it, and ``functions/{collID}/{functionID}`` (2.5+): one ``schema.FunctionSchema``
+  each (BM25 and the others whose outputs are fields), joined in as well;
 - ``partitions/{collID}/{partID}``: ``etcdpb.PartitionInfo``; ``database/db-info/{dbID}``.
 
 One range read of that prefix gives every collection, whatever their number. A removed key
@@ -32,6 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -96,6 +100,26 @@ def start_after_retention(vchannel: str, created: StartPosition, first: int, che
                                 to_ts=checkpoint.ts, broker_first_offset=first, recorded_at_ms=int(time.time() * 1000))
 
 
+# The parts of a schema RootCoord keeps under keys of their own, {part}/{collID}/{partID}.
+_SCHEMA_PARTS = {"fields": schema_pb2.FieldSchema, "struct-array-fields": schema_pb2.StructArrayFieldSchema,
+                 "functions": schema_pb2.FunctionSchema}
+
+
+def _joined_schema(stored: schema_pb2.CollectionSchema, fields: list, structs: list,
+                   functions: list) -> schema_pb2.CollectionSchema:
+    """The collection's schema with the parts kept under keys of their own, each in id order.
+    Milvus reads those keys when the stored schema has neither fields nor struct arrays (2.3+;
+    before, the schema held its fields), and the functions' keys when it has no functions."""
+    schema = schema_pb2.CollectionSchema()
+    schema.CopyFrom(stored)
+    if not schema.fields and not schema.struct_array_fields:
+        schema.fields.extend(sorted(fields, key=lambda f: f.fieldID))
+        schema.struct_array_fields.extend(sorted(structs, key=lambda f: f.fieldID))
+    if not schema.functions:
+        schema.functions.extend(sorted(functions, key=lambda f: f.id))
+    return schema
+
+
 def _parse(message_type, value: bytes, key: str):
     try:
         return message_type.FromString(value)
@@ -135,8 +159,10 @@ class MilvusCatalog:
     # -- collections ------------------------------------------------------------------
     def collections(self) -> list[CollectionRecord]:
         """Every created (or dropping) collection, with its fields and partitions joined in."""
-        infos: dict[int, tuple[str, object]] = {}
+        infos: dict[int, tuple[str, Any]] = {}
         fields: dict[int, list[schema_pb2.FieldSchema]] = defaultdict(list)
+        structs: dict[int, list[schema_pb2.StructArrayFieldSchema]] = defaultdict(list)
+        functions: dict[int, list[schema_pb2.FunctionSchema]] = defaultdict(list)
         partitions: dict[int, dict[str, int]] = defaultdict(dict)
         databases: dict[int, str] = {}
         for key, value, _ in self.client.get_prefix(self.prefix):
@@ -148,10 +174,12 @@ class MilvusCatalog:
                 info = _parse(CollectionInfo, value, key)
                 if info is not None:
                     infos[info.ID] = (key, info)
-            elif parts[0] == "fields" and len(parts) == 3:
-                field = _parse(schema_pb2.FieldSchema, value, key)
-                if field is not None:
-                    fields[int(parts[1])].append(field)
+            elif parts[0] in _SCHEMA_PARTS and len(parts) == 3:
+                message_type, into = _SCHEMA_PARTS[parts[0]], {"fields": fields, "struct-array-fields": structs,
+                                                                "functions": functions}[parts[0]]
+                part = _parse(message_type, value, key)
+                if part is not None:
+                    into[int(parts[1])].append(part)
             elif parts[0] == "partitions" and len(parts) == 3:
                 part = _parse(PartitionInfo, value, key)
                 if part is not None and part.state in (PartitionState.CREATED, PartitionState.CREATING):
@@ -162,20 +190,17 @@ class MilvusCatalog:
                     databases[db.id] = db.name
         records = []
         for collection_id, (key, info) in sorted(infos.items()):
-            record = self._record(key, info, fields.get(collection_id, []), partitions.get(collection_id, {}),
-                                  databases)
+            schema = _joined_schema(info.schema, fields.get(collection_id, []), structs.get(collection_id, []),
+                                    functions.get(collection_id, []))
+            record = self._record(key, info, schema, partitions.get(collection_id, {}), databases)
             if record is not None:
                 records.append(record)
         return records
 
-    def _record(self, key: str, info, fields: list, partitions: dict[str, int],
+    def _record(self, key: str, info, schema: schema_pb2.CollectionSchema, partitions: dict[str, int],
                 databases: dict[int, str]) -> CollectionRecord | None:
         if info.state in (CollectionState.CREATING, CollectionState.DROPPED):
             return None
-        schema = schema_pb2.CollectionSchema()
-        schema.CopyFrom(info.schema)
-        if not schema.fields:   # 2.3+: fields are keys of their own
-            schema.fields.extend(sorted(fields, key=lambda f: f.fieldID))
         vchannels, pchannels = list(info.virtual_channel_names), list(info.physical_channel_names)
         if not vchannels or len(vchannels) != len(pchannels):
             log.warning("ignoring %s: %d vchannels for %d pchannels", key, len(vchannels), len(pchannels))
