@@ -126,8 +126,8 @@ def test_a_full_filesystem_is_told_once_for_the_node_until_every_vchannel_it_sto
 
 def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_interval_running(tmp_path, monkeypatch):
     """Milvus stopped, no ticks: a vchannel the full disk stopped cannot commit to prove the space
-    back. Running again for a whole retry interval without failing is proof enough; failing again
-    meanwhile starts the interval over."""
+    back. Running again for a whole retry interval without failing, while the filesystem it found
+    full has room again, is proof enough; failing again meanwhile starts the interval over."""
     from deltanode.pipeline import space_watch
     clock = [1000.0]
     monkeypatch.setattr(space_watch.time, "monotonic", lambda: clock[0])
@@ -147,6 +147,18 @@ def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_inter
     clock[0] += 2
     watch.check(members.get)
     assert watch.waiting == 1 and watch.condition is not None
+    monkeypatch.setattr(space_watch.space, "has_room", lambda path: False)   # still full: no proof
     clock[0] += RETRY_WHILE_FULL
     watch.check(members.get)
+    assert watch.waiting == 1 and watch.condition is not None
+    monkeypatch.setattr(space_watch.space, "has_room", lambda path: path == str(tmp_path))   # room again
+    watch.check(members.get)
     assert watch.waiting == 0 and watch.condition is None
+
+
+def test_the_path_a_storage_full_failure_names_is_asked_for_room(tmp_path):
+    from deltanode.storage.space import has_room, path_of
+    assert path_of(describe(str(tmp_path), NO_SPACE, "committing")) == str(tmp_path)
+    assert path_of(describe("Spark's local directory /tmp/spark-1 (x)", QUOTA, "running")) == "/tmp/spark-1"
+    assert path_of(describe("s3://bucket/root", NO_SPACE, "committing")) is None
+    assert has_room(str(tmp_path)) and not has_room(None) and not has_room(str(tmp_path / "missing"))

@@ -6,8 +6,9 @@ thousand vchannels a line per failure would bury the log. Each such failure come
 (``failures.FailurePolicy.fail``): a place found full for the first time logs one ERROR line, the
 vchannels' own failures go to DEBUG. The condition holds until every vchannel it stopped has
 committed again (its checkpoint moved past where it stood when it failed), or has run again for a
-whole retry interval without failing (a vchannel with nothing to write cannot prove the space back
-by a commit, and nothing stops it meanwhile), or left the node; then one line says so. Nothing is
+whole retry interval without failing while the filesystem it found full has room again (a
+vchannel with nothing to write cannot prove the space back by a commit; the filesystem's own
+count can), or left the node; then one line says so. Nothing is
 lost meanwhile: what a failed vchannel did not commit is read again from the broker after its
 reload.
 """
@@ -40,6 +41,7 @@ class SpaceWatch:
         self._places: dict[str, None] = {}   # the condition's lines, in the order they were found
         self._waiting: dict[str, int] = {}   # vchannel -> its checkpoint offset when it failed
         self._running: dict[str, float] = {}   # vchannel -> monotonic time it was first seen running again
+        self._where: dict[str, str | None] = {}   # vchannel -> the local path it found full (None: not known)
 
     def failed(self, fg: VchannelFlowgraph, failure: Failure) -> bool:
         """Note ``fg``'s failure; True when it is a full filesystem (told here: once per place)."""
@@ -47,6 +49,7 @@ class SpaceWatch:
             return False
         self._waiting.setdefault(fg.vchannel, _offset(fg))
         self._running.pop(fg.vchannel, None)
+        self._where[fg.vchannel] = space.path_of(failure.message)
         line = space.condition(failure.message)
         if line not in self._places:
             self._places[line] = None
@@ -69,9 +72,12 @@ class SpaceWatch:
             fg = member(vchannel)
             if fg is not None and fg.status == FlowgraphStatus.RUNNING:
                 self._running.setdefault(vchannel, now)
-            if fg is None or _offset(fg) > offset or now - self._running.get(vchannel, now) >= RETRY_WHILE_FULL:
+            idle_long = now - self._running.get(vchannel, now) >= RETRY_WHILE_FULL and \
+                space.has_room(self._where.get(vchannel))
+            if fg is None or _offset(fg) > offset or idle_long:
                 del self._waiting[vchannel]
                 self._running.pop(vchannel, None)
+                self._where.pop(vchannel, None)
         if self._waiting or self.condition is None:
             return
         lasted = time.time() - self.since if self.since is not None else 0.0

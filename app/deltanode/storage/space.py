@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 NO_SPACE = os.strerror(errno.ENOSPC)      # "No space left on device"
 QUOTA = os.strerror(errno.EDQUOT)         # "Disk quota exceeded"
@@ -55,3 +56,29 @@ def condition(message: str) -> str:
     {where}: {reason}``, without the step."""
     place_and_reason = message.rsplit(" (", 1)[0] if message.endswith(")") else message
     return f"storage full: {place_and_reason}"
+
+
+ROOM = 16 << 20   # free bytes that count as room again: more than a cycle's files of one vchannel need
+_PATH = re.compile(r"(/[^\s:()]*)")
+
+
+def path_of(message: str) -> str | None:
+    """The local path a storage-full failure's ``message`` (``describe``'s) names, or None (an
+    object store, or a place not named by a path)."""
+    where = message.split(f": {NO_SPACE}", 1)[0].split(f": {QUOTA}", 1)[0]
+    if "://" in where:
+        return None
+    found = _PATH.search(where)
+    return found.group(1) if found else None
+
+
+def has_room(path: str | None) -> bool:
+    """Whether the filesystem of ``path`` has ``ROOM`` free bytes for an unprivileged writer
+    (False when ``path`` is None or cannot be asked)."""
+    if path is None:
+        return False
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize >= ROOM
