@@ -174,6 +174,32 @@ def test_a_nullable_struct_array_has_null_rows_where_its_sub_fields_agree():
         decode.insert_columns(layout, req)
 
 
+def test_an_insert_written_before_a_nullable_field_was_added_has_it_null_in_every_row():
+    """Milvus reads the rows of an insert that predates a field added to the live collection as null
+    there; the same insert's other fields keep their values."""
+    req = _drop(_drop(_drop(request(ROWS[:4]), m.AT), m.TAGS), m.FLAG)
+    got = decoded(req)
+    assert [(r["at"], r["tags"], r["flag"]) for r in got] == [(None, None, None)] * 4
+    want = decoded(request(ROWS[:4]))
+    assert [{k: v for k, v in r.items() if k not in ("at", "tags", "flag")} for r in got] == \
+        [{k: v for k, v in r.items() if k not in ("at", "tags", "flag")} for r in want]
+    cols, _ = decode.insert_columns(LAYOUT, req)
+    assert cols[NAMES.index("at")].type == TIMESTAMPTZ and cols[NAMES.index("tags")].null_count == 4
+
+
+def test_a_nullable_struct_array_missing_whole_is_null_and_missing_in_part_is_refused():
+    schema = m.schema()
+    schema.struct_array_fields[0].nullable = True
+    layout = CollectionLayout.from_proto(schema)
+    req = _drop(_drop(request(ROWS[:4]), m.LEN_ID), m.EMB_ID)
+    cols, _ = decode.insert_columns(layout, req)
+    assert cols[[f.name for f in layout.fields].index(m.STRUCT)].to_pylist() == [None] * 4
+    with pytest.raises(decode.Reject, match="sub-field 'clips\\[emb\\]' \\(id 116\\) missing"):
+        decode.insert_columns(layout, _drop(request(ROWS[:4]), m.EMB_ID))
+    with pytest.raises(decode.Reject, match="sub-field 'clips\\[len\\]' \\(id 115\\) missing"):
+        decode.insert_columns(LAYOUT, req)   # not nullable: refused whole
+
+
 def _drop(req, fid: int):
     keep = [fd for fd in req.fields_data if fd.field_id != fid]
     del req.fields_data[:]
@@ -236,7 +262,8 @@ def _dim(fd):
     (_mangle(m.LEN_ID, _too_many), "field 'len': an array of 5 elements, max_capacity is 3"),
     (_mangle(m.VEC, _nulls_not_nullable), "field 'vec': 1 null"),
     (lambda: _drop(request(ROWS[:4]), m.EMB_ID), "field 'clips': sub-field 'clips\\[emb\\]' \\(id 116\\) missing"),
-    (lambda: _drop(request(ROWS[:4]), m.AT), "field 'at' \\(id 103\\) missing from the insert"),
+    (lambda: _drop(request(ROWS[:4]), m.VEC), "field 'vec' \\(id 109\\) missing from the insert"),
+    (lambda: _drop(request(ROWS[:4]), m.TITLE), "field 'title' \\(id 101\\) missing from the insert"),
 ])
 def test_what_does_not_fit_is_refused_with_the_field_and_the_reason(make, message):
     with pytest.raises(decode.Reject, match=message):

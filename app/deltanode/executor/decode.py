@@ -6,9 +6,10 @@ type's message class. Columns are built from the protobuf repeated fields in bul
 by value. Array and SparseFloatVector columns, which Milvus sends one message a row, take one
 loop over the rows to concatenate them; their values are then converted at once, and so do
 Geometry (WKB rows) and ArrayOfVector rows. A struct array comes flattened, a column per
-sub-field, and is put back together as a list of structs (``struct_column``). Anything that
-does not fit the collection's schema raises ``Reject`` with a reason; the caller quarantines
-the message.
+sub-field, and is put back together as a list of structs (``struct_column``). An insert without
+a nullable field (written before the field was added to the live collection) has it null in every
+row. Anything that does not fit the collection's schema raises ``Reject`` with a reason; the
+caller quarantines the message.
 """
 
 from __future__ import annotations
@@ -411,6 +412,13 @@ def _struct_parts(spec: FieldSpec, fields_data) -> list[schema_pb2.FieldData]:
     return parts
 
 
+def _struct_sent(spec: FieldSpec, fields_data) -> bool:
+    """Whether the insert carries any part of the struct array: itself, or one of its sub-fields."""
+    ids = {spec.field_id} | {sub.field_id for sub in spec.sub_fields}
+    names = {spec.name} | {sub.wire_name for sub in spec.sub_fields} | {sub.name for sub in spec.sub_fields}
+    return any((fd.field_id in ids) if fd.field_id else (fd.field_name in names) for fd in fields_data)
+
+
 def struct_column(spec: FieldSpec, parts: list[schema_pb2.FieldData], n: int) -> pa.Array:
     """A struct array from its sub-fields' columns: row i holds as many structs as each of its
     sub-fields holds elements in row i (they must agree), the k-th struct made of their k-th
@@ -449,14 +457,22 @@ def insert_columns(layout: CollectionLayout, req: msg_pb2.InsertRequest) -> tupl
     cols = []
     for spec in layout.fields:
         if spec.data_type == _ARRAY_OF_STRUCT:
-            cols.append(struct_column(spec, _struct_parts(spec, req.fields_data), n))
+            if spec.nullable and not _struct_sent(spec, req.fields_data):
+                cols.append(pa.nulls(n, arrow_type(spec)))
+            else:
+                cols.append(struct_column(spec, _struct_parts(spec, req.fields_data), n))
             continue
         fd = by_id.get(spec.field_id)
         if fd is None:
             by_name = by_name or {fd.field_name: fd for fd in req.fields_data}
             fd = by_name.get(spec.name)
             if fd is None:
-                raise Reject(f"field {spec.name!r} (id {spec.field_id}) missing from the insert")
+                if not spec.nullable:
+                    raise Reject(f"field {spec.name!r} (id {spec.field_id}) missing from the insert")
+                # An insert written before the field was added to the live collection: Milvus
+                # reads its rows as null there (docs/milvus-facts.md §14).
+                cols.append(pa.nulls(n, arrow_type(spec)))
+                continue
         cols.append(field_column(spec, fd, n))
     cols.append(pa.array(np.asarray(req.timestamps, dtype=np.uint64).astype(np.int64)))
     cols.append(pa.array(np.asarray(req.rowIDs, dtype=np.int64)))
