@@ -1,15 +1,18 @@
 """Payload values of Milvus's binlogs -> DeltaNode's columns (``schema.arrow_type``), checked.
 
-An insert binlog holds one field of one segment in the Arrow type Milvus's payload writer gives
-it: the scalars as themselves, VarChar as string, JSON and Array as binary (an Array row is a
-marshalled ``schema.ScalarField``), dense vectors as fixed_size_binary of a row's bytes and
-SparseFloatVector as binary (a row is n x (uint32 index, float32 value), little-endian).
-They become the columns ``executor.decode`` builds from the wire, with its helpers, so an
-imported row equals a streamed one. A deltalog holds JSON rows ``{"pk":..,"ts":..,"pkType":..}``,
-the legacy ``"pk,ts"`` strings or (the "parquet" deltalog format) ``pk`` and ``ts`` columns;
-all become the primary keys and their delete timestamps. Anything that does not fit the field
-raises ``BinlogFormatError`` naming the file. Whole columns are converted at once with
-numpy/pyarrow; Array rows, protobuf messages, take one loop.
+An insert binlog holds one field of one segment, and a column group file (storage version 2)
+some fields of one, in the Arrow type Milvus's payload writer gives each: the scalars as
+themselves, VarChar and Text as string, Timestamptz as int64 (UTC microseconds), JSON, Geometry
+(WKB) and Array as binary (an Array row is a marshalled ``schema.ScalarField``), dense vectors as
+fixed_size_binary of a row's bytes, SparseFloatVector as binary (a row is n x (uint32 index,
+float32 value), little-endian) and a struct array's vector sub-field as a list of
+fixed_size_binary; a nullable field's nulls are nulls. They become the columns ``executor.decode``
+builds from the wire, with its helpers, so an imported row equals a streamed one. A deltalog
+holds JSON rows ``{"pk":..,"ts":..,"pkType":..}``, the legacy ``"pk,ts"`` strings or (the
+"parquet" deltalog format) ``pk`` and ``ts`` columns; all become the primary keys and their
+delete timestamps. Anything that does not fit the field raises ``BinlogFormatError`` naming the
+file. Whole columns are converted at once with numpy/pyarrow; Array rows, protobuf messages,
+take one loop.
 
 Runs on executors.
 """
@@ -32,7 +35,9 @@ from ..executor.decode import (
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import (
     FLOAT_LIST,
+    INT8_LIST,
     SPARSE_MAP,
+    TIMESTAMPTZ,
     DataType,
     FieldSpec,
     arrow_type,
@@ -67,17 +72,46 @@ def check_descriptor(desc: Descriptor, spec: FieldSpec, *, where: str = "") -> N
 
 
 def insert_column(spec: FieldSpec, values: pa.Array, *, where: str = "") -> pa.Array:
-    """An insert binlog's payload values as the field's DeltaNode column (``arrow_type(spec)``)."""
+    """An insert binlog's payload values as the field's DeltaNode column (``arrow_type(spec)``);
+    a nullable field's nulls stay nulls, the other values converted as a column of their own."""
     convert = _CONVERTERS.get(spec.data_type)
     if convert is None:
         raise _fail(where, f"{_field(spec)}: type not supported in a binlog import")
-    if values.null_count:
-        raise _fail(where, f"{_field(spec)}: {values.null_count} null value(s); nullable fields (Milvus 2.5) "
-                           "are not supported")
+    nulls = values.null_count
+    if nulls and not spec.nullable:
+        raise _fail(where, f"{_field(spec)}: {nulls} null value(s) in a field that is not nullable")
     try:
-        return convert(spec, values, where)
+        if not nulls:
+            return convert(spec, values, where)
+        valid = np.asarray(values.is_valid())
+        dense = convert(spec, values.filter(pa.array(valid)), where)
+        return dense.take(pa.array(np.cumsum(valid) - 1, mask=~valid))
     except Reject as e:     # from the wire decoder's helpers, which name the field
         raise _fail(where, str(e)) from None
+
+
+def struct_array_column(spec: FieldSpec, parts: list[pa.Array], *, where: str = "") -> pa.Array:
+    """A struct array from its sub-fields' stored columns (in ``spec.sub_fields`` order), as the
+    wire decoder puts one together: row i holds as many structs as each sub-field holds elements
+    in row i (they must agree), the k-th struct made of their k-th elements; a row is null when
+    its sub-fields are (they must agree too)."""
+    columns = [insert_column(sub, values, where=where) for sub, values in zip(spec.sub_fields, parts)]
+    valid = np.asarray(columns[0].is_valid())
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(columns[0]), 0), dtype=np.int64)
+    first = spec.sub_fields[0].name
+    for sub, column in zip(spec.sub_fields[1:], columns[1:]):
+        other = np.asarray(column.is_valid())
+        count = np.asarray(pc.fill_null(pc.list_value_length(column), 0), dtype=np.int64)
+        if not np.array_equal(other, valid) or not np.array_equal(count, lengths):
+            row = int(np.flatnonzero((other != valid) | (count != lengths))[0])
+            raise _fail(where, f"{_field(spec)}: row {row} has {lengths[row]} element(s) in sub-field {first!r} "
+                               f"(null: {not valid[row]}), {count[row]} in {sub.name!r} (null: {not other[row]})")
+    struct_type = arrow_type(spec).value_type
+    structs = pa.StructArray.from_arrays([pc.list_flatten(c) for c in columns], fields=list(struct_type))
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=arrow_type(spec),
+                                    mask=None if valid.all() else pa.array(~valid))
 
 
 def _mismatch(spec: FieldSpec, values: pa.Array, expected: str, where: str) -> BinlogFormatError:
@@ -104,6 +138,31 @@ def _varchar(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         raise _mismatch(spec, values, "string", where)
     return values.cast(pa.string())
+
+
+def _timestamptz(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """int64 UTC microseconds (what the wire's ``timestamptz_data`` holds) -> timestamp[us, UTC]."""
+    if not pa.types.is_int64(values.type):
+        raise _mismatch(spec, values, "int64 (UTC microseconds)", where)
+    return values.cast(TIMESTAMPTZ)
+
+
+def _geometry(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """WKB rows, kept as they are; a row that is not empty begins with WKB's byte order mark (0 or
+    1), as the wire decoder checks."""
+    if not pa.types.is_binary(values.type):
+        raise _mismatch(spec, values, "binary (WKB)", where)
+    n = len(values)
+    _, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    starts = offsets[:-1][np.diff(offsets) > 0]
+    if starts.size:
+        marks = np.frombuffer(data_buf, dtype=np.uint8)[starts]
+        bad = np.flatnonzero(marks > 1)
+        if bad.size:
+            row = int(np.flatnonzero(np.diff(offsets) > 0)[bad[0]])
+            raise _fail(where, f"{_field(spec)}: row {row} is not WKB (byte order mark {marks[bad[0]]}, not 0 or 1)")
+    return values
 
 
 def _json(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
@@ -156,6 +215,14 @@ def _float_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
     return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), pa.array(floats), type=FLOAT_LIST)
 
 
+def _int8_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """dim signed bytes a row -> list<int8>, on the payload's buffer (no copy)."""
+    data = _fixed_width(spec, values, spec.dim, where)
+    n = len(values)
+    int8s = pa.Array.from_buffers(pa.int8(), n * spec.dim, [None, data])
+    return pa.ListArray.from_arrays(_list_offsets(n, spec.dim), int8s, type=INT8_LIST)
+
+
 def _binary_rows(spec: FieldSpec, values: pa.Array, width: int, where: str) -> pa.Array:
     data = _fixed_width(spec, values, width, where)
     n = len(values)
@@ -199,12 +266,32 @@ def _sparse_vector(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
                                    pa.array(np.ascontiguousarray(entries["value"])), type=SPARSE_MAP)
 
 
+def _vector_array(spec: FieldSpec, values: pa.Array, where: str) -> pa.Array:
+    """A struct array's vector sub-field: a list of fixed_size_binary vectors a row -> a list of
+    the element type's vectors, each converted as a vector field of that type is."""
+    if not pa.types.is_list(values.type):
+        raise _mismatch(spec, values, "a list of vectors a row", where)
+    element = FieldSpec(spec.field_id, spec.name, spec.element_type, spec.dim)
+    convert = _CONVERTERS.get(spec.element_type)
+    if convert is None or spec.element_type == DataType.SparseFloatVector:
+        raise _fail(where, f"{_field(spec)}: an ArrayOfVector of {spec.element_type_name} is not supported")
+    counts = np.asarray(pc.list_value_length(values), dtype=np.int64)
+    if spec.max_capacity and counts.size and counts.max() > spec.max_capacity:
+        raise _fail(where, f"{_field(spec)}: {counts.max()} vectors in a row, max_capacity is {spec.max_capacity}")
+    vectors = convert(element, pc.list_flatten(values), where)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), vectors, type=arrow_type(spec))
+
+
 _CONVERTERS = {
     DataType.Bool: _scalar, DataType.Int8: _scalar, DataType.Int16: _scalar, DataType.Int32: _scalar,
     DataType.Int64: _scalar, DataType.Float: _scalar, DataType.Double: _scalar, DataType.VarChar: _varchar,
+    DataType.Text: _varchar, DataType.Timestamptz: _timestamptz, DataType.Geometry: _geometry,
     DataType.JSON: _json, DataType.Array: _array, DataType.FloatVector: _float_vector,
     DataType.BinaryVector: _binary_vector, DataType.Float16Vector: _half_vector,
     DataType.BFloat16Vector: _half_vector, DataType.SparseFloatVector: _sparse_vector,
+    DataType.Int8Vector: _int8_vector, DataType.ArrayOfVector: _vector_array,
 }
 
 

@@ -5,7 +5,9 @@ DataCoord keeps, under ``{meta_root}/datacoord-meta/`` (docs/milvus-facts.md §1
 - ``s/{coll}/{part}/{seg}``: the segment's ``SegmentInfo``, without its log lists;
 - ``binlog/{coll}/{part}/{seg}/{field}`` and ``deltalog/{coll}/{part}/{seg}/{field}``: one
   ``FieldBinlog`` each, whose entries name their file by ``logID`` (the path is rebuilt from it
-  when ``log_path`` is empty, as Milvus 2.3+ stores it);
+  when ``log_path`` is empty, as Milvus 2.3+ stores it). In a segment of storage version 2
+  (Milvus 2.6's default) a binlog key is a column group's: its id in place of the field's, the
+  fields it holds in ``child_fields`` (docs/milvus-facts.md §10, §11);
 - ``channel-cp/{vchannel}``: the channel checkpoint, before which every row of the vchannel is in
   those files.
 
@@ -30,7 +32,9 @@ from ..wire.positions import PositionCodec
 
 log = logging.getLogger(__name__)
 ROW_ID_FIELD = 0   # every segment has binlogs of the RowID field: its entries count the rows
-PACKED_STORAGE = 2   # SegmentInfo.storage_version of Milvus's packed-column files
+BINLOG_STORAGE = (0, 1)   # SegmentInfo.storage_version of the binlog format (a file a field)
+PACKED_STORAGE = 2   # SegmentInfo.storage_version of Milvus's packed column groups (a Parquet file a group)
+PACKED_FORMATS = ("", "parquet")   # FieldBinlog.format of a column group DeltaNode reads ("": before it existed)
 
 
 class MilvusSegmentState(enum.IntEnum):
@@ -67,11 +71,19 @@ class PersistedSegment:
     partition_id: int
     state: MilvusSegmentState
     level: SegmentLevel
-    rows: int                                          # entries of its RowID binlogs
+    rows: int                                          # entries of the logs holding its RowID field
     dml_ts: int                                        # its dml position's ts: its files hold every row up to it
     start_ts: int
-    binlogs: tuple[tuple[int, tuple[str, ...]], ...]   # field id -> its insert binlogs, in order
+    binlogs: tuple[tuple[int, tuple[str, ...]], ...]   # field (v2: column group) id -> its insert logs, in order
     deltalogs: tuple[str, ...]
+    storage_version: int = 0
+    child_fields: tuple[tuple[int, tuple[int, ...]], ...] = ()   # v2: column group id -> the fields it holds
+    entries: tuple[tuple[int, tuple[int, ...]], ...] = ()        # field or group id -> rows of each of its logs
+
+    @property
+    def packed(self) -> bool:
+        """Whether its insert logs are column groups (storage version 2), not a binlog a field."""
+        return self.storage_version == PACKED_STORAGE
 
     @property
     def dropped(self) -> bool:
@@ -151,6 +163,28 @@ def _relative(path: str) -> str:
     raise MilvusMetaError(f"a log path that names no insert_log/ or delta_log/ directory: {path!r}")
 
 
+def _check_storage(key: str, info: SegmentInfo) -> None:
+    """A live segment's files are in a layout DeltaNode reads: binlogs, or Parquet column groups
+    without a manifest (Milvus 2.6). A later layout is refused rather than misread."""
+    if info.manifest_path:
+        raise MilvusMetaError(f"{key}: segment {info.ID} keeps its files in a manifest ({info.manifest_path}, "
+                              f"storage version {info.storage_version}, Milvus after 2.6.6), which DeltaNode does "
+                              f"not read; it reads binlogs (storage version 0) and Milvus 2.6's column groups (2)")
+    if info.storage_version not in (*BINLOG_STORAGE, PACKED_STORAGE):
+        raise MilvusMetaError(f"{key}: segment {info.ID} is in Milvus's storage version {info.storage_version}, "
+                              f"which DeltaNode does not know; it reads binlogs (storage version 0) and Milvus "
+                              f"2.6's Parquet column groups (2)")
+
+
+def _rows(entries: dict[int, tuple[int, ...]], children: dict[int, tuple[int, ...]]) -> int:
+    """The segment's rows, from the logs holding the RowID field: its own binlogs, or the column
+    group whose fields include it (group 0 when the groups name no fields, as before 2.6)."""
+    if ROW_ID_FIELD in entries and not children:
+        return sum(entries[ROW_ID_FIELD])
+    group = next((g for g, fields in children.items() if ROW_ID_FIELD in fields), ROW_ID_FIELD)
+    return sum(entries.get(group, ()))
+
+
 def read_persisted(client: EtcdClient, meta_root: str, collection_id: int, vchannel: str,
                    positions: PositionCodec) -> PersistedChannel:
     """The vchannel's segments (every state, dropped ones included) and checkpoint, at one revision."""
@@ -166,24 +200,29 @@ def read_persisted(client: EtcdClient, meta_root: str, collection_id: int, vchan
         info = _parse(SegmentInfo, value, key)
         if info.insert_channel != vchannel:
             continue
-        if info.storage_version >= PACKED_STORAGE and info.state != MilvusSegmentState.DROPPED:
-            raise MilvusMetaError(f"{key}: segment {info.ID} is in Milvus's storage format {info.storage_version} "
-                                  f"(packed columns, Milvus 2.5+), which DeltaNode does not read; it reads the "
-                                  f"binlog format of Milvus 2.3 and 2.4")
+        if info.state != MilvusSegmentState.DROPPED:
+            _check_storage(key, info)
         infos[info.ID] = info
     binlogs: dict[int, dict[int, tuple[str, ...]]] = {s: {} for s in infos}
-    rows = dict.fromkeys(infos, 0)
+    children: dict[int, dict[int, tuple[int, ...]]] = {s: {} for s in infos}
+    entries: dict[int, dict[int, tuple[int, ...]]] = {s: {} for s in infos}
     for key, value in found[prefixes["binlog"]]:
         ids = _ids(key, prefixes["binlog"], 3)
         if ids is None or ids[1] not in infos:
             continue
         partition, segment, field = ids
         fb = _parse(FieldBinlog, value, key)
+        info = infos[segment]
+        if info.storage_version == PACKED_STORAGE and info.state != MilvusSegmentState.DROPPED \
+                and fb.format not in PACKED_FORMATS:
+            raise MilvusMetaError(f"{key}: column group {field} of segment {segment} is in the {fb.format!r} file "
+                                  f"format; DeltaNode reads the Parquet column groups of Milvus 2.6")
         binlogs[segment][field] = tuple(
             _relative(b.log_path) if b.log_path else insert_log_path(collection_id, partition, segment, field, b.logID)
             for b in fb.binlogs)
-        if field == ROW_ID_FIELD:
-            rows[segment] = sum(b.entries_num for b in fb.binlogs)
+        entries[segment][field] = tuple(b.entries_num for b in fb.binlogs)
+        if fb.child_fields:
+            children[segment][field] = tuple(fb.child_fields)
     deltalogs: dict[int, list[str]] = {s: [] for s in infos}
     for key, value in found[prefixes["deltalog"]]:
         ids = _ids(key, prefixes["deltalog"], 3)
@@ -196,9 +235,12 @@ def read_persisted(client: EtcdClient, meta_root: str, collection_id: int, vchan
     segments = tuple(PersistedSegment(
         segment_id=seg_id, partition_id=info.partitionID, state=MilvusSegmentState(info.state),
         level=SegmentLevel(info.level) if info.level in SegmentLevel._value2member_map_ else SegmentLevel.L1,
-        rows=rows[seg_id], dml_ts=info.dml_position.timestamp if info.HasField("dml_position") else 0,
+        rows=_rows(entries[seg_id], children[seg_id]),
+        dml_ts=info.dml_position.timestamp if info.HasField("dml_position") else 0,
         start_ts=info.start_position.timestamp if info.HasField("start_position") else 0,
-        binlogs=tuple(sorted(binlogs[seg_id].items())), deltalogs=tuple(deltalogs[seg_id]))
+        binlogs=tuple(sorted(binlogs[seg_id].items())), deltalogs=tuple(deltalogs[seg_id]),
+        storage_version=info.storage_version, child_fields=tuple(sorted(children[seg_id].items())),
+        entries=tuple(sorted(entries[seg_id].items())))
         for seg_id, info in sorted(infos.items()))
     checkpoint = None
     for key, value in found[cp_key]:

@@ -2,7 +2,8 @@
 
 Runs on executors. A task reads the segment's insert binlogs from Milvus's storage one sync at a
 time (binlog ``i`` of every field holds the same rows: Milvus writes a sync's fields together),
-turns each field into DeltaNode's column (``columns.insert_column``) and writes the rows, with
+or, for a segment of storage version 2, its column groups' files (``column_groups``), turns each
+field into DeltaNode's column (``columns.insert_column``) and writes the rows, with
 Milvus's segment id, partition, timestamps and row ids, through the same writer compaction uses
 (stats, primary-key bloom filter). The deletes that apply to the segment (its deltalogs, and in
 2.4 those of the L0 segments of its partition) mark rows by Milvus's rule, a row of key K at ts t
@@ -28,6 +29,7 @@ from ..storage.deletion_vectors import DeletionVector, inline
 from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout, FieldSpec
 from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog
+from .column_groups import packed_syncs
 from .columns import ROW_ID, TIMESTAMP, check_descriptor, delete_rows, insert_column
 from .meta import PersistedSegment
 from .source import FileGone, read_file
@@ -88,6 +90,9 @@ def _deleted(keys: pa.Array, stamps: pa.Array, deletes: pa.Table | None) -> np.n
 def _syncs(task: SegmentImport, layout: CollectionLayout):
     """The segment's rows, one table per sync (binlog index), with the insert schema's columns
     but its segment and partition; the RowID/Timestamp binlogs become ``_row_id``/``_ts``."""
+    if task.segment.packed:
+        yield from packed_syncs(task.segment, task.source, layout)
+        return
     by_field = dict(task.segment.binlogs)
     specs = [*layout.fields, TIMESTAMP, ROW_ID]   # the insert schema's order, but segment and partition
     missing = [s.field_id for s in specs if s.field_id not in by_field]

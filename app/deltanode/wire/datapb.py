@@ -47,11 +47,14 @@ def _binlogs(f: descriptor_pb2.FileDescriptorProto) -> None:
         field("log_path", 4, F.TYPE_STRING),
         field("log_size", 5, F.TYPE_INT64),
         field("logID", 6, F.TYPE_INT64),
+        field("memory_size", 7, F.TYPE_INT64),
     ])
     field_binlog = f.message_type.add(name="FieldBinlog")
     field_binlog.field.extend([
         field("fieldID", 1, F.TYPE_INT64),
         field("binlogs", 2, F.TYPE_MESSAGE, repeated=True, type_name=".milvus.proto.data.Binlog"),
+        field("child_fields", 3, F.TYPE_INT64, repeated=True),   # storage v2: the fields of a column group
+        field("format", 4, F.TYPE_STRING),   # after 2.6.6: a column group's file format ("parquet", ...)
     ])
 
 
@@ -78,6 +81,7 @@ def _segment_info(f: descriptor_pb2.FileDescriptorProto) -> None:
         field("compacted", 19, F.TYPE_BOOL),
         field("level", 20, F.TYPE_INT32),   # SegmentLevel (2.4): Legacy 0, L0 1, L1 2, L2 3
         field("storage_version", 21, F.TYPE_INT64),   # 0 and 1: the binlog format; 2 (2.5+): packed columns
+        field("manifest_path", 32, F.TYPE_STRING),   # after 2.6.6: a storage v3 segment's manifest
     ])
 
 
