@@ -9,6 +9,7 @@ JSON writer knows which bytes are which vector and which text is JSON, and ``DES
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ..wire.schema import DataType, FieldSpec
@@ -46,3 +47,18 @@ def milvus_type(metadata: Mapping[str, object]) -> str | None:
     if not isinstance(text, str) or not text.startswith(PREFIX):
         return None
     return text[len(PREFIX):].split(",")[0].split(" ")[0]
+
+
+# A sub-field in a struct array's comment: its name (Milvus allows letters, digits and '_'), then
+# its type, up to the next sub-field or the closing parenthesis.
+_SUB_FIELD = re.compile(r"(?:\(|, )(\w+): (\w+)(?: of (\w+))?")
+
+
+def member_types(metadata: Mapping[str, object]) -> dict[str, str]:
+    """The Milvus type of each member of a struct array column's structs, by name: what one
+    struct holds of each sub-field, an Array sub-field's element (``Int32``), an ArrayOfVector
+    sub-field's vector (``Float16Vector``). Empty for a column that is no struct array."""
+    text = metadata.get("comment")
+    if milvus_type(metadata) != "ArrayOfStruct" or not isinstance(text, str):
+        return {}
+    return {name: element or kind for name, kind, element in _SUB_FIELD.findall(text)}

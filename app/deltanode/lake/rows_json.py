@@ -6,7 +6,8 @@ dimension, little endian) an array of the floats they hold, a BinaryVector (dim 
 dimensions a byte, the first in the high bit) an array of its bytes as numbers 0-255, a
 SparseFloatVector an object from index to value, a JSON field or the dynamic field ``$meta``
 the JSON document it holds, a Geometry (stored as WKB) its WKT (``wkb``), a Timestamptz its
-instant in RFC 3339 with the UTC offset. Any other column is written as Spark's ``to_json``
+instant in RFC 3339 with the UTC offset; a struct array's structs hold their vectors as those
+columns do (the column's comment names each sub-field's type). Any other column is written as Spark's ``to_json``
 writes it, except that bytes are base64 text and decimals numbers. NaN and infinities, which
 JSON lacks, are null.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .columns import milvus_type
+from .columns import member_types, milvus_type
 from .wkb import NotWkb, to_wkt
 
 Convert = Callable[[Any], Any]
@@ -81,7 +82,21 @@ def converter(data_type, metadata: dict) -> Convert | None:
     by_type = _BY_MILVUS_TYPE.get((milvus_type(metadata) or "", data_type.typeName()))
     if by_type is not None:
         return _nullable(by_type)
+    members = member_types(metadata)
+    if members and data_type.typeName() == "array" and data_type.elementType.typeName() == "struct":
+        return _structs(data_type.elementType, members)
     return _generic(data_type)
+
+
+def _structs(struct_type, members: dict[str, str]) -> Convert:
+    """A struct array's rows: each member by its sub-field's Milvus type (``members``), as a
+    column of that type is written."""
+    fields: list[tuple[str, Convert | None]] = []
+    for f in struct_type.fields:
+        by_type = _BY_MILVUS_TYPE.get((members.get(f.name, ""), f.dataType.typeName()))
+        fields.append((f.name, _nullable(by_type) if by_type is not None else _generic(f.dataType)))
+    struct = _nullable(lambda row: {n: (c(x) if c else x) for (n, c), x in zip(fields, row)})
+    return _nullable(lambda v: [struct(s) for s in v])
 
 
 def _generic(data_type) -> Convert | None:
