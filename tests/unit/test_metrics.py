@@ -102,3 +102,13 @@ def test_a_vchannel_failing_for_its_own_reason_beside_a_full_disk_fails_liveness
              snap(V1, "failed", 1, "CommitFailed: OSError: bad")]
     ok, body = health(view(snaps))
     assert not ok and body["failing"] == {V1: "CommitFailed: OSError: bad"} and body["waiting_outside"] == 1
+
+
+def test_a_checkpoint_at_its_pchannels_head_lags_no_seconds_however_old_its_tick():
+    """A Milvus 2.6 pchannel at rest gets no TimeTick: its caught-up vchannels' ticks grow old."""
+    from deltanode.datanode.metrics import DataNodeCollector
+    snaps = [snap(V0, offset=100, tick_age=600.0), snap(V1, offset=99, tick_age=600.0)]
+    family = next(m for m in DataNodeCollector(view(snaps)).collect()
+                  if m.name == "deltanode_vchannel_checkpoint_lag_seconds")
+    lags = {s.labels["vchannel"]: s.value for s in family.samples}
+    assert lags[V0] == 0.0 and 599 < lags[V1] < 610
