@@ -28,10 +28,12 @@ from ..datacoord.catalog import CatalogError, CollectionRecord, CollectionStatus
 from ..datacoord.catalogs import open_catalog
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
+from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..settings import Settings
 from ..storage import meta
 from ..storage.delta_log import DeltaLog
 from ..storage.layout import StorageLayout
+from ..wire.names import pchannel_of
 from ..wire.positions import now_ts
 from ..wire.schema import CollectionLayout
 from .milvus_reader import KEYS_PER_QUERY, MilvusReader, MilvusReadError, MilvusUnreachable
@@ -141,25 +143,80 @@ def selected(records: list[CollectionRecord], names: tuple[str, ...]) -> list[Co
     return out
 
 
-def behind(storage: StorageLayout, record: CollectionRecord, ts: int, timeout: float) -> tuple[str, ...]:
+def behind(storage: StorageLayout, record: CollectionRecord, ts: int, timeout: float,
+           broker: Broker | None = None) -> tuple[str, ...]:
     """The vchannels of ``record`` whose committed checkpoint is still before ``ts`` after waiting
     up to ``timeout`` seconds for them, or until none of them moved for ``STALLED_AFTER_S`` (a
     DataNode that runs commits each vchannel's checkpoint at least every 10 s while Milvus ticks;
-    with none running, each collection would otherwise wait the whole timeout)."""
+    with none running, each collection would otherwise wait the whole timeout).
+
+    A vchannel is caught up too once ``broker`` (asked after ``ts``) has nothing on its pchannel
+    past the committed checkpoint, or past the collection's start when it never committed: a
+    Milvus 2.6 pchannel at rest gets no TimeTick, so its checkpoint's ts stays at its last message's
+    (docs/milvus-facts.md §14)."""
     deadline = time.monotonic() + timeout
-    seen: dict[str, int | None] = {}
+    seen: dict[str, tuple[int, int, int] | None] = {}
     moved_at = time.monotonic()
-    while True:
-        insert_log = DeltaLog.open(storage.insert_log(record.collection_id), storage.options)
-        states = {v: None if insert_log is None or (st := meta.channel_state_in(insert_log, v)) is None
-                  else st.checkpoint_ts for v in record.vchannels}
-        late = tuple(v for v, cp in states.items() if cp is None or cp < ts)
-        if states != seen:
-            seen, moved_at = states, time.monotonic()
-        now = time.monotonic()
-        if not late or now >= deadline or now - moved_at >= STALLED_AFTER_S:
-            return late
-        time.sleep(0.5)
+    heads = _Heads(broker)
+    try:
+        while True:
+            insert_log = DeltaLog.open(storage.insert_log(record.collection_id), storage.options)
+            states = {v: None if insert_log is None or (st := meta.channel_state_in(insert_log, v)) is None
+                      else (st.checkpoint_ts, st.partition, st.checkpoint_offset) for v in record.vchannels}
+            late = tuple(v for v, cp in states.items() if cp is None or cp[0] < ts)
+            if late and heads.asking:
+                at_head = heads.reached({v: _next_read(record, v, states[v]) for v in late})
+                late = tuple(v for v in late if v not in at_head)
+            if states != seen:
+                seen, moved_at = states, time.monotonic()
+            now = time.monotonic()
+            if not late or now >= deadline or now - moved_at >= STALLED_AFTER_S:
+                return late
+            time.sleep(0.5)
+    finally:
+        heads.close()
+
+
+def _next_read(record: CollectionRecord, vchannel: str, committed: tuple[int, int, int] | None) -> tuple[int, int]:
+    """(pchannel partition, offset) ``vchannel`` reads next: its ``committed`` checkpoint's (ts,
+    partition, offset), else right after its collection's start on its pchannel (the earliest any
+    start of it can be)."""
+    if committed is None:
+        return 0, record.start_offsets.get(pchannel_of(vchannel), -1) + 1
+    return committed[1], committed[2]
+
+
+class _Heads:
+    """The broker's high watermarks, for ``behind`` (None: no broker, every vchannel is judged by
+    its ts alone). Made and read in the admin command's process."""
+
+    def __init__(self, broker: Broker | None) -> None:
+        self._watermarks: HighWatermarks | None = None
+        if broker is not None:
+            try:
+                self._watermarks = broker.watermarks()
+            except BrokerError as e:
+                _progress(f"the broker's high watermarks cannot be asked ({e}): checkpoints are judged by their ts")
+
+    @property
+    def asking(self) -> bool:
+        return self._watermarks is not None
+
+    def reached(self, nexts: dict[str, tuple[int, int]]) -> set[str]:
+        """The vchannels of ``nexts`` (vchannel -> the pchannel partition and the offset it reads
+        next) with nothing on their pchannel at or past it; one the broker does not answer for is not."""
+        if self._watermarks is None:
+            return set()
+        keys = {v: (pchannel_of(v), partition) for v, (partition, _) in nexts.items()}
+        try:
+            highs = self._watermarks.highs(sorted(set(keys.values())))
+        except BrokerError:
+            return set()
+        return {v for v, (_, at) in nexts.items() if isinstance(high := highs.get(keys[v]), int) and at >= high}
+
+    def close(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.close()
 
 
 def compare_fields(reader: MilvusReader, table: MirrorTable, record: CollectionRecord, layout: CollectionLayout,
@@ -184,7 +241,7 @@ def compare_fields(reader: MilvusReader, table: MirrorTable, record: CollectionR
 
 
 def verify_collection(reader: MilvusReader, storage: StorageLayout, record: CollectionRecord,
-                      options: VerifyOptions) -> CollectionReport:
+                      options: VerifyOptions, broker: Broker | None = None) -> CollectionReport:
     name = record.name if record.database == "default" else f"{record.database}.{record.name}"
     layout = CollectionLayout.from_proto(record.schema)
     pk = layout.primary_key
@@ -202,7 +259,7 @@ def verify_collection(reader: MilvusReader, storage: StorageLayout, record: Coll
         raise
     except MilvusReadError as e:
         return CollectionReport(record=record, error=str(e))
-    late = behind(storage, record, now_ts(), options.catch_up_timeout)
+    late = behind(storage, record, now_ts(), options.catch_up_timeout, broker)
     if late:
         _progress(f"{name}: {len(late)} vchannel(s) had not committed past the moment Milvus was read after "
                   f"{options.catch_up_timeout:g} s (is DeltaNode running?): rows written since show as differences")
@@ -249,7 +306,7 @@ def run(conf: Conf, args: argparse.Namespace) -> int:
     with MilvusReader(uri=options.milvus_uri, token=options.milvus_token) as reader:
         try:
             for record in records:
-                reports.append(verify_collection(reader, settings.storage, record, options))
+                reports.append(verify_collection(reader, settings.storage, record, options, settings.broker))
         except MilvusUnreachable as e:
             print(f"admin verify: {e}", file=sys.stderr)
             return 1
