@@ -11,8 +11,10 @@ read since its last commit: their binlog files and the ChannelState after them. 
    dropped by these batches (``remove``), the deletion vectors of the rows the batches' deletes
    remove (``delete_marks``: a ``remove`` of each marked file with its old DV and an ``add`` with
    the new one; a new file is added with its DV), ``txn(vchannel, end)`` and the new
-   ChannelState of every synced vchannel in the commit metadata. Segment meta, deletions and
-   checkpoint are therefore never apart, and a checkpoint never covers data that is not
+   ChannelState of every synced vchannel in the commit metadata, and, when the files may have
+   columns the table lacks (a field added to the live collection), the table's schema widened by
+   them with the Milvus schema they come from (``table_schema``). Segment meta, deletions,
+   columns and checkpoint are therefore never apart, and a checkpoint never covers data that is not
    committed. A crash after step 2 replays the batch: its deletes, already in delta_log, are
    read again to mark their rows (``binlog_writer.REPLAYED_DELETES``).
 
@@ -43,11 +45,13 @@ import pyarrow as pa
 
 from ..faults import crash_point
 from ..records import FileEntry, FileMark, TableKind
+from ..wire.milvus_proto import schema_pb2
 from . import json_codec
 from .actions import AddFile, RemoveFile
 from .channel_state import STATES_KEY, ChannelState
 from .delta_log import DeltaLog, FilesRemoved, TxnMoved
 from .layout import QUARANTINE_SCHEMA, StorageLayout
+from .table_schema import TableSchema, recorded_schema
 from .written_files import delete_written, table_roots
 
 log = logging.getLogger(__name__)
@@ -224,7 +228,9 @@ class CollectionCommitter:
             found = self._logs[table] = DeltaLog(uri, schema, self.storage.options)
         return found
 
-    def commit(self, syncs: list[VchannelSync]) -> SyncResult:
+    def commit(self, syncs: list[VchannelSync], schema: TableSchema | None = None) -> SyncResult:
+        """``schema``: the columns the syncs' files may have (the table is widened by those it lacks,
+        in its insert_log commit: ``table_schema``)."""
         result = SyncResult()
         insert_log = self._log(TableKind.INSERT)
         result.deferred = _stale_marks(insert_log, syncs)
@@ -250,7 +256,8 @@ class CollectionCommitter:
                     removes=removes + [insert_log.live_files()[path].removal() for path in committed],
                     txns={s.vchannel: s.end for s in live},
                     expected={s.vchannel: s.watermarks.insert for s in live},
-                    info={STATES_KEY: json_codec.dumps({s.vchannel: s.state.to_doc() for s in live})})
+                    info={STATES_KEY: json_codec.dumps({s.vchannel: s.state.to_doc() for s in live})},
+                    schema=schema)
             except TxnMoved as e:
                 live = self._refuse(live, _moved(live, e, TableKind.INSERT), result, SIDE_TABLES)
                 continue
@@ -323,6 +330,12 @@ class CollectionCommitter:
         if found is not None:
             found.refresh()
         return found
+
+    def recorded_schema(self) -> schema_pb2.CollectionSchema | None:
+        """The Milvus schema the insert_log records (``table_schema``), None when it records none or
+        there is no table."""
+        found = self.insert_log()
+        return recorded_schema(found.configuration()) if found is not None else None
 
     def created_insert_log(self) -> DeltaLog:
         """The insert_log's log, brought up to date; created now, empty, if the table does not

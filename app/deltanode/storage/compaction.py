@@ -56,6 +56,7 @@ from .actions import AddFile
 from .deletion_vectors import inline, positions
 from .delta_log import DeltaLog, FilesRemoved, ReadFiles
 from .layout import PK_BLOOM_DIR, pk_bloom_path, segment_of
+from .table_schema import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +125,11 @@ def _fill(files: list[SegmentFile], target_bytes: int) -> list[tuple[SegmentFile
 
 
 def commit_rewrites(insert_log: DeltaLog, done: list[tuple[Rewrite, FileEntry | None]],
-                    expected: dict[str, int | None]) -> int:
+                    expected: dict[str, int | None], schema: TableSchema | None = None) -> int:
     """Runs on the driver, under the collection committer's lock, ``insert_log`` brought up to
     date (``CollectionCommitter.insert_log``): one OPTIMIZE commit for the rewrites of one
-    collection (``None``: a rewrite that wrote no file). Raises ``delta_log.FilesRemoved`` (an
+    collection (``None``: a rewrite that wrote no file); ``schema``: the columns the outputs have
+    (the rewrites' schema), by which the table is widened if it lacks some. Raises ``delta_log.FilesRemoved`` (an
     input is no longer live, or another process's version touched one) or ``TxnMoved`` when
     refused: nothing is committed."""
     live = insert_log.live_files()
@@ -140,7 +142,7 @@ def commit_rewrites(insert_log: DeltaLog, done: list[tuple[Rewrite, FileEntry | 
     version = insert_log.commit(
         adds=adds, removes=[live[f.path].removal() for f in inputs], txns={}, expected=expected,
         info={"deltanode.compaction": f"{len(done)} segment file group(s), {len(inputs)} files"},
-        rewrites=ReadFiles(insert_log.version, frozenset(f.path for f in inputs)))
+        rewrites=ReadFiles(insert_log.version, frozenset(f.path for f in inputs)), schema=schema)
     crash_point("after_compaction_commit")
     return version
 

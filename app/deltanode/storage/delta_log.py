@@ -48,7 +48,7 @@ from typing import Protocol
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from . import checkpoints, durable, json_codec
+from . import checkpoints, durable, json_codec, table_schema
 from .actions import AddFile, RemoveFile
 from .log_replay import apply_actions, live_adds
 from .object_store import (
@@ -59,6 +59,7 @@ from .object_store import (
     filesystem,
     is_object_store,
 )
+from .table_schema import TableSchema
 from .tables import open_table, version_zero
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,10 @@ class DeltaLog:
         self.storage_options = delta_storage_options(uri, options)
         self._snapshot: DeltaTable | None = None
         self._txns: dict[str, int] = {}
+        # The table's ``metaData`` action at ``version`` once known (a version that carries one, or
+        # the table's creation by this object); until then it is the snapshot's (``metadata``).
+        self._meta: dict | None = None
+        self._columns: frozenset[str] | None = None   # the names of its schema's columns, once asked
         # Whether ``_txns`` holds every txn of the table at ``version`` (it does when this object
         # created the table, or reads it from its version 0: it saw every version since); else
         # txn() asks a delta-rs snapshot.
@@ -220,8 +225,45 @@ class DeltaLog:
     def _create(self, schema: pa.Schema) -> bool:
         """Create the table (its version 0) if it has none; False when it exists (another
         writer may have created it just now)."""
-        return self._store.get(_version_name(0)) is None and \
-            self._store.put_if_absent(_version_name(0), version_zero(schema))
+        if self._store.get(_version_name(0)) is not None:
+            return False
+        data = version_zero(schema)
+        if not self._store.put_if_absent(_version_name(0), data):
+            return False
+        self._set_meta(next(a["metaData"] for a in json_codec.read_lines(data) if "metaData" in a))
+        return True
+
+    def metadata(self) -> dict | None:
+        """The table's ``metaData`` action at ``self.version`` (None: the table has no version yet).
+        Do not change it."""
+        if self._meta is None and self._snapshot_version >= 0:
+            table = self._snapshot if self._snapshot is not None and \
+                self._snapshot.version() == self._snapshot_version else \
+                DeltaTable(self.uri, version=self._snapshot_version, storage_options=self.storage_options)
+            meta = table.metadata()
+            self._set_meta({"id": meta.id, "name": meta.name, "description": meta.description,
+                            "format": {"provider": "parquet", "options": {}},
+                            "schemaString": table.schema().to_json(),
+                            "partitionColumns": list(meta.partition_columns), "createdTime": meta.created_time,
+                            "configuration": dict(meta.configuration)})
+        return self._meta
+
+    def configuration(self) -> dict[str, str]:
+        """The table's configuration at ``self.version`` (``metaData.configuration``)."""
+        meta = self.metadata()
+        return dict((meta or {}).get("configuration") or {})
+
+    def _set_meta(self, meta: dict) -> None:
+        self._meta, self._columns = meta, None
+
+    def _lacks(self, schema: TableSchema) -> bool:
+        """Whether the table's schema at ``self.version`` lacks a column of ``schema``."""
+        if self._columns is None:
+            meta = self.metadata()
+            if meta is None:
+                return False
+            self._columns = frozenset(f["name"] for f in json_codec.loads(meta["schemaString"])["fields"])
+        return not self._columns.issuperset(schema.columns.names)
 
     @classmethod
     def open(cls, uri: str, options: StoreOptions = LOCAL) -> DeltaLog | None:
@@ -285,6 +327,9 @@ class DeltaLog:
         if self._live is not None:
             apply_actions(self._live, lines)
         for action in lines:
+            meta = action.get("metaData")
+            if meta is not None:
+                self._set_meta(meta)
             protocol = action.get("protocol")
             if protocol is not None:
                 self._deletion_vectors = DELETION_VECTORS in protocol.get("readerFeatures", ())
@@ -319,23 +364,37 @@ class DeltaLog:
         data = self._store.get(_version_name(version))
         return None if data is None else json_codec.read_lines(data)
 
-    def _enabling_deletion_vectors(self) -> list[dict]:
-        """The ``protocol`` and ``metaData`` actions that let the table's files carry deletion
-        vectors (reader 3 / writer 7, feature ``deletionVectors``; writer version 2's features
-        listed as Spark lists them), once: tables are created without, so that readers that
-        cannot apply DVs still read tables that never had a delete."""
-        table = DeltaTable(self.uri, version=self.version, storage_options=self.storage_options)
-        meta = table.metadata()
-        return [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": [DELETION_VECTORS],
-                              "writerFeatures": ["appendOnly", "invariants", DELETION_VECTORS]}},
-                {"metaData": {"id": meta.id, "name": meta.name, "description": meta.description,
-                              "format": {"provider": "parquet", "options": {}},
-                              "schemaString": table.schema().to_json(),
-                              "partitionColumns": list(meta.partition_columns), "createdTime": meta.created_time,
-                              "configuration": {**meta.configuration, "delta.enableDeletionVectors": "true"}}}]
+    def _metadata_actions(self, enable_dvs: bool, schema: TableSchema | None) -> list[dict]:
+        """The ``protocol`` and ``metaData`` actions a commit carries, if any (one ``metaData`` at most).
+
+        ``enable_dvs``: let the table's files carry deletion vectors (reader 3 / writer 7, feature
+        ``deletionVectors``; writer version 2's features listed as Spark lists them), once: tables
+        are created without, so that readers that cannot apply DVs still read tables that never had
+        a delete. ``schema``: the columns the commit's files may have; when the table lacks some,
+        its schema is widened by them and its configuration records the Milvus schema
+        (``table_schema``)."""
+        widen = schema is not None and self._lacks(schema)
+        if not enable_dvs and not widen:
+            return []
+        current = self.metadata()
+        assert current is not None   # a table with a version: a commit follows one
+        meta = {**current, "configuration": dict(current.get("configuration") or {})}
+        actions: list[dict] = []
+        if enable_dvs:
+            actions.append({"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                                         "readerFeatures": [DELETION_VECTORS],
+                                         "writerFeatures": ["appendOnly", "invariants", DELETION_VECTORS]}})
+            meta["configuration"]["delta.enableDeletionVectors"] = "true"
+        if widen:
+            assert schema is not None
+            meta["schemaString"] = table_schema.widened(meta["schemaString"], schema.columns) or meta["schemaString"]
+            meta["configuration"].update(schema.configuration())
+        actions.append({"metaData": meta})
+        return actions
 
     def commit(self, *, adds: Sequence[AddFile] = (), removes: Sequence[RemoveFile] = (), txns: dict[str, int],
-               expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None) -> int:
+               expected: dict[str, int | None], info: dict[str, str], rewrites: ReadFiles | None = None,
+               schema: TableSchema | None = None) -> int:
         """Append one version: the files, ``txn(app, version)`` for each of ``txns`` and ``info`` in
         ``commitInfo``; only if every app id of ``expected`` still has that txn, and no version
         this object did not know when the call began removed a file of ``removes`` (they are files
@@ -343,7 +402,8 @@ class DeltaLog:
 
         ``rewrites``: the commit only rearranges data (compaction: ``dataChange = false``, Delta's
         OPTIMIZE) and lands only while none of those files was removed by a version after
-        ``rewrites.version``.
+        ``rewrites.version``. ``schema``: the columns its files may have; a table that lacks some is
+        widened by them in the same version (``table_schema``).
         Raises :class:`TxnMoved` or :class:`FilesRemoved` (nothing committed), :class:`NotLanded`
         (the store wrote nothing), or :class:`CommitInDoubt` or another error of the store (it may
         have landed: its txnId is then in ``doubtful``).
@@ -365,7 +425,7 @@ class DeltaLog:
         uncertain: set[int] = set()
         try:
             while True:
-                upgrade = self._enabling_deletion_vectors() if with_dvs and not self._deletion_vectors else []
+                upgrade = self._metadata_actions(with_dvs and not self._deletion_vectors, schema)
                 data = json_codec.write_lines(upgrade + lines)
                 moved = {app: self.txn(app) for app, want in expected.items() if self.txn(app) != want}
                 if moved:
@@ -378,6 +438,9 @@ class DeltaLog:
                     self.version = version
                     self._settle(version, txn_id)
                     self._deletion_vectors = self._deletion_vectors or with_dvs
+                    for action in upgrade:
+                        if "metaData" in action:
+                            self._set_meta(action["metaData"])
                     if self._live is not None:
                         apply_actions(self._live, lines)
                     self._txns.update(txns)
