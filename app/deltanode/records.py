@@ -47,6 +47,9 @@ class EventKind(enum.StrEnum):
     # sealed at the event's ts.
     SEGMENT_FLUSH = "segment_flush"
     MANUAL_FLUSH = "manual_flush"
+    # Milvus 2.6: a schema change the vchannel's schema already has (``ControlEvent.segments``: the
+    # segments the streaming node flushed for it), sealed at the event's ts.
+    SCHEMA_CHANGE = "schema_change"
 
 
 class Lane(enum.StrEnum):
@@ -291,6 +294,17 @@ class ControlEvent:
     segments: tuple[int, ...] = ()   # the segments a SEGMENT_FLUSH or MANUAL_FLUSH seals
 
 
+@dataclass(frozen=True, kw_only=True)
+class SchemaChange:
+    """A live collection's new schema, read on a vchannel (a Milvus 2.6 SchemaChange, or an
+    AlterCollection of the schema) that adds columns the schema its router wrote with lacks: the
+    vchannel's portion ends before it, and the driver's flowgraphs of the collection take it."""
+
+    schema: bytes   # the whole new CollectionSchema, serialized
+    version: int    # its ``version``
+    ts: int         # the message's time tick
+
+
 @dataclass(frozen=True)
 class PortionStats:
     max_tick: int = 0       # the largest TimeTick in the portion, 0 if none
@@ -321,6 +335,8 @@ class Portion:
     # It ends before its range does (at a clean tick, or before a transaction still open): what
     # follows is read again, so a later piece of the same range is not applied after it.
     cut: bool = False
+    # A schema change it ends before (``cut``): what follows is read again with that schema.
+    schema: SchemaChange | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from deltanode.executor.wal_adaptor import MSG_FLUSH_SEGMENT, MSG_MANUAL_FLUSH, Kind, SegmentSeal, adapt, restamp
+from deltanode.executor.wal_adaptor import (
+    MSG_FLUSH_SEGMENT,
+    MSG_MANUAL_FLUSH,
+    Kind,
+    SchemaUpdate,
+    SegmentSeal,
+    adapt,
+    restamp,
+)
 from deltanode.wire import wal_message
 from deltanode.wire.milvus_proto import common_pb2
 from deltanode.wire.wal_message import Cipher, Txn, WalFormatError, parse
@@ -15,6 +23,7 @@ from .wal26 import (
     OTHER,
     PID,
     VCHANNEL,
+    added_field,
     b64,
     base36,
     delete,
@@ -24,6 +33,7 @@ from .wal26 import (
     insert_header,
     pb,
     props,
+    schema_change,
     time_tick,
 )
 
@@ -129,7 +139,7 @@ def test_an_encrypted_message_is_refused_with_its_zone_never_decoded():
 @pytest.mark.parametrize("kind, kw, reason", [
     ("Insert", {"version": 3}, "Milvus message version _v 3 (Insert): DeltaNode reads versions 0 to 2"),
     ("Insert", {"version": 2}, "Insert with payload version _v 2: Milvus writes it as _v 1"),
-    ("SchemaChange", {}, "SchemaChange: a live collection's schema change is not applied"),
+    ("SchemaChange", {"header": pb((1, CID))}, f"SchemaChange of the schema of collection {CID} carries no schema"),
     ("Import", {}, "Import: a bulk import of files, not rows on the channel"),
 ])
 def test_what_deltanode_cannot_apply_is_refused_naming_type_and_version(kind, kw, reason):
@@ -147,11 +157,22 @@ def test_an_unknown_type_or_a_txn_message_on_the_wire_is_refused():
     assert "assembled by a reader" in adapt(b"", parse(p)).reason
 
 
-def test_an_alter_collection_is_refused_only_when_it_changes_the_schema():
+@pytest.mark.parametrize("alter, kind, msg_type", [(True, "AlterCollection", MsgType.AlterCollection),
+                                                   (False, "SchemaChange", MsgType.AddCollectionField)])
+def test_a_schema_change_carries_the_whole_new_schema_and_the_segments_flushed_for_it(alter, kind, msg_type):
+    schema = added_field()
+    payload, header = schema_change(schema, [900, 901], alter=alter)
+    a = adapted(kind, payload, header=header)
+    assert (a.kind, a.msg_type) == (Kind.SCHEMA, msg_type)
+    assert a.schema == SchemaUpdate(collection_id=CID, schema=schema.SerializeToString(), flushed=(900, 901), ts=TT)
+
+
+def test_an_alter_collection_of_no_schema_only_ticks_and_one_of_the_schema_without_it_is_refused():
     # AlterCollectionMessageHeader: db_id 1, collection_id 2, update_mask 3 (FieldMask: paths 1)
-    a = adapted("AlterCollection", header=pb((1, 1), (2, CID), (3, pb((1, "schema")))))
-    assert a.kind is Kind.REJECT and a.msg_type == MsgType.AlterCollection and "schema" in a.reason
     assert adapted("AlterCollection", header=pb((1, 1), (2, CID), (3, pb((1, "properties"))))).kind is Kind.TICK
+    a = adapted("AlterCollection", header=pb((1, 1), (2, CID), (3, pb((1, "schema")))))
+    assert (a.kind, a.msg_type) == (Kind.REJECT, MsgType.AlterCollection)
+    assert a.reason == f"AlterCollection of the schema of collection {CID} carries no schema"
 
 
 def test_a_payload_that_does_not_parse_is_refused():

@@ -12,15 +12,15 @@ import string
 import numpy as np
 
 from deltanode.mq.milvus_producer import field_data
-from deltanode.wire.milvus_proto import common_pb2, msg_pb2
+from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 from deltanode.wire.varint import encode_varint
 
 CID, PID, PCHANNEL = 7, 70, "dn26-dml_0"
 VCHANNEL, OTHER = f"{PCHANNEL}_{CID}v0", f"{PCHANNEL}_8v0"
-LAYOUT = CollectionLayout.from_proto(schema_from_json(
-    {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
-                {"name": "vec", "data_type": "FloatVector", "dim": 2}]}, "c"))
+SCHEMA = schema_from_json({"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
+                                      {"name": "vec", "data_type": "FloatVector", "dim": 2}]}, "c")
+LAYOUT = CollectionLayout.from_proto(SCHEMA)
 
 # messagespb.MessageType and the payload version Milvus builds each with.
 TYPES = {"TimeTick": (1, 1), "Insert": (2, 1), "Delete": (3, 1), "Flush": (4, 2), "CreateCollection": (5, 1),
@@ -115,3 +115,28 @@ def drop_partition(partition: int) -> bytes:
 def drop_collection() -> bytes:
     return msg_pb2.DropCollectionRequest(base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.DropCollection),
                                          collectionID=CID).SerializeToString()
+
+
+def added_field(version: int = 1, *, name: str = "note", nullable: bool = True,
+                base: schema_pb2.CollectionSchema = SCHEMA) -> schema_pb2.CollectionSchema:
+    """``base`` with a VarChar field added as Milvus's RootCoord adds one: the next field id, the
+    schema's ``version`` set."""
+    schema = schema_pb2.CollectionSchema()
+    schema.CopyFrom(base)
+    fid = max(f.fieldID for f in schema.fields) + 1
+    f = schema.fields.add(fieldID=fid, name=name, data_type=schema_pb2.DataType.VarChar, nullable=nullable)
+    f.type_params.add(key="max_length", value="64")
+    schema.version = version
+    return schema
+
+
+def schema_change(schema: schema_pb2.CollectionSchema, flushed: list[int], *, alter: bool = True,
+                  collection_id: int = CID) -> tuple[bytes, bytes]:
+    """(payload, header) of a schema change as v2.6.6 writes it: an AlterCollection whose update_mask
+    names ``schema`` (header: db_id 1, collection_id 2, update_mask 3, flushed_segment_ids 5; body:
+    updates 1 -> schema 5), or the older SchemaChange (header: collection_id 1, flushed_segment_ids
+    2; body: schema 1)."""
+    raw = schema.SerializeToString()
+    if alter:
+        return pb((1, pb((5, raw)))), pb((1, 1), (2, collection_id), (3, pb((1, "schema"))), (5, flushed))
+    return pb((1, raw)), pb((1, collection_id), (2, flushed))

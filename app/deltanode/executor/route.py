@@ -20,6 +20,13 @@ transaction's members are held until its CommitTxn, re-stamped with the commit's
 Milvus's txn buffer does), and dropped at a RollbackTxn or once it expires. While one is open,
 nothing after its BeginTxn is written: a portion that ends with a transaction still open ends
 right before its BeginTxn (a clean point, as above), so a restart reads the transaction whole.
+
+A 2.6 schema change of the collection (``schema_change``) that adds columns ends the vchannel's
+portion right before it (or at the clean point before it, while a transaction is open or messages
+are held back), carrying the new schema (``Portion.schema``): the router reads nothing further,
+and the rest is read again once the driver's flowgraphs write with that schema. One that adds no
+column (the schema written with has them) seals the segments the streaming node flushed for it, as
+a Flush does. One that is no pure addition of nullable fields is quarantined.
 """
 
 from __future__ import annotations
@@ -36,19 +43,31 @@ from ..records import (
     QuarantineRow,
     ReplayState,
     RouteContext,
+    SchemaChange,
     TaskError,
 )
 from ..storage.layout import StorageLayout
 from ..wire.positions import LOGICAL_BITS
 from ..wire.schema import CollectionLayout
 from ..wire.wal_message import Txn, WalMessage
-from . import decode
+from . import decode, schema_change
 from .binlog_writer import BinlogWriter
 from .pack_order import PackOrder
 from .replay_filter import ReplayFilter
-from .wal_adaptor import MSG_FLUSH_SEGMENT, MSG_MANUAL_FLUSH, Adapted, Kind, restamp
+from .wal_adaptor import (
+    MSG_ALTER_COLLECTION,
+    MSG_FLUSH_SEGMENT,
+    MSG_MANUAL_FLUSH,
+    MSG_SCHEMA_CHANGE,
+    Adapted,
+    Kind,
+    SchemaUpdate,
+    SegmentSeal,
+    restamp,
+)
 
-_SEAL_EVENTS = {MSG_FLUSH_SEGMENT: EventKind.SEGMENT_FLUSH, MSG_MANUAL_FLUSH: EventKind.MANUAL_FLUSH}
+_SEAL_EVENTS = {MSG_FLUSH_SEGMENT: EventKind.SEGMENT_FLUSH, MSG_MANUAL_FLUSH: EventKind.MANUAL_FLUSH,
+                MSG_SCHEMA_CHANGE: EventKind.SCHEMA_CHANGE, MSG_ALTER_COLLECTION: EventKind.SCHEMA_CHANGE}
 
 
 @dataclass(frozen=True)
@@ -85,8 +104,10 @@ class VchannelRouter:
     """Routes one vchannel's messages of one offset range ``[first, end)``."""
 
     def __init__(self, ctx: RouteContext, layout: CollectionLayout, storage: StorageLayout, first: int,
-                 end: int) -> None:
+                 end: int, *, schema_version: int = 0) -> None:
+        """``layout``: the collection's columns, of its schema at ``schema_version``."""
         self.ctx, self.layout, self.storage = ctx, layout, storage
+        self.schema_version = schema_version
         self.first, self.end = first, end
         self.insert_schema = layout.insert_schema()
         self.delete_schema = layout.delete_schema()
@@ -103,6 +124,7 @@ class VchannelRouter:
         self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick (pack order, open txns)
         self._clean: _CleanTick | None = None
         self._txns: dict[int, _OpenTxn] = {}   # Milvus 2.6 transactions open, by txn id
+        self._new_schema: SchemaChange | None = None   # read: nothing after it is this task's
 
     @property
     def writer(self) -> BinlogWriter:
@@ -113,6 +135,8 @@ class VchannelRouter:
     # -- messages ------------------------------------------------------------------------
     def dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
         """An Insert or Delete whose shardName is this vchannel (``value``: its wire bytes)."""
+        if self._new_schema is not None:
+            return
         try:
             if not msg.timestamps:
                 raise decode.Reject(f"{'insert' if msg_type == decode.MSG_INSERT else 'delete'} without timestamps")
@@ -190,10 +214,12 @@ class VchannelRouter:
     @property
     def needs_ticks(self) -> bool:
         """Whether the dispatcher must hand it every TimeTick (the others only need the last one)."""
-        return self.seeking or self._order is not None
+        return (self.seeking or self._order is not None) and self._new_schema is None
 
     def tick(self, ts: int, offset: int) -> None:
         """A TimeTick at ``offset``: ends the seek, releases a pack in pack order."""
+        if self._new_schema is not None:
+            return
         if self.seeking and ts >= self.ctx.seek_ts:
             self.seeking = False
         if self._order is None:
@@ -211,7 +237,10 @@ class VchannelRouter:
                 self._order = None
 
     def _clean_tick(self, end: int, ts: int) -> None:
-        """Everything before offset ``end`` is written: a portion may end there."""
+        """Everything before offset ``end`` is written: a portion may end there (never past a schema
+        change it stopped at)."""
+        if self._new_schema is not None:
+            return
         for write in self._deferred:
             write()
         self._deferred = []
@@ -224,6 +253,8 @@ class VchannelRouter:
     def control(self, offset: int, msg_type: int, msg, ts: int | None = None) -> None:
         """Flush (already matched by collection name) or a drop of this vchannel's collection, at
         ``ts`` (default: its MsgBase's); a 2.6 seal of segments (``wal_adaptor.SegmentSeal``)."""
+        if self._new_schema is not None:
+            return
         if ts is None:
             ts = msg.base.timestamp
         if self.seeking and ts <= self.ctx.seek_ts:
@@ -251,11 +282,13 @@ class VchannelRouter:
     def wal(self, offset: int, wal: WalMessage, adapted: Adapted, value: bytes, tick_before: int) -> None:
         """A 2.6 message of this vchannel, adapted (``wal_adaptor``); ``tick_before``: the pchannel's
         time tick before it (every 2.6 message's ``_tt`` is its pchannel's progress)."""
+        if self._new_schema is not None:
+            return
         if self._txns:
             self._expire(tick_before, offset)
         txn = wal.txn
         if txn is None:
-            self._apply_wal(offset, adapted, value)
+            self._apply_wal(offset, adapted, value, tick_before)
             return
         kind = adapted.kind
         if kind is Kind.BEGIN:
@@ -275,7 +308,7 @@ class VchannelRouter:
             open_txn.members.append((offset, adapted, value))
             open_txn.last_tt = wal.time_tick
 
-    def _apply_wal(self, offset: int, adapted: Adapted, value: bytes) -> None:
+    def _apply_wal(self, offset: int, adapted: Adapted, value: bytes, tick_before: int = 0) -> None:
         kind, msg_type = adapted.kind, adapted.msg_type
         if kind is Kind.DML and msg_type is not None:
             self.dml(offset, msg_type, adapted.msg, value)
@@ -284,8 +317,30 @@ class VchannelRouter:
                 self.control(offset, msg_type, adapted.seal, adapted.seal.ts)
             elif adapted.msg.collectionID == self.ctx.collection_id:
                 self.control(offset, msg_type, adapted.msg)
+        elif kind is Kind.SCHEMA and adapted.schema is not None and msg_type is not None:
+            self._schema_change(offset, msg_type, adapted.schema, value, tick_before)
         elif kind is Kind.REJECT:
             self.quarantine(offset, value, adapted.reason, adapted.msg_type)
+
+    def _schema_change(self, offset: int, msg_type: int, update: SchemaUpdate, value: bytes, tick_before: int) -> None:
+        """A schema change of the collection: taken (``schema_change.judge``), sealing the segments
+        flushed for it, when the layout has its columns; else the portion ends before it."""
+        if update.collection_id != self.ctx.collection_id:
+            return   # another collection's: a vchannel belongs to one
+        if self.seeking and update.ts <= self.ctx.seek_ts:
+            return   # before the seek's tick: the schema written with comes after it
+        try:
+            verdict = schema_change.judge(self.schema_version, self.layout, update.schema)
+        except schema_change.NotAnAddition as e:
+            self.quarantine(offset, value, f"schema change of collection {update.collection_id}: {e}", msg_type)
+            return
+        if verdict is schema_change.Verdict.KNOWN:
+            self.control(offset, msg_type, SegmentSeal(segments=update.flushed, ts=update.ts), update.ts)
+            return
+        if not self._txns and not (self._order is not None and self._order.holding):
+            self._clean_tick(offset, tick_before)   # else the clean point before the open transaction
+        self._new_schema = SchemaChange(schema=update.schema, version=schema_change.version_of(update.schema),
+                                        ts=update.ts)
 
     def _begin(self, offset: int, txn: Txn, tt: int, tick_before: int) -> None:
         if txn.txn_id in self._txns:
@@ -309,6 +364,8 @@ class VchannelRouter:
             self._txn_closed(end, tick)
 
     def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
+        if self._new_schema is not None:
+            return
         self.quarantined += 1
         if offset < self.ctx.quarantine_watermark:
             return  # recorded by an earlier, committed attempt
@@ -318,6 +375,8 @@ class VchannelRouter:
     # -- results -------------------------------------------------------------------------
     def finish(self, max_tick: int) -> Portion:
         """``max_tick``: the range's last TimeTick if this vchannel read it, else 0."""
+        if self._new_schema is not None:
+            return self._end_before_schema()
         if self._txns:
             self._expire(max_tick, self.end)
         end, replay = self.end, self.replay.state() if self.replay is not None else None
@@ -345,6 +404,24 @@ class VchannelRouter:
         return Portion(self.ctx.vchannel, self.first, end, files,
                        dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
                        replay, sealed=tuple(self.newly_sealed), cut=cut)
+
+    def _end_before_schema(self) -> Portion:
+        """The portion up to the last clean point before the schema change it stopped at, carrying
+        it; an empty one at its first offset when there is none (a transaction open from its start)."""
+        clean = self._clean
+        if clean is None or clean.end <= self.first:
+            if self._writer is not None:
+                self._writer.abort()
+            return Portion(self.ctx.vchannel, self.first, self.first, cut=True, schema=self._new_schema)
+        (self.dml_messages, self.dml_bytes, self.inserted, self.deleted, self.quarantined) = clean.counters
+        del self.events[clean.events:]
+        del self.newly_sealed[clean.sealed:]
+        files = tuple(self._writer.close()) if self._writer is not None else ()
+        stats = PortionStats(clean.ts, self.dml_messages, self.dml_bytes, self.inserted, self.deleted,
+                             self.quarantined)
+        return Portion(self.ctx.vchannel, self.first, clean.end, files,
+                       dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
+                       clean.replay, sealed=tuple(self.newly_sealed), cut=True, schema=self._new_schema)
 
     def fail(self, error: TaskError) -> Portion:
         """The vchannel failed in this task: its files are deleted, its portion carries the error."""

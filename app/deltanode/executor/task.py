@@ -20,6 +20,7 @@ from ..faults import crash_point
 from ..mq.broker import BrokerError, BrokerUnreachable, Gap, OffsetRange
 from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout
+from . import schema_change
 from .contexts import TaskContexts
 from .dispatch import PchannelDispatcher
 from .route import VchannelRouter
@@ -51,7 +52,9 @@ def _run(spec: TaskSpec) -> TaskOutput:
     storage = spec.storage
 
     def router(ctx: RouteContext, first: int, end: int) -> VchannelRouter:
-        return VchannelRouter(ctx, CollectionLayout.from_bytes(spec.schemas[ctx.collection_id]), storage, first, end)
+        schema = spec.schemas[ctx.collection_id]
+        return VchannelRouter(ctx, CollectionLayout.from_bytes(schema), storage, first, end,
+                              schema_version=schema_change.version_of(schema))
 
     contexts = TaskContexts(spec.contexts)
     dispatchers = [PchannelDispatcher(piece, contexts, router, where=storage.root) for piece in spec.pieces]

@@ -6,9 +6,12 @@ timestamps, segment and shard are not the real ones. Milvus's own bridge to its 
 the properties, and so does ``adapt``: every row's timestamp becomes the message's time tick
 (``_tt``), the segment the ``_h`` assignment of the body's partition, the shard its vchannel
 (``_vc``); a Delete's timestamps all become ``_tt``; a drop's MsgBase timestamp ``_tt``. A Flush
-(one segment) and a ManualFlush (its ``segment_ids`` at its ``flush_ts``) seal segments. What
-DeltaNode cannot apply is refused with a reason naming the type and version: an encrypted payload
-(``_ch``: no key here), a schema change, an import of files, a type or version it does not know.
+(one segment) and a ManualFlush (its ``segment_ids`` at its ``flush_ts``) seal segments. A
+SchemaChange, or an AlterCollection whose ``update_mask`` names the schema, carries the collection's
+whole new schema and the segments the streaming node flushed for it (``SchemaUpdate``); the router
+judges it against the schema it writes with (``schema_change``). What DeltaNode cannot apply is
+refused with a reason naming the type and version: an encrypted payload (``_ch``: no key here), an
+import of files, a type or version it does not know.
 Transactions (BeginTxn, members, CommitTxn, RollbackTxn) are the router's to assemble
 (``route.VchannelRouter.wal``): here a member is adapted like any message.
 """
@@ -28,6 +31,8 @@ from . import decode
 
 MsgType = common_pb2.MsgType
 MSG_FLUSH_SEGMENT, MSG_MANUAL_FLUSH = MsgType.FlushSegment, MsgType.ManualFlush
+# What Milvus's own adaptor maps a SchemaChange and an AlterCollection to.
+MSG_SCHEMA_CHANGE, MSG_ALTER_COLLECTION = MsgType.AddCollectionField, MsgType.AlterCollection
 
 
 class Kind(enum.Enum):
@@ -36,6 +41,7 @@ class Kind(enum.Enum):
     TICK = "tick"            # nothing but its time tick (a TimeTick, a type that carries nothing for a vchannel)
     DML = "dml"              # an Insert or Delete (``msg_type``, ``msg``)
     CONTROL = "control"      # a drop (``msg``) or a seal of segments (``seal``)
+    SCHEMA = "schema"        # the collection's new schema (``schema``)
     BEGIN = "begin"          # BeginTxn / CommitTxn / RollbackTxn of the message's ``_tx``
     COMMIT = "commit"
     ROLLBACK = "rollback"
@@ -51,6 +57,18 @@ class SegmentSeal:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaUpdate:
+    """A SchemaChange, or an AlterCollection of the schema: the collection's whole new schema (a
+    serialized ``CollectionSchema``) and the segments the streaming node flushed for it, which take
+    no row after ``ts``."""
+
+    collection_id: int
+    schema: bytes
+    flushed: tuple[int, ...]
+    ts: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Adapted:
     """One 2.6 message in the router's shapes. Runs on executors."""
 
@@ -58,6 +76,7 @@ class Adapted:
     msg_type: int | None = None   # commonpb.MsgType (DML, CONTROL; REJECT: the type's, when it has one)
     msg: Any = None               # the msgpb request, timestamps, segment and shard set (DML, drops)
     seal: SegmentSeal | None = None
+    schema: SchemaUpdate | None = None
     reason: str = ""
 
 
@@ -72,6 +91,8 @@ _VERSIONS = {w.T_TIME_TICK: w.V1, w.T_INSERT: w.V1, w.T_DELETE: w.V1, w.T_CREATE
              w.T_FLUSH: w.V2, w.T_MANUAL_FLUSH: w.V2, w.T_CREATE_SEGMENT: w.V2, w.T_SCHEMA_CHANGE: w.V2,
              w.T_ALTER_COLLECTION: w.V2, w.T_ALTER_REPLICATE_CONFIG: w.V2, w.T_BEGIN_TXN: w.V2,
              w.T_COMMIT_TXN: w.V2, w.T_ROLLBACK_TXN: w.V2, **{t: w.V2 for t in range(14, 37)}}
+# The FieldMask path of an AlterCollection that changes the schema (message.FieldMaskCollectionSchema).
+SCHEMA_MASK = "schema"
 _TXN_KINDS = {w.T_BEGIN_TXN: Kind.BEGIN, w.T_COMMIT_TXN: Kind.COMMIT, w.T_ROLLBACK_TXN: Kind.ROLLBACK}
 
 
@@ -132,17 +153,26 @@ def _adapt(payload: bytes, wal: w.WalMessage) -> Adapted:
         drop.partitionID = drop.partitionID or header.partition_id
         return _control(decode.MSG_DROP_PARTITION, drop, wal)
     if t == w.T_SCHEMA_CHANGE:
-        return reject(wal, "SchemaChange: a live collection's schema change is not applied (its table keeps the "
-                           "schema it was created with)")
+        h = wal.header_as(messagespb.SchemaChangeMessageHeader)
+        body = messagespb.SchemaChangeMessageBody.FromString(payload)
+        return _schema(wal, MSG_SCHEMA_CHANGE, h.collection_id, body.schema, h.flushed_segment_ids)
     if t == w.T_ALTER_COLLECTION:
-        mask = wal.header_as(messagespb.AlterCollectionMessageHeader).update_mask.paths
-        if "schema" in mask:
-            return reject(wal, "AlterCollection of the schema: a live collection's schema change is not applied "
-                               "(its table keeps the schema it was created with)")
-        return _TICK   # a rename, a description, properties, a consistency level: nothing of the rows
+        header = wal.header_as(messagespb.AlterCollectionMessageHeader)
+        if SCHEMA_MASK not in header.update_mask.paths:
+            return _TICK   # a rename, a description, properties, a consistency level: nothing of the rows
+        body = messagespb.AlterCollectionMessageBody.FromString(payload)
+        return _schema(wal, MSG_ALTER_COLLECTION, header.collection_id, body.updates.schema,
+                       header.flushed_segment_ids)
     if t == w.T_IMPORT:
         return reject(wal, "Import: a bulk import of files, not rows on the channel; DeltaNode does not read them")
     raise AssertionError(f"type {t} has a version but no adaptation")   # _VERSIONS and the above agree
+
+
+def _schema(wal: w.WalMessage, msg_type: int, collection_id: int, schema: bytes, flushed) -> Adapted:
+    if not schema:
+        return reject(wal, f"{wal.name} of the schema of collection {collection_id} carries no schema")
+    return Adapted(kind=Kind.SCHEMA, msg_type=msg_type, schema=SchemaUpdate(
+        collection_id=collection_id, schema=schema, flushed=tuple(flushed), ts=wal.time_tick))
 
 
 def _control(msg_type: int, msg: Any, wal: w.WalMessage) -> Adapted:

@@ -31,6 +31,7 @@ from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.positions import physical_ms
 
 FLUSH_REQUEST, FLUSH_MESSAGE, MANUAL_FLUSH = "flush", "flush message", "manual flush"
+SCHEMA_CHANGE = "schema change"   # a Milvus 2.6 schema change: its streaming node flushed the segment for it
 
 
 @dataclass(frozen=True)

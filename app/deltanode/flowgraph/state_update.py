@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..records import ControlEvent, EventKind, FileEntry, Portion, PortionStats, ReplayState, TableKind
 from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST, MANUAL_FLUSH
+from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST, MANUAL_FLUSH, SCHEMA_CHANGE
 
 
 class BatchRangeError(RuntimeError):
@@ -38,6 +38,8 @@ class BatchOutcome:
 
 
 _NOTHING_DROPPED: frozenset[int] = frozenset()
+_SEAL_REASONS = {EventKind.SEGMENT_FLUSH: FLUSH_MESSAGE, EventKind.MANUAL_FLUSH: MANUAL_FLUSH,
+                 EventKind.SCHEMA_CHANGE: SCHEMA_CHANGE}
 
 
 def _dropped(everything: bool, parts: set[int], f: FileEntry) -> bool:
@@ -213,11 +215,11 @@ def _apply_event(new: ChannelState, e: ControlEvent, end: int) -> None:
         new.collection_dropped = True
         for seg in new.segments.values():
             seg.state = SegmentState.DROPPED
-    elif e.kind in (EventKind.SEGMENT_FLUSH, EventKind.MANUAL_FLUSH):
-        # Milvus 2.6 seals the segments it names at the event's ts; each becomes Flushed once the
-        # checkpoint's tick reaches it (``_move_checkpoint``). A segment without a row here has
-        # nothing to flush.
-        reason = FLUSH_MESSAGE if e.kind == EventKind.SEGMENT_FLUSH else MANUAL_FLUSH
+    elif e.kind in _SEAL_REASONS:
+        # Milvus 2.6 seals the segments it names at the event's ts (a schema change, the segments its
+        # streaming node flushed for it); each becomes Flushed once the checkpoint's tick reaches it
+        # (``_move_checkpoint``). A segment without a row here has nothing to flush.
+        reason = _SEAL_REASONS[e.kind]
         for seg_id in e.segments:
             found = new.segments.get(seg_id)
             if found is not None and found.state == SegmentState.GROWING:

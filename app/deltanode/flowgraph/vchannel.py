@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..records import FileEntry, RouteRow
 from ..storage.channel_state import ChannelState
 from ..storage.commit import VchannelSync, Watermarks
+from ..storage.table_schema import TableSchema, schema_rank
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.names import check_safe, pchannel_of
@@ -70,17 +71,16 @@ class VchannelFlowgraph:
     # Slots: a node holds 10,000 of these and every cycle reads a few attributes of each
     # (``deltanode_bench.idle_cycle``).
     __slots__ = ("vchannel", "pchannel", "collection_id", "info", "schema", "node_id", "positions", "layout",
-                 "schema_bytes", "status", "failures", "retry_at", "last_failure", "loads", "committed", "watermarks",
-                 "committed_at", "claim", "batches", "_seals", "routes", "_cursor")
+                 "schema_bytes", "schema_rank", "table_schema", "status", "failures", "retry_at", "last_failure",
+                 "loads", "committed", "watermarks", "committed_at", "claim", "batches", "_seals", "routes", "_cursor")
 
     def __init__(self, info: VchannelInfo, schema: schema_pb2.CollectionSchema, node_id: int,
                  positions: PositionCodec = CODECS["kafka"]) -> None:
         self.vchannel = check_safe("vchannel", info.channelName)
         self.pchannel = pchannel_of(self.vchannel)
         self.collection_id = info.collectionID
-        self.info, self.schema, self.node_id, self.positions = info, schema, node_id, positions
-        self.layout = CollectionLayout.from_proto(schema)
-        self.schema_bytes = schema.SerializeToString()   # shipped with every task that reads it
+        self.info, self.node_id, self.positions = info, node_id, positions
+        self._write_with(schema)
         self.status = FlowgraphStatus.FAILED            # until ``load``
         self.failures = 0
         self.retry_at = 0.0
@@ -98,6 +98,22 @@ class VchannelFlowgraph:
         self._seals = Sealing()
         self.routes = RouteRows(self.vchannel, self.collection_id, schema.name)
         self._cursor: TickCursor[VchannelFlowgraph] | None = None   # parked on it (``park``)
+
+    def _write_with(self, schema: schema_pb2.CollectionSchema) -> None:
+        self.schema = schema
+        self.layout = CollectionLayout.from_proto(schema)
+        self.schema_bytes = schema.SerializeToString()   # shipped with every task that reads it
+        self.schema_rank = schema_rank(schema)
+        self.table_schema = TableSchema(columns=self.layout.insert_schema(), milvus_schema=self.schema_bytes)
+
+    def take_schema(self, schema: schema_pb2.CollectionSchema) -> bool:
+        """Write with ``schema`` from now on if it is newer than its own (``schema_rank``: a field
+        added to the live collection); whether it took it. Rows read before it lack its new fields,
+        which read as null: nothing read is read again for it."""
+        if schema_rank(schema) <= self.schema_rank:
+            return False
+        self._write_with(schema)
+        return True
 
     @property
     def working(self) -> ChannelState:
@@ -257,3 +273,19 @@ class VchannelFlowgraph:
         if self._cursor is not None:
             self.batches.catch_up(self._cursor)
         return self.batches
+
+
+def align_schemas(fgs: list[VchannelFlowgraph]) -> dict[int, bytes]:
+    """Each collection's newest schema among ``fgs``, which every one of them then writes with (a
+    task ships one schema per collection: a vchannel that had not taken a sibling's newer schema
+    would drop the new fields of rows written after it); the serialized schema by collection id."""
+    newest: dict[int, VchannelFlowgraph] = {}
+    for fg in fgs:
+        known = newest.get(fg.collection_id)
+        if known is None or fg.schema_rank > known.schema_rank:
+            newest[fg.collection_id] = fg
+    for fg in fgs:
+        top = newest[fg.collection_id]
+        if top is not fg and top.schema_rank > fg.schema_rank:
+            fg.take_schema(top.schema)
+    return {cid: fg.schema_bytes for cid, fg in newest.items()}

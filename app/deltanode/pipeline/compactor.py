@@ -54,6 +54,7 @@ from ..storage.compaction import (
 )
 from ..storage.delta_log import FilesRemoved, TxnMoved
 from ..storage.layout import StorageLayout, pk_bloom_path
+from ..storage.table_schema import TableSchema
 from ..storage.tables import open_table
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class CompactionTarget:
     insert_schema: pa.Schema
     pk: str                                    # the primary key's column
     segments: dict[int, str]                   # segment id -> its vchannel
+    schema: TableSchema | None = None          # the columns its outputs have: the table is widened by those it lacks
 
 
 class Members(Protocol):
@@ -237,7 +239,7 @@ class Compactor:
         insert_log = committer.insert_log()
         assert insert_log is not None   # the rewrites were planned from its live files: the table exists
         try:
-            commit_rewrites(insert_log, kept, {r.vchannel: live[id(r)] for r, _ in kept})
+            commit_rewrites(insert_log, kept, {r.vchannel: live[id(r)] for r, _ in kept}, target.schema)
         except (FilesRemoved, TxnMoved) as e:
             report.refused += len(kept)
             delete_files(self.storage, insert_log.uri, _written(kept))

@@ -39,7 +39,7 @@ from ..executor.task import run_pickled_task
 from ..faults import crash_point
 from ..flowgraph.failure import Failure, FailureKind, storage_full
 from ..flowgraph.seal_policy import SealSettings
-from ..flowgraph.vchannel import VchannelFlowgraph
+from ..flowgraph.vchannel import VchannelFlowgraph, align_schemas
 from ..mq.broker import Broker, BrokerError, BrokerUnreachable, HighWatermarks
 from ..mq.reachability import BrokerReachability
 from ..records import RouteContexts, TaskOutput, TaskSpec
@@ -118,7 +118,7 @@ class CycleRunner:
             return Launched(plan=plan)
         report.ranges, report.tasks = len(plan.ranges), len(tasks)
         rows = {fg.vchannel: fg.route_row() for fg in readable}
-        schemas = {fg.collection_id: fg.schema_bytes for fg in readable}
+        schemas = align_schemas(readable + self.parking.flowgraphs(spans))
         loads = {fg.vchannel: fg.loads for fg in readable}
         starts = {p.vchannel: p.next_offset for p in positions}
         self.parking.rows(spans, rows, schemas, starts, loads)

@@ -2,10 +2,13 @@
 move its working state (``flowgraph.state_update``), idle reads move it by ticks or park it, and
 what a vchannel no longer owns is discarded. A vchannel whose range the broker did not serve
 (``TaskErrorKind.BROKER_UNREACHABLE``) waits where it stands: its portions' files are deleted and
-a later cycle reads the range again."""
+a later cycle reads the range again. A portion that ends before a schema change of its collection
+(a field added to the live collection: ``Portion.schema``) has every flowgraph of the collection
+on this node take the new schema, with which the next cycle reads on."""
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -13,14 +16,17 @@ from ..flowgraph.failure import Failure, FailureKind
 from ..flowgraph.state_update import BatchRangeError, advance, cut_after_short, retract_after_drops
 from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
 from ..mq.reachability import BrokerReachability
-from ..records import Portion, RangeKey, ReadStats, TaskErrorKind, TaskOutput
+from ..records import Portion, RangeKey, ReadStats, SchemaChange, TaskErrorKind, TaskOutput
 from ..storage.commit import discard
 from ..storage.layout import StorageLayout
+from ..wire.milvus_proto import schema_pb2
 from .cycle_report import CycleReport
 from .failures import FailurePolicy, task_failure
 from .parking import CursorKey, Parking
 from .plan import Plan
 from .registry import VchannelRegistry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +130,9 @@ class CycleApplier:
                                applying.report)
             return
         fg.apply(outcome, applying.now, applying.sizes.get(fg.pchannel))
+        change = next((p.schema for p in portions if p.schema is not None), None)
+        if change is not None:
+            _take_schema(fg, change, applying.current)
         report = applying.report
         report.rows += outcome.inserted_rows
         report.deletes += outcome.deleted_rows
@@ -154,6 +163,19 @@ class _Applying:
         sync runs beside the job); else what the job did for it is dropped."""
         return (self.current.get(fg.vchannel) is fg and fg.status == FlowgraphStatus.RUNNING
                 and fg.loads == self.launched.loads[fg.vchannel])
+
+
+def _take_schema(fg: VchannelFlowgraph, change: SchemaChange, current: dict[str, VchannelFlowgraph]) -> None:
+    """``fg`` read a schema change of its collection that adds columns: every flowgraph of the
+    collection on this node writes with it from the next cycle on (its commits widen the table)."""
+    schema = schema_pb2.CollectionSchema.FromString(change.schema)
+    before = {f.name for f in fg.layout.fields}
+    took = sorted(other.vchannel for other in current.values()
+                  if other.collection_id == fg.collection_id and other.take_schema(schema))
+    if took:
+        added = [f.name for f in fg.layout.fields if f.name not in before]
+        log.info("collection %d: schema version %d read on %s at ts %d adds %s: taken by %s", fg.collection_id,
+                 change.version, fg.vchannel, change.ts, added or "no column here", ", ".join(took))
 
 
 def _account(outputs: list[TaskOutput], report: CycleReport) -> dict[str, list[Portion]]:

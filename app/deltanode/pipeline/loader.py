@@ -54,11 +54,16 @@ class VchannelLoader:
         persisted rows the broker no longer holds: ``datacoord.milvus_catalog``), has those
         segments imported first (``milvus_import.importer``; ``progressed`` is called at each of
         its commits); it then starts from the state the import committed.
+
+        A table that records a newer Milvus schema than the one its watch gave (a field added to the
+        live collection: ``storage.table_schema``; DeltaNode's own catalog never hears of it) gives
+        the flowgraph that one.
         """
         committer = self.committer(fg)
         with committer.lock:
             committed = meta.channel_state_in(committer.created_insert_log(), fg.vchannel)
             watermarks = committer.watermarks(fg.vchannel)
+            recorded = committer.recorded_schema()
         if committed is None and self._importer is not None and carries_segments(fg.info):
             self._importer.run(fg.vchannel, fg.collection_id, fg.schema, committer, fg.node_id, progressed)
             fg.info = VchannelInfo(collectionID=fg.info.collectionID, channelName=fg.info.channelName,
@@ -67,6 +72,10 @@ class VchannelLoader:
                 committed = meta.channel_state_in(committer.created_insert_log(), fg.vchannel)
                 watermarks = committer.watermarks(fg.vchannel)
         fg.load(committed, watermarks, time.monotonic(), self._topic_id(fg.pchannel))
+        given = fg.schema.version
+        if recorded is not None and fg.take_schema(recorded):
+            log.info("%s: writes with schema version %d, which its table records (its watch gave version %d)",
+                     fg.vchannel, recorded.version, given)
 
     def forget(self, pchannel: str) -> None:
         """The next load of a vchannel of ``pchannel`` asks the broker, not the cache."""

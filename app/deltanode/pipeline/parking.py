@@ -152,16 +152,21 @@ class Parking:
         past = [_key(c) for c in self.cursors() if c.key in highs and c.offset > highs[c.key]]
         return [fg for key in past for fg in self.unpark_all(key)]
 
+    def flowgraphs(self, read: Iterable[CursorKey]) -> list[VchannelFlowgraph]:
+        """The members of the cursors the cycle reads (``read``: ``expand``'s spans)."""
+        return [fg for key in read for fg in self._cursors[key].members.values()]
+
     def rows(self, read: Iterable[CursorKey], rows: dict[str, RouteRow], schemas: dict[int, bytes],
              starts: dict[str, int], loads: dict[str, int]) -> None:
-        """Add the routing row, schema, start and loads of each member of the cursors the cycle
-        reads (``read``: ``expand``'s spans) to the cycle's."""
+        """Add the routing row, start and loads of each member of the cursors the cycle reads
+        (``read``: ``expand``'s spans) to the cycle's, and its collection's schema unless the cycle
+        has one (the newest: ``vchannel.align_schemas``)."""
         for key in read:
             cursor = self._cursors[key]
             offset = cursor.offset
             for v, fg in cursor.members.items():
                 rows[v] = fg.routes.at(offset)
-                schemas[fg.collection_id] = fg.schema_bytes
+                schemas.setdefault(fg.collection_id, fg.schema_bytes)
                 loads[v] = fg.loads
             starts.update(dict.fromkeys(cursor.members, offset))
 

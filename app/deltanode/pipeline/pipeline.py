@@ -167,7 +167,8 @@ class Pipeline:
             if target is None:
                 target = targets[fg.collection_id] = CompactionTarget(fg.collection_id, committers[fg.collection_id],
                                                                       fg.layout.insert_schema(),
-                                                                      fg.layout.primary_key.name, {})
+                                                                      fg.layout.primary_key.name, {},
+                                                                      fg.table_schema)
             dropped_partitions = set(state.dropped_partitions)
             target.segments.update((seg.segment_id, fg.vchannel) for seg in state.segments.values()
                                    if seg.state != SegmentState.DROPPED and seg.partition_id not in dropped_partitions)

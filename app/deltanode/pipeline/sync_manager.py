@@ -120,9 +120,10 @@ class SyncManager:
                            report: CycleReport) -> None:
         committer = self._committer_of(group[0])
         commit_started = time.monotonic()
+        schema = max(group, key=lambda fg: fg.schema_rank).table_schema   # the columns their files may have
         try:
             with committer.lock:
-                result = committer.commit(list(syncs.values()))
+                result = committer.commit(list(syncs.values()), schema)
         except Exception as e:  # noqa: BLE001 - this collection's vchannels fail, alone
             # The commit may have landed (a lost answer, CommitInDoubt) or its side commits did:
             # the files stay, and the reload from Delta resumes after whatever landed. Files no

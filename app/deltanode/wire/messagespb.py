@@ -6,6 +6,7 @@ broadcast header in the message's properties, each the standard base64 of one of
 Milvus's package, names and field numbers, the fields DeltaNode reads and no others (protobuf skips
 the rest, so the subset stays wire compatible). ``AlterCollectionMessageHeader.update_mask`` is a
 ``google.protobuf.FieldMask``; only its ``paths`` (field 1) are declared, under a name of this file.
+The message bodies declared are those of a schema change, their ``CollectionSchema`` as bytes.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def _build() -> descriptor_pb2.FileDescriptorProto:
     _message(f, "AlterCollectionMessageHeader", field("db_id", 1, i64), field("collection_id", 2, i64),
              field("update_mask", 3, F.TYPE_MESSAGE, type_name=_of("FieldMaskPaths")),
              field("flushed_segment_ids", 5, i64, repeated=True))
+    # A body's CollectionSchema is kept as its bytes (a message field and a bytes field share the
+    # wire form): the schema goes on to the driver as it came.
+    _message(f, "SchemaChangeMessageBody", field("schema", 1, F.TYPE_BYTES))
+    _message(f, "AlterCollectionMessageUpdates", field("schema", 5, F.TYPE_BYTES))
+    _message(f, "AlterCollectionMessageBody",
+             field("updates", 1, F.TYPE_MESSAGE, type_name=_of("AlterCollectionMessageUpdates")))
     _message(f, "BeginTxnMessageHeader", field("keepalive_milliseconds", 1, i64))
     _message(f, "TxnContext", field("txn_id", 1, i64), field("keepalive_milliseconds", 2, i64))
     _message(f, "CipherHeader", field("ez_id", 1, i64), field("collection_id", 2, i64),
@@ -80,6 +87,9 @@ DropCollectionMessageHeader = _class("DropCollectionMessageHeader")
 DropPartitionMessageHeader = _class("DropPartitionMessageHeader")
 SchemaChangeMessageHeader = _class("SchemaChangeMessageHeader")
 AlterCollectionMessageHeader = _class("AlterCollectionMessageHeader")
+SchemaChangeMessageBody = _class("SchemaChangeMessageBody")
+AlterCollectionMessageUpdates = _class("AlterCollectionMessageUpdates")
+AlterCollectionMessageBody = _class("AlterCollectionMessageBody")
 BeginTxnMessageHeader = _class("BeginTxnMessageHeader")
 TxnContext = _class("TxnContext")
 CipherHeader = _class("CipherHeader")
