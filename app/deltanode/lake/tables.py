@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..config import Conf
 from ..datacoord.catalog import CollectionRecord, CollectionStatus
+from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, SchemaError
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ class LakeTable:
     collection_id: int
     uri: str
     layout: CollectionLayout
+    schema: schema_pb2.CollectionSchema | None = None   # the layout's (its fields' default values)
 
     @property
     def qualified(self) -> str:
@@ -56,7 +58,7 @@ def lake_tables(records: list[CollectionRecord], storage) -> list[LakeTable]:
             log.warning("collection %s (%d) has no table: %s", name, r.collection_id, e)
             continue
         tables.append(LakeTable(name=name, database=database, collection_id=r.collection_id,
-                                uri=storage.insert_log(r.collection_id), layout=layout))
+                                uri=storage.insert_log(r.collection_id), layout=layout, schema=r.schema))
     return tables
 
 

@@ -6,12 +6,26 @@ which a session with a Hive metastore keeps. Each view selects the collection's 
 each user field with its Milvus type as comment (``columns``), from ``delta.`<insert_log>```:
 delta-spark reads the table's current version with its deletion vectors applied. A collection
 that never committed has no Delta table yet: its view is empty, with the collection's columns.
+
+A field added to the live collection (Milvus 2.6) widens the table at DeltaNode's next commit
+(``storage.table_schema``): the view then takes the schema the table records when it is newer
+than the catalog's (DeltaNode's own catalog never hears of the field), reads a column the table
+does not have yet as null, and shows a field's default value where the table holds null (the rows
+written before the field was added), as Milvus's query answers them. Raw readers of the table see
+null there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import replace
+
 import pyarrow as pa
 
+from ..storage.table_schema import recorded_schema, schema_rank
+from ..storage.tables import open_table
+from ..wire.milvus_proto import schema_pb2
+from ..wire.schema import CollectionLayout, DataType
 from .columns import SYSTEM_COMMENTS, comment
 from .tables import DEFAULT_DATABASE, LakeTable
 
@@ -52,13 +66,23 @@ def view_name(table: LakeTable) -> str:
     return f"{quote(table.database)}.{quote(table.name)}"
 
 
-def view_statement(table: LakeTable, committed: bool) -> str:
-    """``CREATE OR REPLACE [TEMPORARY] VIEW`` of ``table``; ``committed``: its Delta table exists."""
+def view_statement(table: LakeTable, committed: bool, present: Collection[str] | None = None) -> str:
+    """``CREATE OR REPLACE [TEMPORARY] VIEW`` of ``table``; ``committed``: its Delta table exists;
+    ``present``: the columns it has (None: every one of the collection's); one it lacks reads as
+    null. A field with a default value shows it where the table holds null."""
     schema = table.layout.insert_schema()
     comments = {f.name: comment(f) for f in table.layout.fields} | SYSTEM_COMMENTS
     columns = ", ".join(f"{quote(n)} COMMENT {_literal(comments[n])}" for n in schema.names)
     if committed:
-        body = f"SELECT {', '.join(quote(n) for n in schema.names)} FROM delta.{quote(spark_path(table.uri))}"
+        defaults = default_literals(table.schema) if table.schema is not None else {}
+
+        def select(f: pa.Field) -> str:
+            if present is not None and f.name not in present:
+                return f"CAST(NULL AS {sql_type(f.type)})"
+            if f.name in defaults:
+                return f"COALESCE({quote(f.name)}, {defaults[f.name]})"
+            return quote(f.name)
+        body = f"SELECT {', '.join(map(select, schema))} FROM delta.{quote(spark_path(table.uri))}"
     else:
         body = "SELECT " + ", ".join(f"CAST(NULL AS {sql_type(f.type)})" for f in schema) + " WHERE false"
     temporary = "TEMPORARY " if table.database == DEFAULT_DATABASE else ""
@@ -73,11 +97,62 @@ def committed(storage, table: LakeTable) -> bool:
     return any(f.path.endswith(".json") or f.path.endswith(".parquet") for f in found)
 
 
+def default_literals(schema: schema_pb2.CollectionSchema) -> dict[str, str]:
+    """Spark SQL literals of the default values of ``schema``'s fields, by field name (scalars and
+    Timestamptz: Milvus has no other default values)."""
+    out = {}
+    for f in schema.fields:
+        value = f.default_value
+        which = value.WhichOneof("data") if f.HasField("default_value") else None
+        if which is None:
+            continue
+        literal = _DEFAULT_LITERALS.get(which)
+        cast = _DEFAULT_TYPES.get(f.data_type)
+        if literal is not None and cast is not None:
+            out[f.name] = literal(getattr(value, which), cast)
+    return out
+
+
+def _text(v: object, cast: str) -> str:
+    return f"CAST({_literal(str(v))} AS {cast})"
+
+
+_DEFAULT_LITERALS = {
+    "bool_data": lambda v, cast: "true" if v else "false",
+    "int_data": lambda v, cast: f"CAST({int(v)} AS {cast})",
+    "long_data": lambda v, cast: f"CAST({int(v)} AS {cast})",
+    "float_data": lambda v, cast: _text(repr(float(v)), cast),
+    "double_data": lambda v, cast: _text(repr(float(v)), cast),
+    "string_data": _text,
+    "timestamptz_data": lambda v, cast: f"timestamp_micros({int(v)})",
+}
+_DEFAULT_TYPES = {DataType.Bool: "BOOLEAN", DataType.Int8: "TINYINT", DataType.Int16: "SMALLINT",
+                  DataType.Int32: "INT", DataType.Int64: "BIGINT", DataType.Float: "FLOAT", DataType.Double: "DOUBLE",
+                  DataType.VarChar: "STRING", DataType.Text: "STRING", DataType.Timestamptz: "TIMESTAMP"}
+
+
+def as_stored(storage, table: LakeTable) -> tuple[LakeTable, frozenset[str]]:
+    """``table`` with the schema its Delta table records when that is newer than its catalog's,
+    and the columns the Delta table has."""
+    delta = open_table(table.uri, storage.delta_options(table.uri))
+    if delta is None:
+        return table, frozenset(table.layout.insert_schema().names)
+    present = frozenset(f.name for f in delta.schema().fields)
+    recorded = recorded_schema(delta.metadata().configuration)
+    if recorded is not None and (table.schema is None or schema_rank(recorded) > schema_rank(table.schema)):
+        table = replace(table, layout=CollectionLayout.from_proto(recorded), schema=recorded)
+    return table, present
+
+
 def register(spark, storage, tables: list[LakeTable]) -> None:
     """Make each of ``tables`` a view of the ``spark`` session (whose conf has delta-spark's
     extension and catalog: ``lake.spark.configure``)."""
     for table in tables:
         if table.database != DEFAULT_DATABASE:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(table.database)}")
-        spark.sql(view_statement(table, committed(storage, table)))
+        if committed(storage, table):
+            stored, present = as_stored(storage, table)
+            spark.sql(view_statement(stored, True, present))
+        else:
+            spark.sql(view_statement(table, False))
 
