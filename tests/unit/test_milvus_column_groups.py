@@ -16,10 +16,11 @@ from deltanode.executor.decode import insert_columns
 from deltanode.milvus_import.binlog_format import BinlogFormatError
 from deltanode.milvus_import.column_group_format import open_column_group
 from deltanode.milvus_import.column_groups import packed_syncs
+from deltanode.milvus_import.columns import insert_column
 from deltanode.milvus_import.meta import MilvusSegmentState, PersistedSegment, SegmentLevel
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import schema_pb2
-from deltanode.wire.schema import CollectionLayout
+from deltanode.wire.schema import CollectionLayout, FieldSpec
 from tests import milvus26_types as m
 from tests import milvus_v2_files as v2
 
@@ -271,3 +272,17 @@ def test_a_field_no_group_holds_is_refused(tmp_path):
     with pytest.raises(BinlogFormatError, match=rf"segment {SEG}: no column group of \[0, 1, 102\] holds field\(s\) "
                                                 r"\[103\]"):
         _read(tmp_path, _segment(syncs), schema)
+
+
+def test_an_all_null_column_and_a_geometry_that_is_not_wkb(tmp_path):
+    spec = FieldSpec(101, "n", DataType.Int32, nullable=True)
+    assert insert_column(spec, pa.array([None, None], pa.int32())).to_pylist() == [None, None]
+    place = FieldSpec(104, "place", DataType.Geometry, nullable=True)
+    good = insert_column(place, pa.array([v2.wkb_point(1, 2), None, b""], pa.binary()), where="f")
+    assert good.to_pylist() == [v2.wkb_point(1, 2), None, b""]
+    with pytest.raises(BinlogFormatError, match=r"f: field 'place' \(id 104, Geometry\): row 1 is not WKB "
+                                                r"\(byte order mark 80, not 0 or 1\)"):
+        insert_column(place, pa.array([v2.wkb_point(1, 2), b"POINT (1 2)"], pa.binary()), where="f")
+    at = FieldSpec(105, "at", DataType.Timestamptz, nullable=True)
+    with pytest.raises(BinlogFormatError, match=r"f: field 'at' \(id 105, Timestamptz\): payload is string"):
+        insert_column(at, pa.array(["2025-01-01"]), where="f")
