@@ -195,3 +195,31 @@ def test_waiting_for_a_datanode_stops_once_no_checkpoint_moves(tmp_path, monkeyp
     late = verify.behind(StorageLayout(str(tmp_path)), record("a", 1), ts=10**18, timeout=60.0)
     assert late == ("v1",)
     assert time.monotonic() - started < 5
+
+
+def test_a_vchannel_that_never_committed_is_caught_up_when_nothing_is_past_its_collections_start(tmp_path):
+    """A Milvus 2.6 shard that never got a message past its CreateCollection has no checkpoint and no
+    TimeTick to wait for; one whose pchannel holds more has rows still to come."""
+    import time
+
+    from deltanode.admin import verify
+    from deltanode.storage.layout import StorageLayout
+
+    class Watermarks:   # the broker's answers: its pchannels' high watermarks (pure logic)
+        def highs(self, keys, timeout=10.0):
+            return {key: {"p_0": 8, "p_1": 8}[key[0]] for key in keys}
+
+        def close(self):
+            pass
+
+    class Broker:
+        def watermarks(self):
+            return Watermarks()
+
+    schema = schema_from_json({"fields": [{"name": "id", "data_type": "Int64", "is_primary_key": True}]}, "c")
+    rec = CollectionRecord(collection_id=7, name="c", schema_b64=encode_schema(schema), shards=2,
+                           vchannels=["p_0_7v0", "p_1_7v1"], pchannels=["p_0", "p_1"],
+                           start_offsets={"p_0": 7, "p_1": 3})
+    started = time.monotonic()
+    assert verify.behind(StorageLayout(str(tmp_path)), rec, ts=10**18, timeout=1.0, broker=Broker()) == ("p_1_7v1",)
+    assert time.monotonic() - started < 3
