@@ -22,6 +22,7 @@ from deltanode.records import (
     EventKind,
     Portion,
     ReadRange,
+    ReplayState,
     RouteContext,
     SchemaChange,
     TableKind,
@@ -43,6 +44,7 @@ from .wal26 import (
     insert_header,
     pb,
     props,
+    time_tick,
 )
 from .wal26 import schema_change as schema_message
 
@@ -85,11 +87,16 @@ def commit(ms: int, txn_id: int) -> Message:
     return b"", props("CommitTxn", tt(ms), txn=(txn_id, 5000))
 
 
+def tick(ms: int) -> Message:
+    """A TimeTick of every vchannel of the pchannel."""
+    return time_tick(tt(ms)), props("TimeTick", tt(ms), vchannel=None)
+
+
 def dispatch(tmp_path, messages: list[Message], *, schema: schema_pb2.CollectionSchema = SCHEMA,
-             first: int = 10) -> list[Portion]:
+             first: int = 10, replay: ReplayState | None = None) -> list[Portion]:
     storage = StorageLayout(str(tmp_path))
     layout = CollectionLayout.from_proto(schema)
-    ctx = RouteContext(VCHANNEL, CID, "c", PCHANNEL, 0, first)
+    ctx = RouteContext(VCHANNEL, CID, "c", PCHANNEL, 0, first, replay=replay)
     dispatcher = PchannelDispatcher(
         ReadRange(PCHANNEL, 0, first, first + len(messages), (VCHANNEL,)), TaskContexts.of([ctx]),
         lambda c, a, b: VchannelRouter(c, layout, storage, a, b, schema_version=schema.version))
@@ -214,6 +221,17 @@ def test_an_open_transaction_moves_the_end_back_before_its_begin_and_the_schema_
     [p] = dispatch(tmp_path, messages[1:], schema=NEW, first=11)
     assert rows(tmp_path, p) == Counter({(2, None, tt(5)): 1, (3, "x", tt(6)): 1})
     assert p.end == 16 and p.schema is None
+
+
+def test_in_pack_order_the_portion_ends_right_before_it_with_the_replay_filter_there(tmp_path):
+    """While the replay filter is active messages wait for the tick that releases them; a 2.6
+    message's own time tick is one, so nothing is held when the schema change comes."""
+    replay = ReplayState(flushed=((SEG + 5, tt(50)),))   # active until a tick reaches 50 ms
+    messages = [tick(1), ins(2, [1]), tick(3), ins(4, [2]), change(5, flushed=()), tick(6), ins(7, [3])]
+    [p] = dispatch(tmp_path, messages, replay=replay)
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 14, True, tt(4))
+    assert p.schema is not None and p.replay == replay
+    assert rows(tmp_path, p) == Counter({(1, None, tt(2)): 1, (2, None, tt(4)): 1})
 
 
 def test_a_schema_change_that_is_no_pure_addition_is_quarantined_and_the_range_goes_on(tmp_path):
