@@ -298,7 +298,8 @@ class ControlEvent:
 class SchemaChange:
     """A live collection's new schema, read on a vchannel (a Milvus 2.6 SchemaChange, or an
     AlterCollection of the schema) that adds columns the schema its router wrote with lacks: the
-    vchannel's portion ends before it, and the driver's flowgraphs of the collection take it."""
+    vchannel's portion ends before it, and the driver's flowgraphs of the collection take it. Made
+    on executors (``Portion.schema``), read on the driver."""
 
     schema: bytes   # the whole new CollectionSchema, serialized
     version: int    # its ``version``

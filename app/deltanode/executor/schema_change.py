@@ -24,14 +24,15 @@ from ..wire.schema import CollectionLayout, FieldSpec, SchemaError
 
 
 class Verdict(enum.Enum):
-    """What a schema change is to a router."""
+    """What a schema change is to a router. Runs on executors."""
 
     ADOPT = "adopt"   # it adds columns the layout lacks: written with from where it stands
     KNOWN = "known"   # it adds none (the layout has them, or it is older): its flushed segments seal
 
 
 class NotAnAddition(ValueError):
-    """The new schema is not the current one plus nullable fields; ``str(self)`` names the field."""
+    """The new schema is not the current one plus nullable fields; ``str(self)`` names the field.
+    Raised on executors (a router quarantines the message with it)."""
 
 
 @functools.lru_cache(maxsize=1 << 10)

@@ -60,7 +60,7 @@ class SegmentSeal:
 class SchemaUpdate:
     """A SchemaChange, or an AlterCollection of the schema: the collection's whole new schema (a
     serialized ``CollectionSchema``) and the segments the streaming node flushed for it, which take
-    no row after ``ts``."""
+    no row after ``ts``. Runs on executors."""
 
     collection_id: int
     schema: bytes
