@@ -19,6 +19,7 @@ import itertools
 import time
 from collections import Counter
 
+import pytest
 from google.protobuf import json_format
 
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
@@ -41,9 +42,9 @@ from .milvus26_wal import append_step
 from .support import ALL_BROKERS, high_watermark, wait_until
 from .test_milvus26_stream import SCHEMA, Stream, Writer, committed
 
+pytestmark = pytest.mark.spark
 SCORE_DEFAULT = 0.5
 _ids = itertools.count(int(time.time()) % 100000 * 100 + 77)
-Row = tuple[int, int, str | None, float | None]   # (pk, ts, note, score)
 
 
 def added(schema: schema_pb2.CollectionSchema, field: schema_pb2.FieldSchema) -> schema_pb2.CollectionSchema:
