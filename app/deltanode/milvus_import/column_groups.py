@@ -6,7 +6,9 @@ primary key and the partition and clustering keys, each vector and Text field a 
 own, the other fields one more group (docs/milvus-facts.md §10). The i-th file of every group
 holds the same rows in the same order, so one sync's rows are the i-th files' columns side by
 side. Every file's footer is checked against the meta (its fields, its rows) and the groups of
-a sync must hold the same number of rows; anything else is refused, naming the file.
+a sync must hold the same number of rows; anything else is refused, naming the file. A nullable
+field no group holds was added to the live collection after the segment was written: it reads as
+null in every row, as Milvus reads it; a field that is not nullable must be held.
 
 Runs on executors.
 """
@@ -22,7 +24,7 @@ from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout, DataType, FieldSpec
 from .binlog_format import BinlogFormatError
 from .column_group_format import ColumnGroupFile, open_column_group
-from .columns import ROW_ID, TIMESTAMP, insert_column, struct_array_column
+from .columns import ROW_ID, TIMESTAMP, added_later, insert_column, struct_array_column
 from .meta import PersistedSegment
 from .source import read_file
 
@@ -68,6 +70,19 @@ def _needed(layout: CollectionLayout) -> list[int]:
     return ids
 
 
+def _added_later(layout: CollectionLayout, stored: dict[int, int]) -> frozenset[int]:
+    """The nullable fields (a struct array: by its own id) of which no group holds anything
+    (``stored``: field id -> its group): added to the live collection after the segment was
+    written."""
+    out = set()
+    for spec in layout.fields:
+        ids = [sub.field_id for sub in spec.sub_fields] if spec.data_type == DataType.ArrayOfStruct \
+            else [spec.field_id]
+        if spec.nullable and not any(i in stored for i in ids):
+            out.update([spec.field_id, *ids])
+    return frozenset(out)
+
+
 def _open(source: StorageLayout, group: GroupFiles) -> list[ColumnGroupFile]:
     return [open_column_group(read_file(source, path), where=path, child_fields=group.child_fields, rows=rows)
             for path, rows in zip(group.paths, group.rows)]
@@ -94,7 +109,8 @@ def _step_table(segment: PersistedSegment, source: StorageLayout, layout: Collec
                 raise BinlogFormatError(f"segment {segment.segment_id}: field {field_id} is in column groups "
                                         f"{where[field_id]} and {g} ({fs[0].path})")
             where[field_id] = g
-    needed = _needed(layout)
+    absent = _added_later(layout, where)
+    needed = [f for f in _needed(layout) if f not in absent]
     missing = [f for f in needed if f not in where]
     if missing:
         raise BinlogFormatError(f"segment {segment.segment_id}: no column group of {sorted(opened)} holds field(s) "
@@ -109,7 +125,11 @@ def _step_table(segment: PersistedSegment, source: StorageLayout, layout: Collec
             values[field_id] = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
             paths[field_id] = ", ".join(file.path for file in fs)
 
+    n = next(iter(rows.values()))
+
     def column(spec: FieldSpec) -> pa.Array:
+        if spec.field_id in absent:
+            return added_later(spec, n)
         if spec.data_type == DataType.ArrayOfStruct:
             subs = [sub.field_id for sub in spec.sub_fields]
             return struct_array_column(spec, [values[s] for s in subs], where=paths[subs[0]])

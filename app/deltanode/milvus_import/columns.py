@@ -71,6 +71,14 @@ def check_descriptor(desc: Descriptor, spec: FieldSpec, *, where: str = "") -> N
         raise _fail(where, f"payload type {type_name(desc.payload_type)}, expected {_field(spec)}")
 
 
+def added_later(spec: FieldSpec, rows: int) -> pa.Array:
+    """The column of a nullable field a segment holds nothing of: the field was added to the live
+    collection after the segment was written (Milvus 2.6 adds only nullable fields, and writes no
+    data for them into older segments), and Milvus reads it as null in every row of the segment
+    (docs/milvus-facts.md §13), as the wire decoder reads an insert sent before it."""
+    return pa.nulls(rows, arrow_type(spec))
+
+
 def insert_column(spec: FieldSpec, values: pa.Array, *, where: str = "") -> pa.Array:
     """An insert binlog's payload values as the field's DeltaNode column (``arrow_type(spec)``);
     a nullable field's nulls stay nulls, the other values converted as a column of their own."""

@@ -5,10 +5,12 @@ time (binlog ``i`` of every field holds the same rows: Milvus writes a sync's fi
 or, for a segment of storage version 2, its column groups' files (``column_groups``), turns each
 field into DeltaNode's column (``columns.insert_column``) and writes the rows, with
 Milvus's segment id, partition, timestamps and row ids, through the same writer compaction uses
-(stats, primary-key bloom filter). The deletes that apply to the segment (its deltalogs, and in
-2.4 those of the L0 segments of its partition) mark rows by Milvus's rule, a row of key K at ts t
-is deleted by a delete of K at T > t (docs/milvus-facts.md §8): they become the file's deletion
-vector, so Milvus's deleted rows stay readable as history and its current state is the table's.
+(stats, primary-key bloom filter). A nullable field the segment holds nothing of (added to the
+live collection after the segment was written) is null in every row. The deletes that apply to
+the segment (its deltalogs, and in 2.4 those of the L0 segments of its partition) mark rows by
+Milvus's rule, a row of key K at ts t is deleted by a delete of K at T > t (docs/milvus-facts.md
+§8): they become the file's deletion vector, so Milvus's deleted rows stay readable as history
+and its current state is the table's.
 
 A file that is gone (Milvus's compaction or garbage collector removed it since the meta was read)
 ends the task with ``gone`` set, not an exception: the driver reads the meta again and retries,
@@ -27,10 +29,11 @@ from ..executor.binlog_writer import write_segment_file
 from ..records import FileEntry
 from ..storage.deletion_vectors import DeletionVector, inline
 from ..storage.layout import StorageLayout
+from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, FieldSpec
 from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog
 from .column_groups import packed_syncs
-from .columns import ROW_ID, TIMESTAMP, check_descriptor, delete_rows, insert_column
+from .columns import ROW_ID, TIMESTAMP, added_later, check_descriptor, delete_rows, insert_column
 from .meta import PersistedSegment
 from .source import FileGone, read_file
 
@@ -89,16 +92,19 @@ def _deleted(keys: pa.Array, stamps: pa.Array, deletes: pa.Table | None) -> np.n
 
 def _syncs(task: SegmentImport, layout: CollectionLayout):
     """The segment's rows, one table per sync (binlog index), with the insert schema's columns
-    but its segment and partition; the RowID/Timestamp binlogs become ``_row_id``/``_ts``."""
+    but its segment and partition; the RowID/Timestamp binlogs become ``_row_id``/``_ts``. A
+    nullable field without binlogs was added to the live collection after the segment was
+    written: null in every row (``columns.added_later``)."""
     if task.segment.packed:
         yield from packed_syncs(task.segment, task.source, layout)
         return
     by_field = dict(task.segment.binlogs)
     specs = [*layout.fields, TIMESTAMP, ROW_ID]   # the insert schema's order, but segment and partition
-    missing = [s.field_id for s in specs if s.field_id not in by_field]
+    missing = [s.field_id for s in specs if s.field_id not in by_field and not s.nullable]
     if missing:
         raise BinlogFormatError(f"segment {task.segment.segment_id}: no binlogs of field(s) {missing}")
-    counts = {len(by_field[s.field_id]) for s in specs}
+    stored = [s for s in specs if s.field_id in by_field]
+    counts = {len(by_field[s.field_id]) for s in stored}
     groups = range(counts.pop()) if len(counts) == 1 else None
     names = [s.name for s in specs]
 
@@ -110,20 +116,42 @@ def _syncs(task: SegmentImport, layout: CollectionLayout):
             values.append(insert_column(spec, raw, where=path))
         return pa.concat_arrays(values) if len(values) > 1 else values[0]
 
-    plan = [tuple((by_field[s.field_id][i],) for s in specs) for i in groups] if groups is not None else \
-        [tuple(by_field[s.field_id] for s in specs)]   # unaligned lists: the fields whole, at once
+    plan = [tuple((by_field[s.field_id][i],) for s in stored) for i in groups] if groups is not None else \
+        [tuple(by_field[s.field_id] for s in stored)]   # unaligned lists: the fields whole, at once
     for paths in plan:
-        cols = [column(s, p) for s, p in zip(specs, paths)]
-        lengths = {len(c) for c in cols}
+        read = {s.field_id: column(s, p) for s, p in zip(stored, paths)}
+        lengths = {len(c) for c in read.values()}
         if len(lengths) != 1:
             raise BinlogFormatError(f"segment {task.segment.segment_id}: its fields' binlogs {paths} hold "
                                     f"different numbers of rows {sorted(lengths)}")
-        yield pa.Table.from_arrays(cols, names=names)
+        n = lengths.pop()
+        yield pa.Table.from_arrays([read[s.field_id] if s.field_id in read else added_later(s, n) for s in specs],
+                                   names=names)
+
+
+def _newer_fields(task: SegmentImport) -> list[int]:
+    """The fields the segment's meta says it holds that the import's schema does not have: the
+    segment was written after a field was added that the schema DeltaNode was given does not know
+    yet (Milvus broadcasts the change before it saves the collection's meta)."""
+    seg = task.segment
+    held = {f for _, ids in seg.child_fields for f in ids} if seg.packed else {f for f, _ in seg.binlogs}
+    schema = schema_pb2.CollectionSchema.FromString(task.schema)
+    known = {ROW_ID.field_id, TIMESTAMP.field_id, *(f.fieldID for f in schema.fields)}
+    for struct in schema.struct_array_fields:
+        known.update([struct.fieldID, *(f.fieldID for f in struct.fields)])
+    return sorted(held - known)
 
 
 def import_segment(task: SegmentImport) -> ImportedSegment:
-    """Write the segment's rows as one binlog file, with its deletion vector."""
+    """Write the segment's rows as one binlog file, with its deletion vector. A segment holding a
+    field the schema lacks is refused (``error``): its rows would be written without it."""
     seg = task.segment
+    newer = _newer_fields(task)
+    if newer:
+        version = schema_pb2.CollectionSchema.FromString(task.schema).version
+        return ImportedSegment(segment_id=seg.segment_id, error=(
+            f"segment {seg.segment_id} holds field(s) {newer} that the collection's schema (version {version}) "
+            f"does not have: a field added to the live collection that Milvus's meta did not show yet"))
     layout = CollectionLayout.from_bytes(task.schema)
     schema = layout.insert_schema()
     pk = layout.primary_key
