@@ -10,7 +10,10 @@ collection's beginning does the same, with the segments' rows copied into the De
    binlog, a delete a deltalog), on executors (``segment_task``), a job of up to ``batch``
    segments at a time, and commit each job's files to insert_log in one commit: a segment's rows
    are never half in. Segments imported before that the meta no longer lists alive (compacted
-   into another one, which is imported in their place) have their files removed in that commit;
+   into another one, which is imported in their place) have their files removed in that commit.
+   The files have the columns of the schema the import is given (a segment written before a field
+   was added to the live collection: null there); a table that lacks some is widened by them in
+   the same commit, which records that schema (``storage.table_schema``);
 3. read the meta again; when nothing is left to import, the last commit sets the vchannel's
    ``txn`` and its ChannelState: Milvus's checkpoint (with its ts as the seek ts), every segment
    with its dml position's ts, and the replay filter those make (``flowgraph.recovery``).
@@ -43,9 +46,11 @@ from ..storage.actions import AddFile
 from ..storage.channel_state import STATES_KEY
 from ..storage.commit import CollectionCommitter, add_actions, delete_files
 from ..storage.layout import StorageLayout, segment_of
+from ..storage.table_schema import TableSchema, schema_rank
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import msg_pb2, schema_pb2
 from ..wire.positions import PositionCodec
+from ..wire.schema import CollectionLayout
 from .delete_task import DeleteImport, DeltalogFile, import_deletes
 from .meta import (
     MilvusSegmentState,
@@ -112,7 +117,9 @@ class VchannelImporter:
 
     def run(self, vchannel: str, collection_id: int, schema: schema_pb2.CollectionSchema,
             committer: CollectionCommitter, node_id: int, progressed: Callable[[], None] = lambda: None) -> None:
-        """Import until the vchannel has a committed state (returns at once when it has one)."""
+        """Import until the vchannel has a committed state (returns at once when it has one), with
+        ``schema`` or the one the table records when that is newer (a field added to the live
+        collection that another vchannel of it has read already: its segments may hold it)."""
         if self.source.storage is None:
             raise ImportFailed(
                 f"{vchannel}: its collection's start is gone from the broker, and the rows Milvus persisted can only "
@@ -122,6 +129,12 @@ class VchannelImporter:
         if doc is None:
             return
         started = time.monotonic()
+        with committer.lock:
+            recorded = committer.recorded_schema()
+        if recorded is not None and schema_rank(recorded) > schema_rank(schema):
+            schema = recorded
+        columns = TableSchema(columns=CollectionLayout.from_proto(schema).insert_schema(),
+                              milvus_schema=schema.SerializeToString())
         for _ in range(MAX_ROUNDS):
             persisted = self._persisted(vchannel, collection_id)
             targets = {s.segment_id: s for s in persisted.to_import()}
@@ -130,7 +143,7 @@ class VchannelImporter:
             stale = [int(s) for s in doc["segments"] if int(s) not in targets]
             doc.update(segments_total=len(targets), rows_total=sum(s.rows for s in targets.values()),
                        revision=persisted.revision)
-            if not todo and not self._finish(vchannel, persisted, committer, node_id, doc, stale, schema):
+            if not todo and not self._finish(vchannel, persisted, committer, node_id, doc, stale, schema, columns):
                 log.info("%s: a deltalog is gone from Milvus's storage (compacted or collected since the meta "
                          "was read); reading the meta again", vchannel)
                 time.sleep(RETRY_PAUSE)
@@ -141,7 +154,8 @@ class VchannelImporter:
                          doc["rows_done"], doc["deleted_done"], time.monotonic() - started,
                          persisted.checkpoint.offset if persisted.checkpoint else -1)
                 return
-            self._import_segments(vchannel, committer, doc, persisted, todo, stale, schema, started, progressed)
+            self._import_segments(vchannel, committer, doc, persisted, todo, stale, schema, columns, started,
+                                  progressed)
         raise ImportFailed(f"{vchannel}: Milvus's meta changed in each of {MAX_ROUNDS} reads in a row; "
                            f"the import gives up for now (the channel is tried again)")
 
@@ -170,7 +184,7 @@ class VchannelImporter:
 
     def _import_segments(self, vchannel: str, committer: CollectionCommitter, doc: dict, persisted: PersistedChannel,
                          todo: list[PersistedSegment], stale: list[int], schema: schema_pb2.CollectionSchema,
-                         started: float, progressed: Callable[[], None]) -> None:
+                         columns: TableSchema, started: float, progressed: Callable[[], None]) -> None:
         """Import ``todo`` a Spark job of ``batch`` segments at a time, each batch committed with the
         progress; returns early (the meta is read again) when a file is gone meanwhile."""
         last_line = 0.0
@@ -187,7 +201,7 @@ class VchannelImporter:
                          "read); reading the meta again", vchannel, gone[0])
                 time.sleep(RETRY_PAUSE)
                 return
-            self._commit_batch(vchannel, committer, doc, persisted, chunk, results, stale if i == 0 else [])
+            self._commit_batch(vchannel, committer, doc, persisted, chunk, results, stale if i == 0 else [], columns)
             progressed()
             if time.monotonic() - last_line >= PROGRESS_EVERY or i + self.batch >= len(todo):
                 last_line = time.monotonic()
@@ -212,7 +226,8 @@ class VchannelImporter:
                      [r.entry for r in results if r.entry is not None])
 
     def _commit_batch(self, vchannel: str, committer: CollectionCommitter, doc: dict, persisted: PersistedChannel,
-                      chunk: list[PersistedSegment], results: list[ImportedSegment], stale: list[int]) -> None:
+                      chunk: list[PersistedSegment], results: list[ImportedSegment], stale: list[int],
+                      columns: TableSchema) -> None:
         written = [r for r in results if r.entry is not None]
         adds = [add if r.deletion_vector is None else add.with_deletion_vector(r.deletion_vector)
                 for add, r in zip(add_actions([r.entry for r in written if r.entry is not None]), written)]
@@ -222,10 +237,10 @@ class VchannelImporter:
             update["segments"][key] = persisted.fingerprint(seg)
             update["rows"][key], update["deleted"][key] = r.rows, r.deleted
         self._commit(vchannel, committer, doc, _progressed(update, done=False), adds,
-                     {s.segment_id for s in chunk} | set(stale))
+                     {s.segment_id for s in chunk} | set(stale), columns)
 
     def _finish(self, vchannel: str, persisted: PersistedChannel, committer: CollectionCommitter, node_id: int,
-                doc: dict, stale: list[int], schema: schema_pb2.CollectionSchema) -> bool:
+                doc: dict, stale: list[int], schema: schema_pb2.CollectionSchema, columns: TableSchema) -> bool:
         """The last commits, from the meta this import matches: the deletes up to Milvus's
         checkpoint into delta_log, then the vchannel's txn and ChannelState into insert_log. False
         when a deltalog went missing meanwhile (the meta is read again)."""
@@ -236,7 +251,7 @@ class VchannelImporter:
         for seg in state.segments.values():   # imported ones: the rows read (Milvus's count may lag)
             seg.num_rows = update["rows"].get(str(seg.segment_id), seg.num_rows)
         state.rows = sum(update["rows"].values())
-        self._commit(vchannel, committer, doc, _progressed(update, done=True), [], set(stale),
+        self._commit(vchannel, committer, doc, _progressed(update, done=True), [], set(stale), columns,
                      final=(state.checkpoint_offset, json_codec.dumps({vchannel: state.to_doc()})))
         return True
 
@@ -279,10 +294,11 @@ class VchannelImporter:
         return True
 
     def _commit(self, vchannel: str, committer: CollectionCommitter, doc: dict, update: dict, adds: list[AddFile],
-                replaced: set[int], final: tuple[int, str] | None = None) -> None:
+                replaced: set[int], columns: TableSchema, final: tuple[int, str] | None = None) -> None:
         """One import commit: ``adds``, the removal of the files of the ``replaced`` segments, the
         import's next txn and ``update`` as its progress; ``final``: the vchannel's txn and
-        ChannelState too. ``doc`` becomes ``update`` once committed."""
+        ChannelState too. ``columns``: those the files have (a table that lacks some is widened).
+        ``doc`` becomes ``update`` once committed."""
         app = import_app(vchannel)
         update["txn"] = doc["txn"] + 1
         txns, info = {app: update["txn"]}, {IMPORT_KEY: json_codec.dumps({vchannel: update})}
@@ -293,7 +309,7 @@ class VchannelImporter:
             removes = [add.removal() for path, add in insert_log.live_files().items()
                        if (seg := segment_of(path)) is not None and seg[1] in replaced]
             insert_log.commit(adds=adds, removes=removes, txns=txns, expected={app: doc["txn"] or None, vchannel: None},
-                              info=info)
+                              info=info, schema=columns)
         crash_point("after_import_commit")
         doc.clear()
         doc.update(update)
