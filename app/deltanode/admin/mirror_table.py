@@ -4,7 +4,11 @@ what ``admin verify`` holds against Milvus, row for row: a row stored twice is r
 
 Not ``storage.current_state.current_rows``: that derives the state from every row ever inserted
 and the delete table by Milvus's rules, past the deletion vectors, and keeps one row per key, so
-a row read twice, or one a deletion vector hides, would not show there."""
+a row read twice, or one a deletion vector hides, would not show there.
+
+A field Milvus's meta has and the table does not have yet (a field added to the live collection:
+DeltaNode widens the table at the first commit after it reads the change) is null in every row,
+as the table's readers read the rows written before it, and as Milvus answers those rows."""
 
 from __future__ import annotations
 
@@ -13,8 +17,8 @@ from collections import defaultdict
 import pyarrow as pa
 
 from ..storage.layout import StorageLayout
-from ..storage.tables import read_table
-from ..wire.schema import CollectionLayout
+from ..storage.tables import open_table, read_table
+from ..wire.schema import CollectionLayout, arrow_type
 
 Key = int | str
 
@@ -41,8 +45,7 @@ class MirrorTable:
     def rows(self, keys: list[Key]) -> dict[Key, list[dict]]:
         """Every row of ``keys`` (each field by its name), by key."""
         if self._positions is None:
-            table = read_table(self.storage, self.uri, [f.name for f in self.layout.fields])
-            self._rows = table if table is not None else pa.table({})
+            self._rows = self._read_fields()
             positions: dict[Key, list[int]] = defaultdict(list)
             pk = self.layout.primary_key.name
             for i, key in enumerate(self._rows.column(pk).to_pylist() if len(self._rows) else []):
@@ -55,3 +58,17 @@ class MirrorTable:
         for (key, _), row in zip(wanted, taken):
             out[key].append(row)
         return out
+
+    def _read_fields(self) -> pa.Table:
+        """Every row, a column a field of the layout (one the table lacks: null); an empty table when
+        there is no table yet."""
+        delta = open_table(self.uri, self.storage.delta_options(self.uri))
+        if delta is None:
+            return pa.table({})
+        present = {f.name for f in delta.schema().fields}
+        stored = [f.name for f in self.layout.fields if f.name in present]
+        table = read_table(self.storage, self.uri, stored)
+        if table is None:
+            return pa.table({})
+        return pa.table({f.name: table.column(f.name) if f.name in present else pa.nulls(len(table), arrow_type(f))
+                         for f in self.layout.fields})

@@ -7,6 +7,11 @@ a one-element list from pymilvus), a sparse vector as a dict or as (index, value
 field parsed by pymilvus and as text in Delta, the dynamic field's keys flattened into the row by
 pymilvus and as a JSON object in Delta's ``$meta``. ``milvus_values`` and ``delta_values`` map
 each to one value per type, float32 values to their exact bytes, so that equal means bit for bit.
+
+A field with a default value holds null in Delta only in the rows written before it was added to
+the live collection (Milvus's proxy fills the default into every row sent after it, docs/
+milvus-facts.md §15); Milvus's query answers the default there (§13), and so does
+``delta_values`` with ``defaults`` (``default_values``).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 
+from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, DataType, FieldSpec
 
 Key = int | str
@@ -130,12 +137,31 @@ def milvus_values(layout: CollectionLayout, row: Mapping[str, object]) -> dict[s
     return out
 
 
-def delta_values(layout: CollectionLayout, row: Mapping[str, object]) -> dict[str, object]:
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def default_values(schema: schema_pb2.CollectionSchema) -> dict[str, object]:
+    """The default value of each field of ``schema`` that has one, as Delta holds the type (a
+    Timestamptz as a UTC datetime), by field name."""
+    out: dict[str, object] = {}
+    for f in schema.fields:
+        which = f.default_value.WhichOneof("data") if f.HasField("default_value") else None
+        if which is None:
+            continue
+        value = getattr(f.default_value, which)
+        out[f.name] = _EPOCH + timedelta(microseconds=value) if which == "timestamptz_data" else value
+    return out
+
+
+def delta_values(layout: CollectionLayout, row: Mapping[str, object],
+                 defaults: Mapping[str, object] | None = None) -> dict[str, object]:
     """A row of the insert table, field by field; the dynamic field (a JSON object, or null
-    for none) as a dict."""
+    for none) as a dict; a null of a field in ``defaults`` as its default (``default_values``)."""
     out: dict[str, object] = {}
     for f in layout.fields:
         value = row.get(f.name)
+        if value is None and defaults and f.name in defaults:
+            value = defaults[f.name]
         if f.data_type == DataType.JSON and isinstance(value, (str, bytes)):
             value = json.loads(value)
         out[f.name] = ({} if value is None else value) if f.is_dynamic else comparable(f, value)

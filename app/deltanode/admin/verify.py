@@ -9,6 +9,12 @@ is given a while to commit a checkpoint past the moment Milvus was read, so that
 few seconds behind does not show as a difference. Writes to Milvus while it runs do show:
 verify a Milvus at rest, or read its differences with that in mind.
 
+A field added to the live collection is in Milvus's meta before DeltaNode's table has its column
+(the table is widened by the first commit after DeltaNode reads the change): the table's rows read
+as null there until then, as its readers and Milvus's query read the rows written before the field,
+and a null of a field with a default value is compared as that value, which Milvus answers for those
+rows. Nothing waits for the widening: once the vchannels caught up, the table has it.
+
 Prints one JSON document; exit 0 when every collection is equal, 1 when any differs (or could
 not be read), 2 on a usage error.
 """
@@ -41,6 +47,7 @@ from .mirror_table import MirrorTable
 from .row_differences import (
     DifferenceKind,
     KeyDifference,
+    default_values,
     delta_values,
     differing_fields,
     key_differences,
@@ -222,8 +229,10 @@ class _Heads:
 def compare_fields(reader: MilvusReader, table: MirrorTable, record: CollectionRecord, layout: CollectionLayout,
                    keys: list) -> tuple[int, list[KeyDifference]]:
     """The rows of ``keys`` field by field, Milvus's against each copy Delta holds: the number
-    compared and the keys whose fields differ."""
+    compared and the keys whose fields differ. A null in Delta of a field with a default value is
+    that value, as Milvus answers the rows written before the field was added."""
     pk = layout.primary_key
+    defaults = default_values(record.schema)
     compared, out = 0, []
     for i in range(0, len(keys), KEYS_PER_QUERY):
         chunk = keys[i:i + KEYS_PER_QUERY]
@@ -231,7 +240,8 @@ def compare_fields(reader: MilvusReader, table: MirrorTable, record: CollectionR
         for row in reader.rows(record.database, record.name, pk, chunk):
             key = row[pk.name]
             expected = milvus_values(layout, row)
-            differ = {f for copy in delta.get(key, ()) for f in differing_fields(expected, delta_values(layout, copy))}
+            differ = {f for copy in delta.get(key, ())
+                      for f in differing_fields(expected, delta_values(layout, copy, defaults))}
             compared += 1
             if differ:
                 ordered = tuple(f.name for f in layout.fields if f.name in differ)
