@@ -3,6 +3,13 @@
 Which vchannels exist comes from the catalog (DeltaNode's own, or a Milvus's meta in mirror
 mode); whether a collection was dropped, and where each channel resumes, from the Delta meta
 the DataNodes commit. DataNodes never wait on this process: it only hands channels out.
+
+A collection's schema is the catalog's as of each hand-out (a watch carries it). A schema that
+changes in the catalog (in mirror mode, Milvus's RootCoord saving a field added to the live
+collection) is logged and rewrites no watch: a running vchannel's flowgraph takes the change where
+its own stream carries it (the order of the two does not matter), and a vchannel handed out later
+(a restart, a move) starts with the catalog's newer schema and reads its older inserts, which lack
+the new fields, as null there.
 """
 
 from __future__ import annotations
@@ -24,6 +31,25 @@ from .channel_manager import ChannelManager, ChannelSpec
 from .recovery import vchannel_info
 
 log = logging.getLogger(__name__)
+
+
+def _log_schema_changes(before: dict[str, CollectionRecord], now: list[CollectionRecord]) -> None:
+    """Logs each collection whose schema the catalog gives changed since the last read (a field
+    added to a live Milvus collection). Nothing else follows from it: a watch handed out from now on
+    carries the new schema, and a vchannel watched already keeps the one its flowgraph writes with
+    until it reads the change from its own stream (Milvus broadcasts it to every vchannel), where
+    its rows change."""
+    known = {r.collection_id: r for r in before.values()}
+    for r in now:
+        old = known.get(r.collection_id)
+        if old is None or old.schema_b64 == r.schema_b64:
+            continue
+        was, schema = old.schema, r.schema
+        names = {f.name for f in was.fields} | {f.name for f in was.struct_array_fields}
+        added = [f.name for f in (*schema.fields, *schema.struct_array_fields) if f.name not in names]
+        log.info("collection %d (%s): the catalog gives schema version %d (was %d; fields added: %s); a watch handed "
+                 "out from now on carries it, a watched vchannel takes it where its stream changes it",
+                 r.collection_id, r.name, schema.version, was.version, ", ".join(added) or "none")
 
 
 class DataCoord:
@@ -58,6 +84,7 @@ class DataCoord:
             return
         self._refreshed = time.monotonic()
         records = self.catalog.collections()
+        _log_schema_changes(self._records, records)
         self._records = {v: r for r in records for v in r.vchannels}
         for r in records:
             insert_log = self._logs.get(r.collection_id)
