@@ -30,6 +30,8 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+from google.protobuf import json_format
+
 from deltanode.datacoord.milvus_catalog import MilvusCatalog
 from deltanode.etcd.client import EtcdClient
 from deltanode.lake.tables import lake_tables
@@ -41,7 +43,6 @@ from deltanode.storage.table_schema import recorded_schema
 from deltanode.storage.tables import open_table, read_table
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id
-from google.protobuf import json_format
 
 from ..delta_readers import READERS, by_spark
 from .milvus26_wal import etcd_put_step
