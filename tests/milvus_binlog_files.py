@@ -7,6 +7,12 @@ than DeltaNode's reader, so the reader is checked against an encoding of its own
   event); ``stream=True`` as the stream writers of Milvus 2.4+ do (next position -1, start and end
   ts 1, the column named by the field id or ``delta``).
 - Payload builders: the Arrow arrays Milvus's payload writer makes of each type's rows.
+- Nullable fields (Milvus 2.5+): ``insert_binlog(..., nullable=...)`` writes the descriptor's
+  ``nullable`` extra as Milvus's writers do (``NewInsertBinlogWriter``, ``BinlogStreamWriter``),
+  and the payload's nulls as Parquet nulls: ``InsertCodec`` declares the column nullable only for
+  a nullable field (``NativePayloadWriter``, ``WithNullable``), the stream writers declare every
+  column nullable. A null row's value is an Arrow null (``AppendNull``, or a validity bitmap over
+  the placeholder the proxy put there), never stored.
 """
 
 from __future__ import annotations
@@ -35,17 +41,25 @@ def _header(type_code: int, length: int, next_position: int) -> bytes:
     return struct.pack("<Qbii", (int(time.time() * 1000) << 18), type_code, length, next_position)
 
 
-def parquet_payload(values: pa.Array, column: str = "val") -> bytes:
-    """A complete Parquet file of one column, zstd level 3 as NativePayloadWriter writes it."""
+def parquet_payload(values: pa.Array, column: str = "val", *, nullable: bool = True) -> bytes:
+    """A complete Parquet file of one column, zstd level 3 as NativePayloadWriter writes it;
+    ``nullable`` False declares the column required, as ``InsertCodec`` does for a field that is
+    not nullable."""
+    if not nullable and values.null_count:
+        # NativePayloadWriter: "not support null when nullable is false".
+        raise ValueError(f"{values.null_count} null(s) in a payload that is not nullable")
     out = io.BytesIO()
-    pq.write_table(pa.table({column: values}), out, compression="zstd", compression_level=3)
+    schema = pa.schema([pa.field(column, values.type, nullable=nullable)])
+    pq.write_table(pa.Table.from_arrays([values], schema=schema), out, compression="zstd", compression_level=3)
     return out.getvalue()
 
 
 def descriptor(*, collection_id: int, partition_id: int, segment_id: int, field_id: int, payload_type: int,
                start_ts: int, end_ts: int, extras: dict | None = None, next_position: bool = True) -> bytes:
     """The descriptor event (after the magic): header, fixed part, post-header lengths, extras."""
-    extras_bytes = json.dumps({"original_size": "1024", **(extras or {})}, separators=(",", ":")).encode()
+    # Go's json.Marshal writes a map's keys sorted.
+    extras_bytes = json.dumps({"original_size": "1024", **(extras or {})}, separators=(",", ":"),
+                              sort_keys=True).encode()
     data = struct.pack("<qqqqQQi", collection_id, partition_id, segment_id, field_id, start_ts, end_ts,
                        payload_type)
     data += POST_HEADER_LENGTHS + struct.pack("<i", len(extras_bytes)) + extras_bytes
@@ -70,11 +84,16 @@ def binlog(payload_type: int, payloads: list[bytes], *, event: int = INSERT, col
 
 
 def insert_binlog(payload_type: int, *events: pa.Array, field_id: int = 100, stream: bool = False,
-                  **kw) -> bytes:
-    """An insert binlog of a field, one event per array of payload values."""
+                  nullable: bool | None = None, **kw) -> bytes:
+    """An insert binlog of a field, one event per array of payload values (a null: a null row).
+    ``nullable`` None writes 2.4's binlog, whose extras have no ``nullable`` key; True or False
+    writes 2.5's, with the key, the column required in ``InsertCodec``'s layout when False."""
     column = str(field_id) if stream else "val"
-    return binlog(payload_type, [parquet_payload(v, column) for v in events], field_id=field_id, stream=stream,
-                  **kw)
+    declared = stream or nullable is None or nullable
+    if nullable is not None:
+        kw["extras"] = {"nullable": nullable, **(kw.get("extras") or {})}
+    return binlog(payload_type, [parquet_payload(v, column, nullable=declared) for v in events], field_id=field_id,
+                  stream=stream, **kw)
 
 
 def deltalog(*events: list[str], stream: bool = False, **kw) -> bytes:

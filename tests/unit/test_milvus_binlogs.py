@@ -262,15 +262,6 @@ def test_descriptor_of_another_field_is_refused():
         check_descriptor(desc, FieldSpec(105, "g", DataType.Int32), where=PATH)
 
 
-def test_nulls_and_nullable_extras_are_refused():
-    data = mb.insert_binlog(DataType.Int64, pa.array([1, None], pa.int64()))
-    with pytest.raises(BinlogFormatError, match=rf"{PATH}: .*1 null value"):
-        _read(_spec(DataType.Int64), data)
-    data = mb.insert_binlog(DataType.Int64, pa.array([1], pa.int64()), extras={"nullable": True})
-    with pytest.raises(BinlogFormatError, match=rf"{PATH}: the field is nullable"):
-        read_binlog(data, where=PATH)
-
-
 # Deltalogs.
 
 def test_deltalog_json_int64_keys():

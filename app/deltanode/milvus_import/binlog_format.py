@@ -5,8 +5,10 @@ field and the payload's DataType, then one or more insert (type 1) or delete (ty
 each a header, two timestamps and a complete Parquet file. The payload is one column (named
 ``val``, or by the field id or ``delta`` as Milvus's stream writers name it); a deltalog in the
 "parquet" format (extras ``version: MULTI_FIELD``) has two, ``pk`` and ``ts``, read here as one
-struct column. Events are followed by their event length, as Milvus's reader does: its stream
-writers leave the next position at -1. The layout is in docs/milvus-facts.md section 10.
+struct column. A nullable field's binlog (extras ``nullable: true``, Milvus 2.5+) holds its nulls
+as the column's own Parquet nulls, returned as nulls. Events are followed by their event length,
+as Milvus's reader does: its stream writers leave the next position at -1. The layout is in
+docs/milvus-facts.md section 10.
 
 Runs on executors: imports pyarrow only, no client library.
 """
@@ -87,8 +89,10 @@ def read_descriptor(data: bytes, *, where: str = "") -> tuple[Descriptor, int]:
         raise _fail(where, f"descriptor extras are not JSON: {e}") from None
     if not isinstance(extras, dict):
         raise _fail(where, f"descriptor extras are {type(extras).__name__}, not a JSON object")
-    if extras.get("nullable") is True:
-        raise _fail(where, "the field is nullable (Milvus 2.5): nullable binlogs are not supported")
+    # Milvus's reader takes an absent key as false and refuses a value that is not a bool; the
+    # nulls themselves are the payload column's own (checked against the schema by columns.py).
+    if not isinstance(extras.get("nullable", False), bool):
+        raise _fail(where, f"descriptor extras nullable is {extras['nullable']!r}, not a bool")
     if "edek" in extras or "encryption_zone" in extras:
         raise _fail(where, "the binlog is encrypted: encrypted binlogs are not supported")
     desc = Descriptor(collection_id=coll, partition_id=part, segment_id=seg, field_id=field, start_ts=start,
