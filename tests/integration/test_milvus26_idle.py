@@ -1,13 +1,13 @@
 """An idle Milvus 2.6 pchannel holds nothing up, on Apache Kafka and Apache Pulsar.
 
-A 2.6 streaming node writes no TimeTick while a pchannel is idle (docs/milvus-facts.md §13, §14):
-its vchannels' time stands still until the next message. Written by Milvus's own Go code
-(pkg/v2 v2.6.6 through tests/milvus_wal), with no TimeTick at all: collection A has a shard on
-each of two pchannels, collection B one shard on the busy pchannel that gets no message of its
-own after its CreateCollection. The first pchannel goes idle for longer than the readers' stall
-timeout and many idle checkpoint intervals while the second takes inserts, deletes and a
-ManualFlush; the pipeline is restarted in the middle of it; then the idle pchannel gets messages
-again. What must hold meanwhile: the busy vchannels' checkpoints move (the silent sibling's too),
+A 2.6 streaming node writes a persisted TimeTick after the messages it appended and none while a
+pchannel is idle (docs/milvus-facts.md §13, §14): its vchannels' time stands still until the next
+burst. Written by Milvus's own Go code (pkg/v2 v2.6.6 through tests/milvus_wal), each burst closed by
+a TimeTick: collection A has a shard on each of two pchannels, collection B one shard on the busy
+pchannel that gets no message of its own after its CreateCollection. The first pchannel goes idle
+(no message, no TimeTick) for longer than the readers' stall timeout and many idle checkpoint
+intervals while the second takes inserts, deletes and a ManualFlush; the pipeline is restarted in
+the middle of it; then the idle pchannel gets messages again. What must hold meanwhile: the busy vchannels' checkpoints move (the silent sibling's too),
 the flush completes, no vchannel fails, stalls or lags for idleness (the node's health, readiness,
 progress and lag figures), ``admin verify`` finds the idle vchannel caught up, a restart starts the
 idle vchannel at its pchannel's head; and at the end every row of every vchannel is in Delta
@@ -74,7 +74,7 @@ class Node:
         self._tt = max(self._tt + 1, tso(int(time.time() * 1000)))
         return self._tt
 
-    def append(self, i: int, vchannel: str, msg_type: str, header: dict, body: Any = None,
+    def append(self, i: int, vchannel: str | None, msg_type: str, header: dict, body: Any = None,
                broadcast: list[str] | None = None, tt: int | None = None) -> int:
         """Append to pchannel ``i``; the message's position as DeltaNode numbers it."""
         out = self.write(append_step(
@@ -133,6 +133,12 @@ class Node:
         self.append(i, vchannel, "ManualFlush", {"collection_id": str(cid), "flush_ts": str(flush_ts),
                                                  "segment_ids": [str(s) for s in segments]}, tt=flush_ts)
 
+    def tick(self, i: int) -> None:
+        """The persisted TimeTick a 2.6 node writes once what it appended is acknowledged."""
+        tt = self.tt()
+        self.append(i, None, "TimeTick", {}, msg_pb2.TimeTickMsg(base=common_pb2.MsgBase(
+            msg_type=common_pb2.MsgType.TimeTick, timestamp=tt)), tt=tt)
+
 
 def node_view(pipe: Pipeline) -> NodeView:
     """The pipeline as a DataNode's /healthz, /readyz and /metrics see it (``DataNode.view``)."""
@@ -186,18 +192,21 @@ def test_an_idle_milvus26_pchannel_holds_up_no_checkpoint_flush_or_vchannel(spar
     try:
         node = Node(writer, mq.kind, mq.address, p)
         mq.create_topics(p)
-        # -- no TimeTick anywhere, ever: every vchannel's time is its pchannel's messages' `_tt`.
+        # -- each pchannel's burst closed by a TimeTick, as a 2.6 node writes one.
         node.create_collection(cid_a, [(0, a0), (1, a1)])
         node.create_collection(cid_b, [(1, b)])
         node.create_segment(0, a0, cid_a, s0)
         node.insert(0, a0, cid_a, list(range(1, 41)), s0)
         node.delete(0, a0, cid_a, [2])
+        node.tick(0)
         node.create_segment(1, a1, cid_a, s1)
         node.insert(1, a1, cid_a, list(range(10001, 10041)), s1)
+        node.tick(1)
         pipe = start()
         wait_until(lambda: at_heads([a0, a1, b]), 60, "every vchannel committed up to its pchannel's head", 0.3)
 
-        # -- p0 idle, p1 busy: a1 takes rows, deletes and a ManualFlush; b nothing of its own.
+        # -- p0 idle (no message, no TimeTick), p1 busy: a1 takes rows, deletes and a ManualFlush, each
+        # burst closed by a TimeTick; b nothing of its own.
         idle_head = head(0)
         a0_before = state(a0)
         moved: dict[str, set[int]] = {a1: set(), b: set()}
@@ -215,6 +224,7 @@ def test_an_idle_milvus26_pchannel_holds_up_no_checkpoint_flush_or_vchannel(spar
                 node.manual_flush(1, a1, cid_a, [s1])
                 node.create_segment(1, a1, cid_a, s1b)
                 flush_written = time.monotonic()
+            node.tick(1)
             if not restarted and time.monotonic() - idle_from > IDLE_S / 2:
                 # A restart in the middle of the idle time: the idle vchannel starts at its head.
                 pipe.stop()
@@ -255,7 +265,9 @@ def test_an_idle_milvus26_pchannel_holds_up_no_checkpoint_flush_or_vchannel(spar
         node.manual_flush(0, a0, cid_a, [s0])
         node.create_segment(0, a0, cid_a, s0b)
         node.insert(0, a0, cid_a, list(range(61, 71)), s0b)
+        node.tick(0)
         node.insert(1, a1, cid_a, list(range(pk, pk + 5)), s1b)
+        node.tick(1)
         wait_until(lambda: at_heads([a0, a1, b]), 60, "every vchannel committed up to its head after p0 woke", 0.3)
         pipe.stop()
     finally:

@@ -164,6 +164,8 @@ def test_fields_added_to_a_live_collection_land_row_for_row_across_a_restart_bet
         s.change(0, v1, [seg["S0"]], alter=True)
         s.create_segment(0, seg["S2"])
         s.put(0, list(range(41, 61)), seg["S2"], notes=[f"n{k}" if k % 3 else None for k in range(20)])
+        for i in range(2):   # each burst closed by a TimeTick, as a 2.6 node writes one
+            s.tick(i)
         run("both vchannels committed up to their heads, v0 past its schema change")
         table = open_table(storage.insert_log(cid))
         assert [f.name for f in table.schema().fields][-2:] == ["_partition_id", "note"]   # widened once
@@ -180,6 +182,8 @@ def test_fields_added_to_a_live_collection_land_row_for_row_across_a_restart_bet
             base = 2000 + 1000 * i
             s.put(i, list(range(base, base + 12)), seg[new], notes=["x", None] * 6,
                   scores=[0.25 * k if k % 5 else SCORE_DEFAULT for k in range(12)])
+        for i in range(2):
+            s.tick(i)
 
         def restarted(pipe) -> None:   # the catalog gave v0; the table records v1
             took.extend(pipe.registry.get(v).schema.version for v in s.v)

@@ -12,10 +12,11 @@ and function are keys of their own (``root-coord/fields/``, ``struct-array-field
 transaction of the keys' Delete and Insert on their vchannel.
 
 On Kafka the second shard's beginning is gone from the broker (DeleteRecords, as retention
-does) and ``milvus.start = checkpoint``: that vchannel starts at Milvus's channel checkpoint,
-whose msgID is a last-confirmed id (a BeginTxn's, held back by the transaction open at the
-checkpoint), and skips what is at or below its time tick: the transaction, committed after it,
-lands whole. On Pulsar both shards start at their CreateCollection.
+does) and ``milvus.start = checkpoint``: that vchannel starts at Milvus's channel checkpoint, a
+TimeTick's position, whose msgID is a last-confirmed id (a BeginTxn's, held back by the
+transaction open at the checkpoint), and skips what is at or below its time tick: the transaction,
+committed after it, lands whole. On Pulsar both shards start at their CreateCollection. Each burst
+of appends is closed by a persisted TimeTick, as a 2.6 node writes one.
 
 The rows each table must hold are worked out from the script alone and compared as multisets of
 (pk, ts), then field by field.
@@ -309,18 +310,21 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
     begin = s.begin_txn(1, 611)
     s.insert(1, odd[10:15], txn=611)
     s.delete(1, [1, 3], txn=611)
-    held = s.insert(1, odd[15:20])[-1]            # _lc: the open transaction's BeginTxn
+    s.insert(1, odd[15:20])                       # _lc: the open transaction's BeginTxn
+    s.tick(1)                                     # so is the TimeTick's: Milvus's checkpoint
+    checkpoint_ts = s.last_tt[1]
     s.commit(1, 611)
     s.insert(1, odd[20:])
     s.delete(0, [0, 2, 4])
     s.upsert(0, [6, 8, 10], 1, txn=612)
     s.insert(0, even[20:])
+    for i in range(2):
+        s.tick(i)
     first = s.run()
-    checkpoint_ts = s.tts[held]
     endpoints, milvus_root = etcd_server.endpoint, f"{etcd_root}/milvus/meta"
     starts = {s.p[i]: msg_id(mq.kind, first[creates[i]]) for i in range(2)}
     steps = meta_steps(s, endpoints, milvus_root, starts, s.tts[creates[0]])
-    if on_kafka:   # Milvus's checkpoint of v1: the held message's position, its last confirmed id the BeginTxn's
+    if on_kafka:   # Milvus's checkpoint of v1: the TimeTick's position, its last confirmed id the BeginTxn's
         position = msg_pb2.MsgPosition(channel_name=v1, msgID=msg_id(mq.kind, first[begin]), timestamp=checkpoint_ts,
                                        msgGroup="datanode-1")
         steps.append(etcd_put_step(endpoints, f"{milvus_root}/datacoord-meta/channel-cp/{v1}",
@@ -346,6 +350,8 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
         s.delete(1, [9])
         s.insert(0, list(range(ROWS, ROWS + 10, 2)))
         s.insert(1, list(range(ROWS + 1, ROWS + 10, 2)))
+        for i in range(2):
+            s.tick(i)
         s.run()
         last = {v0: s.last_tt[0], v1: s.last_tt[1]}
 

@@ -1,5 +1,6 @@
 """A field added to a live Milvus 2.6 collection, through a task's dispatcher and routers: a schema
-change that adds columns ends the vchannel's portion before it (before an open transaction's
+change that adds columns, delivered by a TimeTick in time-tick order like any message, ends the
+vchannel's portion at the last clean point before that TimeTick (before an open transaction's
 BeginTxn, or at its first offset), carrying the new schema; read again with that schema it seals the
 segments flushed for it, and the inserts after it land with the new column; one that is no pure
 addition of nullable fields is quarantined naming the field (``executor.schema_change``)."""
@@ -177,20 +178,32 @@ def test_what_is_no_pure_addition_is_refused_naming_the_field(edit, reason):
 
 # -- the router's cut ---------------------------------------------------------------------------
 @pytest.mark.parametrize("alter", [True, False])
-def test_a_schema_change_adding_a_column_ends_the_portion_right_before_it(tmp_path, alter):
-    messages = [ins(1, [1, 2]), ins(2, [3]), change(3, alter=alter), ins(4, [4], seg=NEW_SEG, notes=["a"])]
+def test_a_schema_change_adding_a_column_ends_the_portion_before_the_tick_that_delivers_it(tmp_path, alter):
+    messages = [ins(1, [1, 2]), ins(2, [3]), tick(2), change(3, alter=alter), ins(4, [4], seg=NEW_SEG, notes=["a"]),
+                tick(4)]
     [p] = dispatch(tmp_path, messages)
-    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 12, True, tt(2))
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 13, True, tt(2))
     assert p.schema == SchemaChange(schema=NEW.SerializeToString(), version=1, ts=tt(3))
     assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1, (2, None, tt(1)): 1, (3, None, tt(2)): 1})
     assert p.stats.inserted_rows == 3 and p.events == ()
 
 
+def test_an_insert_below_the_schema_change_appended_after_it_is_read_again_with_it(tmp_path):
+    """Delivered before the change (a lower time tick), the insert is read again with the new schema,
+    as everything after the portion's end is: its rows have the new field null, as Milvus reads them."""
+    [p] = dispatch(tmp_path, [ins(1, [1]), tick(1), change(3), ins(2, [2]), tick(3)])
+    assert (p.end, p.cut, p.stats.max_tick) == (12, True, tt(1)) and p.schema is not None
+    assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1})
+    [p] = dispatch(tmp_path, [change(3), ins(2, [2]), tick(3)], schema=NEW, first=12)
+    assert rows(tmp_path, p) == Counter({(2, None, tt(2)): 1})
+    assert p.events == (ControlEvent(EventKind.SCHEMA_CHANGE, 12, tt(3), segments=(SEG,)),) and not p.cut
+
+
 def test_read_again_with_the_new_schema_it_seals_the_flushed_segments_and_the_new_column_lands(tmp_path):
     messages = [ins(1, [1, 2]), change(3), ins(4, [4, 5, 6], seg=NEW_SEG, notes=["a", None, "c"]),
-                ins(5, [7], seg=NEW_SEG), ins(6, [8])]
+                ins(5, [7], seg=NEW_SEG), ins(6, [8]), tick(6)]
     [p] = dispatch(tmp_path, messages, schema=NEW)
-    assert (p.first, p.end, p.cut, p.schema) == (10, 15, False, None)
+    assert (p.first, p.end, p.cut, p.schema) == (10, 16, False, None)
     # The insert before the change lacks the field: null there, as Milvus reads it (so does any that
     # lacks it). The segment the change flushed takes no more rows.
     assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1, (2, None, tt(1)): 1, (4, "a", tt(4)): 1,
@@ -208,36 +221,35 @@ def test_read_again_with_the_new_schema_it_seals_the_flushed_segments_and_the_ne
 
 
 def test_an_open_transaction_moves_the_end_back_before_its_begin_and_the_schema_still_goes(tmp_path):
-    messages = [ins(1, [1]), begin(2, 41), ins(3, [2], txn=(41, 5000)), change(4, flushed=()), commit(5, 41),
-                ins(6, [3], seg=NEW_SEG, notes=["x"])]
+    messages = [ins(1, [1]), tick(1), begin(2, 41), ins(3, [2], txn=(41, 5000)), change(4, flushed=()),
+                commit(5, 41), ins(6, [3], seg=NEW_SEG, notes=["x"]), tick(6)]
     [p] = dispatch(tmp_path, messages)
-    assert (p.first, p.end, p.cut) == (10, 11, True)
+    assert (p.first, p.end, p.cut) == (10, 12, True)
     assert p.schema is not None and p.schema.version == 1
     assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1})
     # A transaction open from the first message: an empty portion carries it, read again from there.
-    [p] = dispatch(tmp_path, messages[1:], first=11)
-    assert p == Portion(VCHANNEL, 11, 11, cut=True, schema=p.schema) and p.schema is not None
+    [p] = dispatch(tmp_path, messages[2:], first=12)
+    assert p == Portion(VCHANNEL, 12, 12, cut=True, schema=p.schema) and p.schema is not None
     # With the schema taken, the transaction lands whole at its commit, and so does what follows.
-    [p] = dispatch(tmp_path, messages[1:], schema=NEW, first=11)
+    [p] = dispatch(tmp_path, messages[2:], schema=NEW, first=12)
     assert rows(tmp_path, p) == Counter({(2, None, tt(5)): 1, (3, "x", tt(6)): 1})
-    assert p.end == 16 and p.schema is None
+    assert p.end == 18 and p.schema is None
 
 
-def test_in_pack_order_the_portion_ends_right_before_it_with_the_replay_filter_there(tmp_path):
-    """While the replay filter is active messages wait for the tick that releases them; a 2.6
-    message's own time tick is one, so nothing is held when the schema change comes."""
+def test_with_the_replay_filter_active_the_portion_ends_with_the_filter_as_it_was_there(tmp_path):
     replay = ReplayState(flushed=((SEG + 5, tt(50)),))   # active until a tick reaches 50 ms
     messages = [tick(1), ins(2, [1]), tick(3), ins(4, [2]), change(5, flushed=()), tick(6), ins(7, [3])]
     [p] = dispatch(tmp_path, messages, replay=replay)
-    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 14, True, tt(4))
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 13, True, tt(3))
     assert p.schema is not None and p.replay == replay
-    assert rows(tmp_path, p) == Counter({(1, None, tt(2)): 1, (2, None, tt(4)): 1})
+    assert rows(tmp_path, p) == Counter({(1, None, tt(2)): 1})
 
 
 def test_a_schema_change_that_is_no_pure_addition_is_quarantined_and_the_range_goes_on(tmp_path):
     payload, header = schema_message(added_field(1, nullable=False), [SEG])
-    [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2])])
-    assert (p.end, p.cut, p.schema) == (13, False, None)
+    [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2]),
+                              tick(3)])
+    assert (p.end, p.cut, p.schema) == (14, False, None)
     assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1, (2, None, tt(3)): 1})
     [q] = quarantined(tmp_path, p)
     assert (q["offset"], q["msg_type"]) == (11, common_pb2.MsgType.AlterCollection)
@@ -247,5 +259,6 @@ def test_a_schema_change_that_is_no_pure_addition_is_quarantined_and_the_range_g
 
 def test_another_collections_schema_change_is_not_this_vchannels(tmp_path):
     payload, header = schema_message(NEW, [SEG], collection_id=CID + 1)
-    [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2])])
-    assert (p.end, p.cut, p.schema, p.events) == (13, False, None, ())
+    [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2]),
+                              tick(3)])
+    assert (p.end, p.cut, p.schema, p.events) == (14, False, None, ())

@@ -1,7 +1,9 @@
-"""Milvus 2.6 messages through a task's dispatcher and routers: rows land with the time tick and
-segment of their properties, every message's time tick moves the pchannel, flushes seal segments,
-transactions apply whole at their commit (or not at all), and a range that ends inside one ends
-its vchannel's portion before it."""
+"""Milvus 2.6 messages through a task's dispatcher and routers, as Milvus's own scanner delivers
+them: held until a TimeTick releases them in time-tick order, whatever order they were appended in;
+rows land with the time tick and segment of their properties, only a TimeTick moves the pchannel,
+flushes seal segments, transactions apply whole at their commit (or not at all, expiry judged at a
+TimeTick), and a range that ends with messages still held ends its vchannel's portion at the last
+point where nothing was."""
 
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ def other(ms: int) -> Message:
     return insert([99], vchannel=OTHER), props("Insert", tt(ms), OTHER, header=insert_header({PID: 1}))
 
 
+def tick(ms: int, vchannel: str | None = None) -> Message:
+    """A persisted TimeTick: every message up to its time tick is in the log before it."""
+    return time_tick(tt(ms)), props("TimeTick", tt(ms), vchannel=vchannel)
+
+
 def dispatch(tmp_path, messages: list[Message], *, first: int = 10, starts: dict[str, int] | None = None
              ) -> tuple[list[Portion], ReadStats]:
     storage = StorageLayout(str(tmp_path))
@@ -108,19 +115,74 @@ def quarantined(tmp_path, portion: Portion) -> list[dict]:
 
 
 def test_inserts_and_deletes_land_with_their_time_tick_and_segment(tmp_path):
-    portions, read = dispatch(tmp_path, [ins(1, [1, 2, 3]), other(2), dele(3, [2]), ins(4, [4], seg=SEG + 1)])
+    portions, read = dispatch(tmp_path, [ins(1, [1, 2, 3]), other(2), dele(3, [2]), ins(4, [4], seg=SEG + 1),
+                                         tick(5), other(6)])
     [p] = portions
-    assert (p.vchannel, p.first, p.end, p.cut) == (VCHANNEL, 10, 14, False)
+    assert (p.vchannel, p.first, p.end, p.cut) == (VCHANNEL, 10, 16, False)
     assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1, (2, tt(1)): 1, (3, tt(1)): 1,
                                                             (4, tt(4)): 1})
     assert rows(tmp_path, p, TableKind.DELETE) == Counter({(2, tt(3)): 1})
     assert {s: st.rows for s, st in p.segments.items()} == {SEG: 3, SEG + 1: 1}
-    assert p.stats == PortionStats(tt(4), 3, p.stats.dml_bytes, 4, 1, 0)
-    # Another vchannel's message is not routed, and no TimeTick came: every message's time tick is
-    # the pchannel's progress, which gives the idle vchannels their portions.
-    assert read.routed == {VCHANNEL} and (read.tick, read.tick_offset) == (tt(4), 13)
-    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 14, stats=PortionStats(tt(4)))
+    assert p.stats == PortionStats(tt(5), 3, p.stats.dml_bytes, 4, 1, 0)
+    # Another vchannel's message is not routed and moves nothing: only the TimeTick is the
+    # pchannel's progress, which gives the idle vchannels their portions.
+    assert read.routed == {VCHANNEL} and (read.tick, read.tick_offset) == (tt(5), 14)
+    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 16, stats=PortionStats(tt(5)))
     assert read.dml_messages == 3
+
+
+def test_messages_appended_out_of_time_tick_order_are_applied_in_it(tmp_path):
+    """A 2.6 node allocates a time tick, then appends, concurrently: here the insert into SEG at 3 ms
+    lands after the Flush of SEG at 4 ms and the delete at 6 ms before the insert at 5 ms of its key.
+    Released at the TimeTick in time-tick order, the insert comes before the flush (no seal refuses
+    it) and the delete after its row."""
+    flush = b"", props("Flush", tt(4), header=pb((1, CID), (2, PID), (3, SEG)))
+    portions, _ = dispatch(tmp_path, [dele(6, [1]), flush, ins(5, [1], seg=SEG + 1), ins(3, [2]), tick(6)])
+    [p] = portions
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(5)): 1, (2, tt(3)): 1})
+    assert rows(tmp_path, p, TableKind.DELETE) == Counter({(1, tt(6)): 1})
+    assert p.events == (ControlEvent(EventKind.SEGMENT_FLUSH, 11, tt(4), segments=(SEG,)),)
+    assert quarantined(tmp_path, p) == [] and (p.end, p.cut) == (15, False)
+
+
+def test_what_follows_the_last_timetick_is_read_again_and_a_range_without_one_does_nothing(tmp_path):
+    """Nothing was held before the first message after the last TimeTick, and what comes after that
+    tick has a higher time tick: the portion ends right before that message, at the tick."""
+    messages = [ins(1, [1]), other(2), tick(2), other(3), ins(4, [2]), ins(3, [3])]
+    portions, read = dispatch(tmp_path, messages)
+    [p] = portions
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 14, True, tt(2))
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1})
+    assert p.stats.inserted_rows == 1 and p.stats.dml_messages == 1
+    # The vchannels with nothing held end at the range's end, with its last TimeTick.
+    assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 16, stats=PortionStats(tt(2)))
+    # Read again from there: without another TimeTick, nothing is done.
+    portions, _ = dispatch(tmp_path, messages[4:], first=14)
+    assert portions == [Portion(VCHANNEL, 14, 14, tickless=2)]
+    portions, _ = dispatch(tmp_path, messages[4:] + [tick(5)], first=14)
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(4)): 1, (3, tt(3)): 1})
+    assert (portions[0].end, portions[0].cut, portions[0].stats.max_tick) == (17, False, tt(5))
+
+
+def test_a_portion_ends_right_after_the_last_timetick_that_left_nothing_held(tmp_path):
+    portions, _ = dispatch(tmp_path, [ins(3, [1]), ins(1, [2]), tick(1), tick(3), ins(5, [3]), ins(4, [4]), tick(4)])
+    [p] = portions
+    # The first TimeTick leaves the insert at 3 ms held, the second nothing; the third the one at 5 ms.
+    assert (p.end, p.cut, p.stats.max_tick) == (14, True, tt(3))
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(3)): 1, (2, tt(1)): 1})
+
+
+def test_any_timetick_releases_and_a_message_below_a_released_one_is_refused(tmp_path):
+    """A TimeTick is the pchannel's whatever ``_vc`` it carries; a message read after it with a lower
+    time tick breaks Milvus's rule (its scanner refuses it): quarantined, not applied."""
+    portions, read = dispatch(tmp_path, [ins(2, [1]), tick(3, vchannel=OTHER), ins(1, [2]), ins(4, [3]), tick(4)])
+    [p] = portions
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(2)): 1, (3, tt(4)): 1})
+    [q] = quarantined(tmp_path, p)
+    assert (q["offset"], q["msg_type"]) == (12, common_pb2.MsgType.Insert)
+    assert q["reason"] == (f"Insert at time tick {tt(1)}, below the TimeTick {tt(3)} read before it: Milvus's "
+                           "scanner refuses it as a time tick violation")
+    assert (p.end, p.cut, read.tick) == (15, False, tt(4))
 
 
 def test_a_timetick_of_every_vchannel_ticks_without_a_router(tmp_path):
@@ -143,9 +205,9 @@ def test_what_cannot_be_applied_is_quarantined_under_its_own_vchannel(tmp_path):
     encrypted = b"\x8a\x01ciphertext", props("Insert", tt(1), header=insert_header({PID: SEG}), cipher_zone=3)
     theirs = b"\x8a\x01ciphertext", props("Insert", tt(2), OTHER, header=insert_header({PID: SEG}), cipher_zone=3)
     broken = insert([5]), {**props("Insert", tt(3)), "_tt": "?"}
-    portions, read = dispatch(tmp_path, [encrypted, theirs, broken, ins(4, [6])])
+    portions, read = dispatch(tmp_path, [encrypted, theirs, broken, ins(4, [6]), tick(4)])
     [p] = portions
-    got = [(r["offset"], r["msg_type"], r["reason"], r["payload"]) for r in quarantined(tmp_path, p)]
+    got = sorted((r["offset"], r["msg_type"], r["reason"], r["payload"]) for r in quarantined(tmp_path, p))
     assert got == [(10, common_pb2.MsgType.Insert, "encrypted by Milvus's cipher (zone 3): DeltaNode has no key",
                     encrypted[0]),
                    (12, None, "Milvus 2.6 message properties: time tick _tt '?' is not base 36", broken[0])]
@@ -155,7 +217,7 @@ def test_what_cannot_be_applied_is_quarantined_under_its_own_vchannel(tmp_path):
 def test_a_flush_seals_its_segment_and_a_later_insert_into_it_is_quarantined(tmp_path):
     flush = b"", props("Flush", tt(2), header=pb((1, CID), (2, PID), (3, SEG)))
     manual = b"", props("ManualFlush", tt(5), header=pb((1, CID), (2, tt(5)), (3, [SEG + 1])))
-    portions, _ = dispatch(tmp_path, [ins(1, [1]), flush, ins(3, [2]), ins(4, [3], seg=SEG + 1), manual])
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), flush, ins(3, [2]), ins(4, [3], seg=SEG + 1), manual, tick(5)])
     [p] = portions
     assert p.events == (ControlEvent(EventKind.SEGMENT_FLUSH, 11, tt(2), segments=(SEG,)),
                         ControlEvent(EventKind.MANUAL_FLUSH, 14, tt(5), segments=(SEG + 1,)))
@@ -171,17 +233,17 @@ def test_a_flush_seals_its_segment_and_a_later_insert_into_it_is_quarantined(tmp
 
 def test_a_drop_of_its_partition_filters_what_follows(tmp_path):
     drop = drop_partition(PID), props("DropPartition", tt(2), header=pb((1, CID), (2, PID)))
-    portions, _ = dispatch(tmp_path, [ins(1, [1]), drop, ins(3, [2])])
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), drop, ins(3, [2]), tick(3)])
     assert portions[0].events == (ControlEvent(EventKind.DROP_PARTITION, 11, tt(2), PID),)
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(1)): 1})
 
 
 def test_a_committed_transaction_applies_whole_at_its_commits_time_tick(tmp_path):
     txn = (41, 5000)
-    portions, _ = dispatch(tmp_path, [ins(1, [1]), begin(2, 41), ins(3, [2, 3], txn=txn), ins(4, [4]),
-                                      dele(5, [1], txn=txn), other(6), end("CommitTxn", 7, 41), ins(8, [5])])
+    portions, _ = dispatch(tmp_path, [ins(1, [1]), begin(2, 41), ins(3, [2, 3], txn=txn), tick(3), ins(4, [4]),
+                                      dele(5, [1], txn=txn), other(6), end("CommitTxn", 7, 41), ins(8, [5]), tick(8)])
     [p] = portions
-    assert not p.cut and p.end == 18
+    assert not p.cut and p.end == 20
     assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1, (2, tt(7)): 1, (3, tt(7)): 1,
                                                             (4, tt(4)): 1, (5, tt(8)): 1})
     assert rows(tmp_path, p, TableKind.DELETE) == Counter({(1, tt(7)): 1})
@@ -190,40 +252,48 @@ def test_a_committed_transaction_applies_whole_at_its_commits_time_tick(tmp_path
 
 def test_a_rolled_back_or_expired_transaction_writes_nothing(tmp_path):
     portions, _ = dispatch(tmp_path, [begin(1, 41), ins(2, [1], txn=(41, 5000)), end("RollbackTxn", 3, 41),
-                                      ins(4, [2])])
+                                      ins(4, [2]), tick(4)])
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(4)): 1})
-    # Expired: its last member's time tick plus its keepalive is reached (by another vchannel's
-    # message here) before its commit, which then commits nothing.
-    portions, _ = dispatch(tmp_path, [begin(1, 42, 100), ins(2, [1], txn=(42, 100)), other(102),
-                                      end("CommitTxn", 103, 42, 100), ins(104, [2])])
+    # Expired: a TimeTick reaches its last member's time tick plus its keepalive before its commit
+    # is released, which then commits nothing. Another vchannel's message past it expires nothing.
+    expiring = [begin(1, 42, 100), ins(2, [1], txn=(42, 100)), other(150), end("CommitTxn", 103, 42, 100),
+                ins(104, [2]), tick(104)]
+    portions, _ = dispatch(tmp_path, expiring)
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(103)): 1, (2, tt(104)): 1})
+    portions, _ = dispatch(tmp_path, expiring[:3] + [tick(102)] + expiring[3:])
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(104)): 1})
     assert not portions[0].cut
+    # Released with its commit by one TimeTick past its expiry: committed (expiry is judged after the batch).
+    portions, _ = dispatch(tmp_path, expiring[:3] + expiring[3:-1] + [tick(500)])
+    assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(103)): 1, (2, tt(104)): 1})
     # A keepalive of -1 s never expires.
-    portions, _ = dispatch(tmp_path, [begin(1, 43, -1000), ins(2, [1], txn=(43, -1000)), other(10 ** 6),
-                                      end("CommitTxn", 10 ** 6 + 1, 43, -1000)])
+    portions, _ = dispatch(tmp_path, [begin(1, 43, -1000), ins(2, [1], txn=(43, -1000)), tick(10 ** 6),
+                                      end("CommitTxn", 10 ** 6 + 1, 43, -1000), tick(10 ** 6 + 1)])
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(1, tt(10 ** 6 + 1)): 1})
 
 
 def test_a_member_or_commit_of_a_transaction_never_begun_here_is_ignored(tmp_path):
-    portions, _ = dispatch(tmp_path, [ins(1, [1], txn=(44, 5000)), end("CommitTxn", 2, 44), ins(3, [2])])
+    portions, _ = dispatch(tmp_path, [ins(1, [1], txn=(44, 5000)), end("CommitTxn", 2, 44), ins(3, [2]), tick(3)])
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(3)): 1})
 
 
 def test_a_range_ending_inside_a_transaction_ends_the_portion_before_its_begin(tmp_path):
-    messages = [ins(1, [1]), other(2), begin(3, 41), ins(4, [2], txn=(41, 5000)), ins(5, [3]), other(6)]
+    messages = [ins(1, [1]), other(2), tick(2), begin(3, 41), ins(4, [2], txn=(41, 5000)), ins(5, [3]), other(6),
+                tick(6)]
     portions, read = dispatch(tmp_path, messages)
     [p] = portions
     # Up to the BeginTxn, with the tick before it; what follows (the plain insert too) is read again.
-    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 12, True, tt(2))
+    assert (p.first, p.end, p.cut, p.stats.max_tick) == (10, 13, True, tt(2))
     assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(1)): 1})
     assert p.stats.inserted_rows == 1 and p.stats.dml_messages == 1
     assert read.tick == tt(6)   # the other vchannels move on
     # From the BeginTxn on, without its commit: nothing done, a longer range asked for.
-    portions, _ = dispatch(tmp_path, messages[2:], first=12)
-    assert portions == [Portion(VCHANNEL, 12, 12, tickless=4)]
+    portions, _ = dispatch(tmp_path, messages[3:], first=13)
+    assert portions == [Portion(VCHANNEL, 13, 13, tickless=5)]
     # With its commit: whole.
-    portions, _ = dispatch(tmp_path, messages[2:] + [end("CommitTxn", 7, 41)], first=12)
+    portions, _ = dispatch(tmp_path, messages[3:] + [end("CommitTxn", 7, 41), tick(7)], first=13)
     assert rows(tmp_path, portions[0], TableKind.INSERT) == Counter({(2, tt(7)): 1, (3, tt(5)): 1})
+    assert (portions[0].end, portions[0].cut) == (20, False)
 
 
 def test_after_a_cut_the_later_pieces_of_the_range_are_not_applied():

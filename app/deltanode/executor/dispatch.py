@@ -15,9 +15,17 @@ holds 625 a pchannel, and most of them have nothing in a range of one cycle.
 
 A message with properties whose ``_v`` is set is Milvus 2.6's (``wire.wal_message``): it goes to the
 router of its ``_vc`` only (adapted by ``wal_adaptor``, its properties read first so that another
-vchannel's message costs no payload parsing), and its time tick ``_tt`` is the pchannel's progress,
-as a TimeTick's is: a 2.6 streaming node writes no TimeTick on an idle pchannel, and appends in
-time-tick order.
+vchannel's message costs no payload parsing), which holds it until a TimeTick delivers it
+(``route``, ``wal_scan``). A 2.6 streaming node appends concurrently, so a message's own ``_tt``
+says nothing of the messages after it: only a TimeTick (``_t`` 1, whatever its ``_vc``) is the
+pchannel's progress, and it goes to every router holding messages. A message without ``_vc`` that
+is no TimeTick is Milvus's for every vchannel of the pchannel; one that carries anything is
+quarantined once, as a message that does not parse is (DeltaNode cannot tell which vchannels'
+tables it belongs in).
+
+The routers that need every TimeTick (seeking, replaying, holding 2.6 messages) are kept apart, and
+one leaves them as soon as it needs none: a tick costs nothing for the vchannels that wait for
+nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from .task_errors import task_error
 
 # (context, first offset, end offset) -> the vchannel's router over [first, end)
 RouterFactory = Callable[[RouteContext, int, int], VchannelRouter]
+_TIME_TICK = str(wal_message.T_TIME_TICK)   # ``_t`` of a TimeTick, as written
 
 
 class PchannelDispatcher:
@@ -50,8 +59,9 @@ class PchannelDispatcher:
         self._routers: dict[str, VchannelRouter] = {}
         self._by_collection: dict[int, list[str]] | None = None   # made at the first drop or flush
         self._by_name: dict[str, list[str]] = {}
-        self._ticked = [r for r in map(self._router, (v for v in self._first if v in contexts.ticked))
-                        if r.needs_ticks]
+        # The routers that need every TimeTick, by vchannel: made at once for those seeking or replaying.
+        self._ticked = {r.ctx.vchannel: r for r in map(self._router, (v for v in self._first if v in contexts.ticked))
+                        if r.needs_ticks}
         self._failed: dict[str, TaskError] = {}
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
@@ -121,14 +131,19 @@ class PchannelDispatcher:
             self._call(reader, lambda r: r.quarantine(offset, value, reason, msg_type))
 
     def _on_wal_message(self, offset: int, value: bytes | None, props: dict[str, str], size: int) -> None:
-        """A Milvus 2.6 message: to its vchannel's router, its time tick to every vchannel."""
-        vchannel = props.get(wal_message.VCHANNEL)
-        if vchannel is not None and not self._reads(vchannel, offset):
-            try:   # another vchannel's: only its time tick matters here
-                self._ticked_by(wal_message.time_tick(props), offset)
-            except wal_message.WalFormatError:
-                pass   # its reader records it
+        """A Milvus 2.6 message: a TimeTick ticks every vchannel of the pchannel; any other message goes
+        to its vchannel's router."""
+        if props.get(wal_message.TYPE) == _TIME_TICK:
+            try:
+                ts = wal_message.time_tick(props)
+            except wal_message.WalFormatError as e:
+                self._quarantine_unrouted(offset, value, f"Milvus 2.6 message properties: {e}", None)
+                return
+            self._ticked_by(ts, offset)
             return
+        vchannel = props.get(wal_message.VCHANNEL) or None
+        if vchannel is not None and not self._reads(vchannel, offset):
+            return   # another vchannel's: nothing of it matters here
         try:
             wal = wal_message.parse(props)
         except wal_message.WalFormatError as e:
@@ -138,28 +153,41 @@ class PchannelDispatcher:
             else:
                 self._quarantine_unrouted(offset, value, reason, None)
             return
-        if vchannel is not None:
-            ts, at = self._tick
-            tick_before = ts if at >= self._first[vchannel] else 0   # only a tick the vchannel read
-            adapted = wal_adaptor.adapt(value, wal)
-            if adapted.msg_type == decode.MSG_INSERT or adapted.msg_type == decode.MSG_DELETE:
-                self.dml_messages += 1
-                self.dml_bytes += size
+        adapted = wal_adaptor.adapt(value, wal)
+        if vchannel is None:
             if adapted.kind is not wal_adaptor.Kind.TICK or wal.txn is not None:
-                payload = value or b""
-                self._call(vchannel, lambda r: r.wal(offset, wal, adapted, payload, tick_before))
-        elif wal.type != wal_message.T_TIME_TICK:   # a message of every vchannel that is no TimeTick
-            adapted = wal_adaptor.adapt(value, wal)
-            if adapted.kind is wal_adaptor.Kind.REJECT:
-                self._quarantine_unrouted(offset, value, adapted.reason, adapted.msg_type)
-        self._ticked_by(wal.time_tick, offset)
+                reason = adapted.reason if adapted.kind is wal_adaptor.Kind.REJECT else (
+                    f"{wal.name} without a vchannel (_vc): Milvus hands it to every vchannel of the pchannel; "
+                    f"DeltaNode applies it to none")
+                self._quarantine_unrouted(offset, value, reason, wal_message.COMMONPB_TYPES.get(wal.type))
+            return
+        if adapted.msg_type == decode.MSG_INSERT or adapted.msg_type == decode.MSG_DELETE:
+            self.dml_messages += 1
+            self.dml_bytes += size
+        if adapted.kind is wal_adaptor.Kind.TICK and wal.txn is None:
+            return   # carries nothing for the vchannel's tables
+        ts, at = self._tick
+        tick_before = ts if at >= self._first[vchannel] else 0   # only a tick the vchannel read
+        payload = value or b""
+        self._call(vchannel, lambda r: r.wal(offset, wal, adapted, payload, tick_before))
+        router = self._routers.get(vchannel)
+        if router is not None and router.needs_ticks and vchannel not in self._failed:
+            self._ticked[vchannel] = router
 
     def _ticked_by(self, ts: int, offset: int) -> None:
-        """A time tick at ``offset``: the range's last, and a tick for the routers that need every one."""
+        """A TimeTick at ``offset``: the range's last, and a tick for the routers that need every one
+        (a router that needs none any more leaves them)."""
         self._tick = (max(ts, self._tick[0]), offset)
-        for router in self._ticked:
-            if router.first <= offset and router.needs_ticks:
-                self._call(router.ctx.vchannel, lambda r: r.tick(ts, offset))
+        if not self._ticked:
+            return
+        done = []
+        for vchannel, router in self._ticked.items():
+            if router.first <= offset:
+                self._call(vchannel, lambda r: r.tick(ts, offset))
+            if not router.needs_ticks or vchannel in self._failed:
+                done.append(vchannel)
+        for vchannel in done:
+            del self._ticked[vchannel]
 
     def _call(self, vchannel: str, step: Callable[[VchannelRouter], None]) -> None:
         """``step`` on the vchannel's router (made now if need be); an error fails the vchannel alone."""

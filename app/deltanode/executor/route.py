@@ -15,18 +15,25 @@ tick after which nothing was held (a "clean" tick): what follows it is read agai
 batch, so nothing after that tick is written, counted or reported by this one. A range
 without a clean tick does nothing and asks for a longer one (``Portion.tickless``).
 
-A Milvus 2.6 message (``wal``, made by ``wal_adaptor``) is applied like its older form; a
-transaction's members are held until its CommitTxn, re-stamped with the commit's time tick (as
-Milvus's txn buffer does), and dropped at a RollbackTxn or once it expires. While one is open,
-nothing after its BeginTxn is written: a portion that ends with a transaction still open ends
-right before its BeginTxn (a clean point, as above), so a restart reads the transaction whole.
+A Milvus 2.6 vchannel is read as Milvus's own scanner delivers it (``wal_scan``): its messages
+(``wal``, made by ``wal_adaptor``) wait until a TimeTick releases them in time-tick order, a resume
+filter drops what a Milvus channel checkpoint already holds (every message at or below its time
+tick, a transaction by its CommitTxn's), and a transaction's members are held until its CommitTxn
+hands them on re-stamped with the commit's time tick, or dropped at its RollbackTxn or its expiry
+(judged at each TimeTick). What is delivered is applied like its older form. A portion of the
+vchannel ends at the range's end when nothing is held there; else at the last clean point: right
+after a TimeTick that left nothing held (no message waiting, no transaction open), or right
+before the message that began the holding, at the TimeTick before it. What follows is read again
+by the next batch, which starts with nothing held; a range without a clean point does nothing and
+asks for a longer one (``Portion.tickless``). So a restart reads an open transaction whole, and
+a 2.6 message never counts as progress of its pchannel: only a TimeTick does.
 
-A 2.6 schema change of the collection (``schema_change``) that adds columns ends the vchannel's
-portion right before it (or at the clean point before it, while a transaction is open or messages
-are held back), carrying the new schema (``Portion.schema``): the router reads nothing further,
-and the rest is read again once the driver's flowgraphs write with that schema. One that adds no
-column (the schema written with has them) seals the segments the streaming node flushed for it, as
-a Flush does. One that is no pure addition of nullable fields is quarantined.
+A 2.6 schema change of the collection (``schema_change``) that adds columns, once delivered, ends
+the vchannel's portion at the last clean point before the TimeTick that delivered it, carrying the
+new schema (``Portion.schema``): the router reads nothing further, and the rest is read again once
+the driver's flowgraphs write with that schema. One that adds no column (the schema written with
+has them) seals the segments the streaming node flushed for it, as a Flush does. One that is no
+pure addition of nullable fields is quarantined.
 """
 
 from __future__ import annotations
@@ -47,9 +54,8 @@ from ..records import (
     TaskError,
 )
 from ..storage.layout import StorageLayout
-from ..wire.positions import LOGICAL_BITS
 from ..wire.schema import CollectionLayout
-from ..wire.wal_message import Txn, WalMessage
+from ..wire.wal_message import WalMessage
 from . import decode, schema_change
 from .binlog_writer import BinlogWriter
 from .pack_order import PackOrder
@@ -63,8 +69,9 @@ from .wal_adaptor import (
     Kind,
     SchemaUpdate,
     SegmentSeal,
-    restamp,
+    WalEntry,
 )
+from .wal_scan import WalScan
 
 _SEAL_EVENTS = {MSG_FLUSH_SEGMENT: EventKind.SEGMENT_FLUSH, MSG_MANUAL_FLUSH: EventKind.MANUAL_FLUSH,
                 MSG_SCHEMA_CHANGE: EventKind.SCHEMA_CHANGE, MSG_ALTER_COLLECTION: EventKind.SCHEMA_CHANGE}
@@ -72,9 +79,10 @@ _SEAL_EVENTS = {MSG_FLUSH_SEGMENT: EventKind.SEGMENT_FLUSH, MSG_MANUAL_FLUSH: Ev
 
 @dataclass(frozen=True)
 class _CleanTick:
-    """Where a portion may end while the replay filter holds messages back, or a transaction is open."""
+    """Where a portion may end while messages are held back (pack order, a 2.6 vchannel's messages
+    between TimeTicks and its open transactions). Runs on executors."""
 
-    end: int                 # the offset after the tick (before the BeginTxn)
+    end: int                 # the offset after the tick (or before the message that began the holding)
     ts: int
     replay: ReplayState | None   # the filter's state there
     counters: tuple[int, ...]
@@ -82,26 +90,8 @@ class _CleanTick:
     sealed: int
 
 
-@dataclass
-class _OpenTxn:
-    """A Milvus 2.6 transaction between its BeginTxn and its CommitTxn or RollbackTxn: its members,
-    held (offset, adapted message, wire bytes), and the time tick of the last of them."""
-
-    txn: Txn
-    last_tt: int
-    members: list[tuple[int, Adapted, bytes]]
-
-    def expired(self, tick: int) -> bool:
-        """Whether ``tick`` reached its expiry: the time tick of its last message (the BeginTxn's
-        when none) plus its keepalive, in physical milliseconds (Milvus's ``ExpiredTimeTick``)."""
-        if not self.txn.expires:
-            return False
-        expiry = self.last_tt + (self.txn.keepalive_ms << LOGICAL_BITS)
-        return expiry <= tick
-
-
 class VchannelRouter:
-    """Routes one vchannel's messages of one offset range ``[first, end)``."""
+    """Routes one vchannel's messages of one offset range ``[first, end)``. Runs on executors."""
 
     def __init__(self, ctx: RouteContext, layout: CollectionLayout, storage: StorageLayout, first: int,
                  end: int, *, schema_version: int = 0) -> None:
@@ -121,9 +111,10 @@ class VchannelRouter:
         self.dml_messages = self.dml_bytes = self.inserted = self.deleted = self.quarantined = 0
         self._writer: BinlogWriter | None = None
         self._order = PackOrder() if self.replay is not None else None
-        self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick (pack order, open txns)
+        self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick, while holding
         self._clean: _CleanTick | None = None
-        self._txns: dict[int, _OpenTxn] = {}   # Milvus 2.6 transactions open, by txn id
+        self._scan = WalScan(checkpoint_ts=ctx.seek_ts)   # Milvus 2.6 messages until a TimeTick delivers them
+        self._delivering = False   # a TimeTick's delivery is under way: its writes wait for the tick's end
         self._new_schema: SchemaChange | None = None   # read: nothing after it is this task's
 
     @property
@@ -135,8 +126,17 @@ class VchannelRouter:
     # -- messages ------------------------------------------------------------------------
     def dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
         """An Insert or Delete whose shardName is this vchannel (``value``: its wire bytes)."""
-        if self._new_schema is not None:
+        if self._new_schema is not None or not self._dml_fits(offset, msg_type, msg, value):
             return
+        if self.seeking and min(msg.timestamps) <= self.ctx.seek_ts:
+            return
+        if self._order is not None:
+            self._order.add(max(msg.timestamps), partial(self._apply_dml, offset, msg_type, msg, value))
+        else:
+            self._apply_dml(offset, msg_type, msg, value)
+
+    def _dml_fits(self, offset: int, msg_type: int, msg, value: bytes) -> bool:
+        """Whether it has timestamps and is of the vchannel's collection; quarantined when not."""
         try:
             if not msg.timestamps:
                 raise decode.Reject(f"{'insert' if msg_type == decode.MSG_INSERT else 'delete'} without timestamps")
@@ -145,13 +145,8 @@ class VchannelRouter:
                                     f"{self.ctx.collection_id}")
         except decode.Reject as e:
             self.quarantine(offset, value, str(e), msg_type)
-            return
-        if self.seeking and min(msg.timestamps) <= self.ctx.seek_ts:
-            return
-        if self._order is not None:
-            self._order.add(max(msg.timestamps), partial(self._apply_dml, offset, msg_type, msg, value))
-        else:
-            self._apply_dml(offset, msg_type, msg, value)
+            return False
+        return True
 
     def _apply_dml(self, offset: int, msg_type: int, msg, value: bytes) -> None:
         try:
@@ -204,36 +199,47 @@ class VchannelRouter:
         self.deleted += n
 
     def _write(self, write: Callable[[], None]) -> None:
-        """Now, or at the next clean tick under pack order or while a transaction is open (a portion
-        cut there must not hold it)."""
-        if self._order is not None or self._txns:
+        """Now, or at the next clean tick while messages are held or a TimeTick delivers (a portion
+        cut before it must not hold it)."""
+        if self._order is not None or self._delivering or self._scan.holding:
             self._deferred.append(write)
         else:
             write()
 
+    def _holding(self) -> bool:
+        """Whether a message read is not applied yet: in pack order, or a 2.6 one not delivered."""
+        return (self._order is not None and self._order.holding) or self._scan.holding
+
     @property
     def needs_ticks(self) -> bool:
         """Whether the dispatcher must hand it every TimeTick (the others only need the last one)."""
-        return (self.seeking or self._order is not None) and self._new_schema is None
+        return (self.seeking or self._order is not None or self._scan.holding) and self._new_schema is None
 
     def tick(self, ts: int, offset: int) -> None:
-        """A TimeTick at ``offset``: ends the seek, releases a pack in pack order."""
+        """A TimeTick at ``offset``: ends the seek, delivers the 2.6 messages it releases, releases a
+        pack in pack order; a portion may end right after it when nothing is held any more."""
         if self._new_schema is not None:
             return
         if self.seeking and ts >= self.ctx.seek_ts:
             self.seeking = False
-        if self._order is None:
-            return
-        assert self.replay is not None   # pack order is kept only while a replay filter is
-        for apply in self._order.release(ts):
-            apply()
-        self.replay.on_tick(ts)
-        if not self.replay.active:       # nothing left to drop: the held messages go through in order
-            for apply in self._order.release_all():
+        delivered = self._scan.holding
+        if delivered:
+            self._deliver(ts)
+            if self._new_schema is not None:
+                return
+        if self._order is not None:
+            assert self.replay is not None   # pack order is kept only while a replay filter is
+            for apply in self._order.release(ts):
                 apply()
-        if not self._order.holding and not self._txns:
+            self.replay.on_tick(ts)
+            if not self.replay.active:       # nothing left to drop: the held messages go through in order
+                for apply in self._order.release_all():
+                    apply()
+        elif not delivered:
+            return
+        if not self._holding():
             self._clean_tick(offset + 1, ts)
-            if not self.replay.active:
+            if self._order is not None and self.replay is not None and not self.replay.active:
                 self._order = None
 
     def _clean_tick(self, end: int, ts: int) -> None:
@@ -252,7 +258,7 @@ class VchannelRouter:
 
     def control(self, offset: int, msg_type: int, msg, ts: int | None = None) -> None:
         """Flush (already matched by collection name) or a drop of this vchannel's collection, at
-        ``ts`` (default: its MsgBase's); a 2.6 seal of segments (``wal_adaptor.SegmentSeal``)."""
+        ``ts`` (default: its MsgBase's)."""
         if self._new_schema is not None:
             return
         if ts is None:
@@ -280,88 +286,62 @@ class VchannelRouter:
 
     # -- Milvus 2.6 ------------------------------------------------------------------------
     def wal(self, offset: int, wal: WalMessage, adapted: Adapted, value: bytes, tick_before: int) -> None:
-        """A 2.6 message of this vchannel, adapted (``wal_adaptor``); ``tick_before``: the pchannel's
-        time tick before it (every 2.6 message's ``_tt`` is its pchannel's progress)."""
+        """A 2.6 message of this vchannel, adapted (``wal_adaptor``): held until a TimeTick delivers it
+        (``wal_scan``); ``tick_before``: the last TimeTick the vchannel read before it (0: none)."""
         if self._new_schema is not None:
             return
-        if self._txns:
-            self._expire(tick_before, offset)
-        txn = wal.txn
-        if txn is None:
-            self._apply_wal(offset, adapted, value, tick_before)
-            return
-        kind = adapted.kind
-        if kind is Kind.BEGIN:
-            self._begin(offset, txn, wal.time_tick, tick_before)
-            return
-        if kind is Kind.COMMIT or kind is Kind.ROLLBACK:
-            open_txn = self._txns.pop(txn.txn_id, None)
-            if open_txn is None:
-                return   # a transaction never begun here, expired or ended: Milvus ignores it too
-            if kind is Kind.COMMIT:
-                for member_offset, member, member_value in open_txn.members:
-                    self._apply_wal(member_offset, restamp(member, wal.time_tick), member_value)
-            self._txn_closed(offset + 1, wal.time_tick)
-            return
-        open_txn = self._txns.get(txn.txn_id)
-        if open_txn is not None:   # a member of a transaction not begun here is ignored, as Milvus's txn buffer does
-            open_txn.members.append((offset, adapted, value))
-            open_txn.last_tt = wal.time_tick
+        if not self._holding():
+            # Everything before it is applied, and what follows the last TimeTick has a higher time
+            # tick: a portion may end right here, at that tick, if it is still held at the range's end.
+            self._clean_tick(offset, tick_before)
+        if not self._scan.push(WalEntry(offset=offset, wal=wal, adapted=adapted, value=value), tick_before):
+            self.quarantine(offset, value, f"{wal.name} at time tick {wal.time_tick}, below the TimeTick "
+                                           f"{self._scan.last_released} read before it: Milvus's scanner "
+                                           f"refuses it as a time tick violation", adapted.msg_type)
 
-    def _apply_wal(self, offset: int, adapted: Adapted, value: bytes, tick_before: int = 0) -> None:
+    def _deliver(self, tick: int) -> None:
+        """Apply what a TimeTick at ``tick`` delivers, in Milvus's order; nothing after a schema change
+        that ends the portion. Its writes wait for the tick's end (``_write``)."""
+        self._delivering = True
+        try:
+            for entry in self._scan.release(tick):
+                self._apply_wal(entry.offset, entry.adapted, entry.value)
+                if self._new_schema is not None:
+                    return
+        finally:
+            self._delivering = False
+
+    def _apply_wal(self, offset: int, adapted: Adapted, value: bytes) -> None:
         kind, msg_type = adapted.kind, adapted.msg_type
         if kind is Kind.DML and msg_type is not None:
-            self.dml(offset, msg_type, adapted.msg, value)
+            if self._dml_fits(offset, msg_type, adapted.msg, value):
+                self._apply_dml(offset, msg_type, adapted.msg, value)
         elif kind is Kind.CONTROL and msg_type is not None:
             if adapted.seal is not None:
-                self.control(offset, msg_type, adapted.seal, adapted.seal.ts)
+                self._apply_control(offset, msg_type, adapted.seal, adapted.seal.ts)
             elif adapted.msg.collectionID == self.ctx.collection_id:
-                self.control(offset, msg_type, adapted.msg)
+                self._apply_control(offset, msg_type, adapted.msg, adapted.msg.base.timestamp)
         elif kind is Kind.SCHEMA and adapted.schema is not None and msg_type is not None:
-            self._schema_change(offset, msg_type, adapted.schema, value, tick_before)
+            self._schema_change(offset, msg_type, adapted.schema, value)
         elif kind is Kind.REJECT:
             self.quarantine(offset, value, adapted.reason, adapted.msg_type)
 
-    def _schema_change(self, offset: int, msg_type: int, update: SchemaUpdate, value: bytes, tick_before: int) -> None:
+    def _schema_change(self, offset: int, msg_type: int, update: SchemaUpdate, value: bytes) -> None:
         """A schema change of the collection: taken (``schema_change.judge``), sealing the segments
-        flushed for it, when the layout has its columns; else the portion ends before it."""
+        flushed for it, when the layout has its columns; else the portion ends at the last clean
+        tick before the TimeTick that delivered it."""
         if update.collection_id != self.ctx.collection_id:
             return   # another collection's: a vchannel belongs to one
-        if self.seeking and update.ts <= self.ctx.seek_ts:
-            return   # before the seek's tick: the schema written with comes after it
         try:
             verdict = schema_change.judge(self.schema_version, self.layout, update.schema)
         except schema_change.NotAnAddition as e:
             self.quarantine(offset, value, f"schema change of collection {update.collection_id}: {e}", msg_type)
             return
         if verdict is schema_change.Verdict.KNOWN:
-            self.control(offset, msg_type, SegmentSeal(segments=update.flushed, ts=update.ts), update.ts)
+            self._apply_control(offset, msg_type, SegmentSeal(segments=update.flushed, ts=update.ts), update.ts)
             return
-        if not self._txns and not (self._order is not None and self._order.holding):
-            self._clean_tick(offset, tick_before)   # else the clean point before the open transaction
         self._new_schema = SchemaChange(schema=update.schema, version=schema_change.version_of(update.schema),
                                         ts=update.ts)
-
-    def _begin(self, offset: int, txn: Txn, tt: int, tick_before: int) -> None:
-        if txn.txn_id in self._txns:
-            return   # a BeginTxn repeated: Milvus keeps the first
-        if not self._txns and not (self._order is not None and self._order.holding):
-            self._clean_tick(offset, tick_before)   # where this portion ends if the transaction is still open
-        self._txns[txn.txn_id] = _OpenTxn(txn, tt, [])
-
-    def _txn_closed(self, end: int, ts: int) -> None:
-        """A transaction ended (committed, rolled back, expired): with none left open, what was held
-        for them is written and a portion may end at ``end``."""
-        if not self._txns and not (self._order is not None and self._order.holding):
-            self._clean_tick(end, ts)
-
-    def _expire(self, tick: int, end: int) -> None:
-        """Drop the transactions ``tick`` expires (a message before ``end`` reached it)."""
-        expired = [txn_id for txn_id, t in self._txns.items() if t.expired(tick)]
-        for txn_id in expired:
-            del self._txns[txn_id]
-        if expired:
-            self._txn_closed(end, tick)
 
     def quarantine(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
         if self._new_schema is not None:
@@ -377,11 +357,9 @@ class VchannelRouter:
         """``max_tick``: the range's last TimeTick if this vchannel read it, else 0."""
         if self._new_schema is not None:
             return self._end_before_schema()
-        if self._txns:
-            self._expire(max_tick, self.end)
         end, replay = self.end, self.replay.state() if self.replay is not None else None
         cut = False
-        if self._txns or (self._order is not None and self._order.holding):
+        if self._holding():
             clean = self._clean
             if clean is not None and clean.end > self.first:   # end there: the rest is read again next batch
                 cut = True
@@ -392,7 +370,7 @@ class VchannelRouter:
                     del self.sealed[segment]
                 del self.newly_sealed[clean.sealed:]
                 self._deferred = []
-            else:   # no clean tick (or a transaction open from the first message): nothing done, a longer range next
+            else:   # no clean tick (nothing delivered, a transaction open from the first message): a longer range next
                 if self._writer is not None:
                     self._writer.abort()
                 return Portion(self.ctx.vchannel, self.first, self.first, tickless=self.end - self.first)

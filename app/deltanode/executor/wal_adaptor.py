@@ -80,6 +80,21 @@ class Adapted:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WalEntry:
+    """One 2.6 message of a vchannel as its reader holds it until a TimeTick releases it: where it
+    is, its properties, what it is to a router and its wire bytes. Runs on executors."""
+
+    offset: int
+    wal: w.WalMessage
+    adapted: Adapted
+    value: bytes
+
+    @property
+    def time_tick(self) -> int:
+        return self.wal.time_tick
+
+
 _TICK = Adapted(kind=Kind.TICK)
 # Types that carry nothing for a vchannel's data: creations (a segment's first rows create it in
 # DeltaNode's state), and DDL of databases, aliases, users, roles, resource groups, indexes, loads.
@@ -120,6 +135,8 @@ def adapt(payload: bytes | None, wal: w.WalMessage) -> Adapted:
         return reject(wal, str(e))
     except DecodeError as e:
         return reject(wal, f"{wal.name} payload (_v {v}) does not parse: {e}")
+    except Exception as e:  # noqa: BLE001 - whatever a payload makes this pure code raise is that message's fault
+        return reject(wal, f"{wal.name} (_v {v}) does not adapt: {type(e).__name__}: {e}")
 
 
 def _adapt(payload: bytes, wal: w.WalMessage) -> Adapted:
@@ -190,6 +207,8 @@ def _insert(msg: Any, wal: w.WalMessage) -> Adapted:
     if not segment:
         return reject(wal, f"Insert of partition {msg.partitionID} without a segment assignment for it in its header "
                            f"(_h assigns partitions {sorted(p.partition_id for p in header.partitions)})")
+    if msg.num_rows != len(msg.rowIDs):   # a row count its body does not hold is never multiplied out
+        return reject(wal, f"row count mismatch: num_rows {msg.num_rows}, {len(msg.rowIDs)} rowIDs")
     tt = wal.time_tick
     msg.segmentID = segment
     del msg.timestamps[:]
@@ -207,11 +226,24 @@ def _delete(msg: Any, wal: w.WalMessage) -> Adapted:
     # One timestamp per key as the body counts them (Milvus's adaptor keeps their number), or per
     # row of num_rows when the body sends none.
     n = len(msg.timestamps) or msg.num_rows
+    keys = _key_count(msg)
+    if n != keys:   # a row count its body does not hold is never multiplied out
+        return reject(wal, f"row count mismatch: num_rows {msg.num_rows}, {keys} keys, {len(msg.timestamps)} "
+                           f"timestamps")
     del msg.timestamps[:]
     msg.timestamps.extend([wal.time_tick] * n)
     msg.base.timestamp = wal.time_tick
     msg.shardName = wal.vchannel or ""
     return Adapted(kind=Kind.DML, msg_type=decode.MSG_DELETE, msg=msg)
+
+
+def _key_count(msg: Any) -> int:
+    ids = msg.primary_keys
+    if ids.HasField("int_id"):
+        return len(ids.int_id.data)
+    if ids.HasField("str_id"):
+        return len(ids.str_id.data)
+    return len(msg.int64_primary_keys)
 
 
 def restamp(adapted: Adapted, ts: int) -> Adapted:
