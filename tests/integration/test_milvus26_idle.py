@@ -2,16 +2,17 @@
 
 A 2.6 streaming node writes a persisted TimeTick after the messages it appended and none while a
 pchannel is idle (docs/milvus-facts.md §13, §14): its vchannels' time stands still until the next
-burst. Written by Milvus's own Go code (pkg/v2 v2.6.6 through tests/milvus_wal), each burst closed by
-a TimeTick: collection A has a shard on each of two pchannels, collection B one shard on the busy
+burst. Written by Milvus's own Go code (pkg/v2 v2.6.6 through tests/milvus_wal), each burst closed
+by a TimeTick: collection A has a shard on each of two pchannels, collection B one shard on the busy
 pchannel that gets no message of its own after its CreateCollection. The first pchannel goes idle
 (no message, no TimeTick) for longer than the readers' stall timeout and many idle checkpoint
 intervals while the second takes inserts, deletes and a ManualFlush; the pipeline is restarted in
-the middle of it; then the idle pchannel gets messages again. What must hold meanwhile: the busy vchannels' checkpoints move (the silent sibling's too),
-the flush completes, no vchannel fails, stalls or lags for idleness (the node's health, readiness,
-progress and lag figures), ``admin verify`` finds the idle vchannel caught up, a restart starts the
-idle vchannel at its pchannel's head; and at the end every row of every vchannel is in Delta
-exactly once (multisets of (pk, ts)), the idle one's among them.
+the middle of it; then the idle pchannel gets messages again. What must hold meanwhile: the busy
+vchannels' checkpoints move (the silent sibling's too), the flush completes, no vchannel fails,
+stalls or lags for idleness (the node's health, readiness, progress and lag figures), ``admin
+verify`` finds the idle vchannel caught up, a restart starts the idle vchannel at its pchannel's
+head; and at the end every row of every vchannel is in Delta exactly once (multisets of (pk, ts)),
+the idle one's among them.
 """
 
 from __future__ import annotations
