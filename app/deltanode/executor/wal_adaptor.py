@@ -12,8 +12,9 @@ whole new schema and the segments the streaming node flushed for it (``SchemaUpd
 judges it against the schema it writes with (``schema_change``). What DeltaNode cannot apply is
 refused with a reason naming the type and version: an encrypted payload (``_ch``: no key here), an
 import of files, a type or version it does not know.
-Transactions (BeginTxn, members, CommitTxn, RollbackTxn) are the router's to assemble
-(``route.VchannelRouter.wal``): here a member is adapted like any message.
+Transactions (BeginTxn, members, CommitTxn, RollbackTxn) are assembled once a TimeTick releases
+them (``txn_buffer``): here a member is adapted like any message. A payload that makes the adaptation
+raise, whatever the error, is refused with it: one bad message never fails the task.
 """
 
 from __future__ import annotations
