@@ -6,7 +6,10 @@ and Apache Pulsar.
 The collection (tests/milvus26_types.py): Text, Timestamptz, Geometry, Int8Vector, a struct array
 of an Int32 array and a FloatVector array, nullable fields with nulls, a field with a default
 value, a partition key over two partitions, the dynamic field and a BM25 function whose sparse
-output never reaches the channel; two shards, each its own pchannel. Its fields, struct array
+output never reaches the channel; two shards, each its own pchannel. This test adds the other
+vector types a client sends (``VECTORS``): a SparseFloatVector of its own (rows of 0 to 4
+entries, indices up to 2^32 - 2), a BinaryVector, a Float16Vector and a BFloat16Vector, each in
+the shape the 2.6 proxy gives it on the wire (``vector_field_data``). Its fields, struct array
 and function are keys of their own (``root-coord/fields/``, ``struct-array-fields/``,
 ``functions/``), next to tombstones. Upserts arrive as Milvus's streaming proxy appends them: a
 transaction of the keys' Delete and Insert on their vchannel.
@@ -19,7 +22,7 @@ committed after it, lands whole. On Pulsar both shards start at their CreateColl
 of appends is closed by a persisted TimeTick, as a 2.6 node writes one.
 
 The rows each table must hold are worked out from the script alone and compared as multisets of
-(pk, ts), then field by field.
+(pk, ts), then field by field; the lake's view gives every vector as Milvus's query does.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import struct
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,6 +57,7 @@ from .milvus_mirror import Mirror
 from .support import ALL_BROKERS, wait_until
 
 pytestmark = pytest.mark.spark
+DataType = schema_pb2.DataType
 _ids = itertools.count(int(time.time()) % 100000 * 100 + 26)
 KEEPALIVE_MS = 600_000
 ROWS = 60            # pks 0..59 in the first writes, their upserts and 60..69 later
@@ -61,6 +66,110 @@ TOMBSTONE_TEXT = TOMBSTONE.decode()
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
+
+
+# -- the other vector types: fields, values, the wire ----------------------------------------------
+# Ids after the struct array's, so the shared collection's numbering stays as it is.
+SPLADE, BITS, HALF, BRAIN = 117, 118, 119, 120
+BITS_DIM, HALF_DIM, BRAIN_DIM = 16, 4, 4
+VECTORS = ("splade", "bits", "half", "brain")
+# The largest sparse index Milvus takes: its proxy refuses 2^32 - 1 (typeutil.ValidateSparseFloatRows).
+TOP_INDEX = 2**32 - 2
+
+
+def vector_fields() -> list[schema_pb2.FieldSchema]:
+    def one(fid: int, name: str, t: int, dim: int | None) -> schema_pb2.FieldSchema:
+        f = schema_pb2.FieldSchema(fieldID=fid, name=name, data_type=t)
+        if dim is not None:
+            f.type_params.add(key="dim", value=str(dim))
+        return f
+    return [one(SPLADE, "splade", DataType.SparseFloatVector, None), one(BITS, "bits", DataType.BinaryVector, BITS_DIM),
+            one(HALF, "half", DataType.Float16Vector, HALF_DIM),
+            one(BRAIN, "brain", DataType.BFloat16Vector, BRAIN_DIM)]
+
+
+def fields() -> list[schema_pb2.FieldSchema]:
+    return m.fields() + vector_fields()
+
+
+def schema() -> schema_pb2.CollectionSchema:
+    out = m.schema()
+    out.fields.extend(vector_fields())
+    return out
+
+
+def vectors(v: int) -> dict:
+    """The four vectors of row version ``v`` as a client means them: a sparse row as index -> value
+    (0 to 4 entries; values at least 0, as Milvus's proxy takes them), 16 bits as 2 bytes, and
+    floats each half type holds exactly (65504 and 2^-24: float16's largest and smallest; 2^100
+    and 2^-100: beyond float16, exact in bfloat16)."""
+    indices = [v % 97, 5000 + v, 2**31 + v, TOP_INDEX][:v % 5]
+    return {"splade": {i: v % 13 / 4 + k for k, i in enumerate(indices)},
+            "bits": bytes([v * 37 % 256, (v * 91 + 1) % 256]),
+            "half": [v % 64 / 4 - 8, 1024.0 + v % 1024, 65504.0, -(2.0**-24)],
+            "brain": [v % 32 / 4 - 4, 2.0**100, -(v % 9) * 2.0**-100, 1.5]}
+
+
+def row(pk: int, version: int) -> dict:
+    return m.row(pk, version) | vectors(pk + 1000 * version)
+
+
+def sparse_bytes(entries: dict[int, float]) -> bytes:
+    """A sparse row as Milvus's clients pack it: (uint32 index, float32 value) pairs, little-endian,
+    indices increasing."""
+    return b"".join(struct.pack("<If", i, x) for i, x in sorted(entries.items()))
+
+
+def half_bytes(values: list[float]) -> bytes:
+    """IEEE half precision, 2 bytes a dimension, little-endian."""
+    raw = struct.pack(f"<{len(values)}e", *values)
+    assert list(struct.unpack(f"<{len(values)}e", raw)) == values, "a value float16 does not hold exactly"
+    return raw
+
+
+def brain_bytes(values: list[float]) -> bytes:
+    """bfloat16: a float32's high half, 2 bytes a dimension, little-endian."""
+    words = [struct.pack("<f", x) for x in values]
+    assert all(w[:2] == b"\0\0" for w in words), "a value bfloat16 does not hold exactly"
+    return b"".join(w[2:] for w in words)
+
+
+def sparse_dim(rows: list[dict]) -> int:
+    """A batch's sparse dim: its largest index + 1 (0 when every row is empty)."""
+    return max((max(r["splade"]) + 1 for r in rows if r["splade"]), default=0)
+
+
+def vector_field_data(rows: list[dict], batch: list[dict]) -> list[schema_pb2.FieldData]:
+    """The four fields of an Insert of ``rows``, cut from a client's insert of ``batch`` as the 2.6
+    proxy cuts one message a partition (``typeutil.AppendFieldData``, row by row): the sparse
+    field's ``vectors.dim`` the batch's sparse dim as the client sent it, its
+    ``sparse_float_vector.dim`` the message's own; the others' ``vectors.dim`` the schema's."""
+    out = []
+    for fid, name, t in ((SPLADE, "splade", DataType.SparseFloatVector), (BITS, "bits", DataType.BinaryVector),
+                         (HALF, "half", DataType.Float16Vector), (BRAIN, "brain", DataType.BFloat16Vector)):
+        out.append(schema_pb2.FieldData(field_id=fid, field_name=name, type=t))
+    splade, bits, half, brain = (fd.vectors for fd in out)
+    splade.dim = sparse_dim(batch)
+    splade.sparse_float_vector.dim = sparse_dim(rows)
+    splade.sparse_float_vector.contents.extend(sparse_bytes(r["splade"]) for r in rows)
+    bits.dim, bits.binary_vector = BITS_DIM, b"".join(r["bits"] for r in rows)
+    half.dim, half.float16_vector = HALF_DIM, b"".join(half_bytes(r["half"]) for r in rows)
+    brain.dim, brain.bfloat16_vector = BRAIN_DIM, b"".join(brain_bytes(r["brain"]) for r in rows)
+    return out
+
+
+def expected_row(r: dict) -> dict:
+    """``r`` as the insert table holds it: the shared collection's columns as ``m.expected_row``
+    says, a sparse row as its (index, value) pairs in index order, the other three as their bytes."""
+    return m.expected_row(r) | {"splade": sorted(r["splade"].items()), "bits": r["bits"],
+                                "half": half_bytes(r["half"]), "brain": brain_bytes(r["brain"])}
+
+
+def lake_vectors(r: dict) -> dict:
+    """``r``'s four vectors as the lake's rows give them (docs/spark-sql.md): a sparse row an object
+    from index to value, a BinaryVector its bytes as numbers, the half types their floats."""
+    return {"splade": {str(i): x for i, x in r["splade"].items()}, "bits": list(r["bits"]), "half": r["half"],
+            "brain": r["brain"]}
 
 
 @dataclass
@@ -88,13 +197,16 @@ class Expected:
         out.deletes = Counter({k: n for k, n in self.deletes.items() if k[0] not in pks or k[1] > ts})
         return out
 
+    def live(self) -> Counter:
+        """The rows no delete removes (a delete at T removes its key's rows older than T): what a
+        reader of the table's current version sees, deletion vectors applied."""
+        return Counter({(pk, ts): n for (pk, ts), n in self.inserts.items()
+                        if not any(dpk == pk and ts < dts for dpk, dts in self.deletes)})
+
     def current(self) -> Counter:
-        """A query's answer (docs/milvus-facts.md §8): a delete at T removes its key's rows older
-        than T; of the rows left, each key's newest."""
+        """A query's answer (docs/milvus-facts.md §8): of the live rows, each key's newest."""
         standing: dict[int, int] = {}
-        for pk, ts in self.inserts:
-            if any(dpk == pk and ts < dts for dpk, dts in self.deletes):
-                continue
+        for pk, ts in self.live():
             standing[pk] = max(ts, standing.get(pk, ts))
         return Counter(standing.items())
 
@@ -152,7 +264,7 @@ class Script:
         body = msg_pb2.CreateCollectionRequest(
             base=common_pb2.MsgBase(msg_type=common_pb2.MsgType.CreateCollection), collectionName="every26",
             collectionID=self.cid, partitionIDs=self.parts, partitionNames=["_default_0", "_default_1"],
-            virtualChannelNames=self.v, physicalChannelNames=self.p, schema=m.schema().SerializeToString())
+            virtualChannelNames=self.v, physicalChannelNames=self.p, schema=schema().SerializeToString())
         return self.append(i, "CreateCollection", body=body, broadcast=True, header={
             "collection_id": str(self.cid), "partition_ids": [str(p) for p in self.parts], "db_id": "1"})
 
@@ -166,13 +278,15 @@ class Script:
         """The rows of ``pks`` at ``version``: one Insert a partition (the proxy splits a batch by
         its partition key), placed in the shard's segment of that partition by ``_h``."""
         steps = []
+        batch = [row(pk, version) for pk in pks]
         for k, part in enumerate(self.parts):
-            rows = [m.row(pk, version) for pk in pks if m.row(pk, version)["tenant"] % 2 == k]
+            rows = [r for r in batch if r["tenant"] % 2 == k]
             if not rows:
                 continue
             segment = self.segments[(i, k)]
             body = m.insert_request(rows, collection_id=self.cid, partition_id=part, shard=self.v[i],
                                     row_ids=[r["pk"] * 10 + version for r in rows])
+            body.fields_data.extend(vector_field_data(rows, batch))
             header = {"collection_id": str(self.cid), "partitions": [
                 {"partition_id": str(part), "rows": str(len(rows)), "binary_size": "0",
                  "segment_assignment": {"segment_id": str(segment)}}]}
@@ -238,7 +352,7 @@ def meta_steps(s: Script, endpoints: str, root: str, starts: dict[str, bytes], c
                            {"name": "default", "id": "1"}),
              etcd_put_step(endpoints, f"{base}/database/collection-info/1/{s.cid}", "milvus.proto.etcd.CollectionInfo",
                            info)]
-    for f in m.fields():
+    for f in fields():
         steps.append(etcd_put_step(endpoints, f"{base}/fields/{s.cid}/{f.fieldID}", "milvus.proto.schema.FieldSchema",
                                    json_format.MessageToDict(f)))
     steps.append(etcd_put_step(endpoints, f"{base}/struct-array-fields/{s.cid}/{m.STRUCT_ID}",
@@ -333,7 +447,7 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
     with EtcdClient(endpoints) as client:
         record = MilvusCatalog(client, milvus_root, own_client=client, own_root=etcd_root,
                                broker=Broker(mq.kind, mq.address), positions=CODECS[mq.kind]).collections()[0]
-    assert [f.fieldID for f in record.schema.fields] == [f.fieldID for f in m.fields()]
+    assert [f.fieldID for f in record.schema.fields] == [f.fieldID for f in fields()]
     assert list(record.schema.struct_array_fields) == [m.struct_field()] and list(record.schema.functions) == [m.bm25()]
     assert record.partitions == {"_default_0": s.parts[0], "_default_1": s.parts[1]}
     if on_kafka:   # retention removed p1's beginning: the collection's start is gone
@@ -389,11 +503,14 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
     # Field by field: each row holds the values its version was sent with, nulls as nulls.
     for r in rows:
         version, partition, segment = expected.rows[(r["pk"], r["_ts"])]
-        want = m.expected_row(m.row(r["pk"], version)) | {
+        want = expected_row(row(r["pk"], version)) | {
             "_ts": r["_ts"], "_row_id": r["pk"] * 10 + version, "_partition_id": partition, "_segment_id": segment}
         assert r == want, r["pk"]
-    assert {k for k in rows[0]} == set(m.COLUMNS) | {"_ts", "_row_id", "_segment_id", "_partition_id"}
+    assert {k for k in rows[0]} == set(m.COLUMNS) | set(VECTORS) | {"_ts", "_row_id", "_segment_id", "_partition_id"}
     assert all(any(r[c] is None for r in rows) for c in ("body", "at", "place", "tags", "doc", "flag"))
+    # Sparse rows of every length, the empty one and the largest index among them.
+    assert {len(r["splade"]) for r in rows} == set(range(5))
+    assert any(i == TOP_INDEX for r in rows for i, _ in r["splade"])
     with EtcdClient(endpoints) as client:
         gaps = read_gaps(client, f"deltanode-{tmp_path.name}/meta")
     if on_kafka:   # v1 started at Milvus's checkpoint: its last confirmed id, the BeginTxn
@@ -407,9 +524,11 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
     from deltanode.lake.tables import lake_tables
     from deltanode.lake.views import register
     register(spark, storage, lake_tables([record], storage))
-    frame = spark.sql("SELECT pk, _ts, at, place, qvec, clips FROM every26 WHERE pk IN (6, 61) ORDER BY _ts")
+    frame = spark.sql(f"SELECT pk, _ts, at, place, qvec, clips, {', '.join(VECTORS)} FROM every26")
     renderer = RowRenderer(frame.schema)
-    got = {doc["pk"]: doc for doc in (json.loads(renderer.render(row)) for row in frame.collect())}   # the newest
+    docs = [json.loads(renderer.render(one)) for one in frame.collect()]
+    assert Counter((d["pk"], d["_ts"]) for d in docs) == expected.live()
+    got = {doc["pk"]: doc for doc in sorted(docs, key=lambda d: d["_ts"])}   # each key's newest
     for pk, version in ((6, 1), (61, 0)):
         sent = m.row(pk, version)
         at = m.expected_row(sent)["at"]
@@ -417,3 +536,10 @@ def test_every_26_type_is_mirrored_from_milvus_meta_and_stream(mq, etcd_server, 
         assert got[pk]["qvec"] == sent["qvec"] and got[pk]["clips"] == sent[m.STRUCT]
         assert (got[pk]["place"] is None) == (sent["place"] is None)
         assert got[pk]["place"] is None or got[pk]["place"].split(" ")[0] in ("POINT", "LINESTRING")
+    # Every vector of every row the view shows, as Milvus's query gives it.
+    for doc in docs:
+        version = expected.rows[(doc["pk"], doc["_ts"])][0]
+        assert {c: doc[c] for c in VECTORS} == lake_vectors(row(doc["pk"], version)), doc["pk"]
+    assert {len(d["splade"]) for d in docs} == set(range(5))
+    print(f"{mq.kind}: the view's vectors: {sum(expected.live().values())} rows expected, {len(docs)} found, "
+          "each as the script sent it")
