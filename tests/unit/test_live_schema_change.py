@@ -262,3 +262,27 @@ def test_another_collections_schema_change_is_not_this_vchannels(tmp_path):
     [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2]),
                               tick(3)])
     assert (p.end, p.cut, p.schema, p.events) == (14, False, None, ())
+
+
+def _bad_dim(s):
+    s.fields[2].type_params.add(key="dim", value="two")
+
+
+def test_a_new_schema_whose_parameters_do_not_read_is_refused_not_raised():
+    with pytest.raises(schema_change.NotAnAddition) as e:
+        schema_change.judge(0, LAYOUT, _changed(_bad_dim))
+    assert str(e.value) == ("the new schema (version 1) is not one DeltaNode stores: invalid literal for int() with "
+                            "base 10: 'two'")
+
+
+def test_a_schema_change_whose_schema_does_not_read_is_quarantined_and_fails_no_vchannel(tmp_path):
+    """Every copy of it would fail its vchannel at every attempt, the vchannels of the collection
+    stopping there for good: it is that message's fault, quarantined like a payload that does not parse."""
+    payload, header = schema_message(schema_pb2.CollectionSchema.FromString(_changed(_bad_dim)), [SEG])
+    [p] = dispatch(tmp_path, [ins(1, [1]), (payload, props("AlterCollection", tt(2), header=header)), ins(3, [2]),
+                              tick(3)])
+    assert (p.error, p.end, p.cut, p.schema) == (None, 14, False, None)
+    assert rows(tmp_path, p) == Counter({(1, None, tt(1)): 1, (2, None, tt(3)): 1})
+    [q] = quarantined(tmp_path, p)
+    assert (q["offset"], q["msg_type"]) == (11, common_pb2.MsgType.AlterCollection)
+    assert q["reason"].startswith(f"schema change of collection {CID}: the new schema (version 1) is not one")

@@ -20,7 +20,7 @@ import functools
 from google.protobuf.message import DecodeError
 
 from ..wire.milvus_proto import schema_pb2
-from ..wire.schema import CollectionLayout, FieldSpec, SchemaError
+from ..wire.schema import CollectionLayout, FieldSpec
 
 
 class Verdict(enum.Enum):
@@ -53,7 +53,7 @@ def judge(current_version: int, layout: CollectionLayout, new: bytes) -> Verdict
     try:
         schema = parsed(new)
         new_layout = CollectionLayout.from_proto(schema)
-    except (DecodeError, SchemaError) as e:
+    except (DecodeError, ValueError) as e:   # SchemaError, or a type parameter that is no number
         raise NotAnAddition(f"the new schema (version {_version(new)}) is not one DeltaNode stores: {e}") from None
     if schema.version < current_version:
         return Verdict.KNOWN
