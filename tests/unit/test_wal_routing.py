@@ -340,3 +340,20 @@ def test_a_message_below_the_last_timetick_is_refused_whether_or_not_a_cut_falls
     [rest], _ = dispatch(tmp_path / "two", messages[1:], first=11)
     assert rows(tmp_path / "two", rest, TableKind.INSERT) == Counter({(1, tt(5)): 1})
     assert [q["offset"] for q in quarantined(tmp_path / "two", rest)] == [12]
+
+
+@pytest.mark.xfail(strict=True, reason="recorded by the first vchannel by name that reads it: one that committed past "
+                                       "it and one cut before it record it each")
+def test_a_message_of_no_vchannel_is_quarantined_once_whichever_vchannel_a_cut_sends_back_over_it(tmp_path):
+    """An Insert without ``_vc`` names no vchannel: one vchannel of the pchannel records it. Here the
+    first by name reads past it while the other, holding an insert, is cut before it and reads it
+    again in the next batch: the message is still recorded once in all, not once by each."""
+    nowhere = insert([9]), props("Insert", tt(4), vchannel=None, header=insert_header({PID: SEG}))
+    held = ins(5, [1], vchannel=IDLE)
+    first, _ = dispatch(tmp_path, [tick(1), held, nowhere])
+    assert {p.vchannel: (p.end, p.cut) for p in first} == {VCHANNEL: (13, False), IDLE: (11, True)}
+    second, _ = dispatch(tmp_path, [held, nowhere, tick(6)], first=11, starts={VCHANNEL: 13})
+    assert [p.vchannel for p in second] == [IDLE]
+    recorded = Counter((q["vchannel"], q["offset"]) for p in first + second for q in quarantined(tmp_path, p))
+    assert sum(n for (_, offset), n in recorded.items() if offset == 12) == 1, recorded
+    assert rows(tmp_path, second[0], TableKind.INSERT) == Counter({(1, tt(5)): 1})
