@@ -62,3 +62,17 @@ def test_a_view_takes_the_newer_schema_its_table_records(tmp_path):
     [mirrored] = lake_tables([CollectionRecord(6, "docs", encode_schema(newer), 1, ["v6"], ["p"])], storage)
     assert views.as_stored(storage, mirrored)[0] == mirrored
     assert pa.types.is_float32(stored.layout.insert_schema().field("score").type)
+
+
+def test_a_json_fields_default_shows_where_the_table_holds_null():
+    """Milvus's proxy fills a JSON field's default (``bytes_data``, the JSON text) into the rows sent
+    without it, and its query answers it for the rows before the field: the view shows it there too.
+    A Geometry's default (WKT, the table holding WKB) is not shown: the view reads null there."""
+    schema = schema_pb2.CollectionSchema()
+    schema.CopyFrom(CREATED)
+    schema.version = 1
+    schema.fields.add(fieldID=102, name="attrs", data_type=schema_pb2.DataType.JSON, nullable=True,
+                      default_value=schema_pb2.ValueField(bytes_data=b'{"tier": "it\'s free"}'))
+    schema.fields.add(fieldID=103, name="where", data_type=schema_pb2.DataType.Geometry, nullable=True,
+                      default_value=schema_pb2.ValueField(string_data="POINT (1 2)"))
+    assert views.default_literals(schema) == {"attrs": "CAST('{\"tier\": \"it\\'s free\"}' AS STRING)"}

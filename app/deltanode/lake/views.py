@@ -11,8 +11,8 @@ A field added to the live collection (Milvus 2.6) widens the table at DeltaNode'
 (``storage.table_schema``): the view then takes the schema the table records when it is newer
 than the catalog's (DeltaNode's own catalog never hears of the field), reads a column the table
 does not have yet as null, and shows a field's default value where the table holds null (the rows
-written before the field was added), as Milvus's query answers them. Raw readers of the table see
-null there.
+written before the field was added), as Milvus's query answers them; a Geometry's aside, which
+reads null there. Raw readers of the table see null there.
 """
 
 from __future__ import annotations
@@ -98,8 +98,9 @@ def committed(storage, table: LakeTable) -> bool:
 
 
 def default_literals(schema: schema_pb2.CollectionSchema) -> dict[str, str]:
-    """Spark SQL literals of the default values of ``schema``'s fields, by field name (scalars and
-    Timestamptz: Milvus has no other default values)."""
+    """Spark SQL literals of the default values of ``schema``'s fields, by field name: the scalars',
+    a Timestamptz's and a JSON field's (its text). A Geometry's is left out: Milvus gives it as WKT
+    and the table holds WKB, which no literal here makes."""
     out = {}
     for f in schema.fields:
         value = f.default_value
@@ -124,11 +125,13 @@ _DEFAULT_LITERALS = {
     "float_data": lambda v, cast: _text(repr(float(v)), cast),
     "double_data": lambda v, cast: _text(repr(float(v)), cast),
     "string_data": _text,
+    "bytes_data": lambda v, cast: _text(bytes(v).decode("utf-8", "replace"), cast),   # a JSON field's text
     "timestamptz_data": lambda v, cast: f"timestamp_micros({int(v)})",
 }
 _DEFAULT_TYPES = {DataType.Bool: "BOOLEAN", DataType.Int8: "TINYINT", DataType.Int16: "SMALLINT",
                   DataType.Int32: "INT", DataType.Int64: "BIGINT", DataType.Float: "FLOAT", DataType.Double: "DOUBLE",
-                  DataType.VarChar: "STRING", DataType.Text: "STRING", DataType.Timestamptz: "TIMESTAMP"}
+                  DataType.VarChar: "STRING", DataType.Text: "STRING", DataType.Timestamptz: "TIMESTAMP",
+                  DataType.JSON: "STRING"}
 
 
 def as_stored(storage, table: LakeTable) -> tuple[LakeTable, frozenset[str]]:
