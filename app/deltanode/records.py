@@ -150,6 +150,7 @@ class RouteContext:
     quarantine_watermark: int = 0       # so are quarantine rows below this one
     flush_ts: int = 0                   # a flush in progress: a segment with rows up to it is sealed at it
     sealed: dict[int, int] = field(default_factory=dict)   # segment -> ts after which it takes no row
+    tick: int = 0                       # the last TimeTick read before ``start`` (0: not known)
 
 
 class RouteKept(NamedTuple):
@@ -183,6 +184,7 @@ class RouteRow(NamedTuple):
 
     start: int        # the vchannel's next offset: earlier messages are not its own
     kept: RouteKept
+    tick: int = 0     # the last TimeTick read before ``start`` (its checkpoint's ts; 0: not known)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class RouteContexts:
     collection_ids: tuple[int, ...] = ()
     collection_names: tuple[str, ...] = ()
     starts: tuple[int, ...] = ()
+    ticks: tuple[int, ...] = ()
     seek_ts: tuple[int, ...] = ()
     dropped_segments: tuple[frozenset[int] | None, ...] = ()
     dropped_partitions: tuple[frozenset[int] | None, ...] = ()
@@ -214,7 +217,8 @@ class RouteContexts:
         if not rows:
             return cls()
         vchannels, collection_ids, collection_names, *rest = zip(*[r.kept for r in rows])
-        return cls(vchannels, collection_ids, collection_names, tuple([r.start for r in rows]), *rest)
+        return cls(vchannels, collection_ids, collection_names, tuple([r.start for r in rows]),
+                   tuple([r.tick for r in rows]), *rest)
 
     @classmethod
     def of(cls, contexts: list[RouteContext]) -> RouteContexts:
@@ -223,7 +227,7 @@ class RouteContexts:
             vchannel=c.vchannel, collection_id=c.collection_id, collection_name=c.collection_name, seek_ts=c.seek_ts,
             dropped_segments=c.dropped_segments or None, dropped_partitions=c.dropped_partitions or None,
             collection_dropped=c.collection_dropped, replay=c.replay, delete_watermark=c.delete_watermark,
-            quarantine_watermark=c.quarantine_watermark, flush_ts=c.flush_ts, sealed=c.sealed or None))
+            quarantine_watermark=c.quarantine_watermark, flush_ts=c.flush_ts, sealed=c.sealed or None), tick=c.tick)
             for c in contexts])
 
     def context(self, i: int, pchannel: str, partition: int) -> RouteContext:
@@ -232,7 +236,7 @@ class RouteContexts:
                             self.starts[i], self.seek_ts[i], self.dropped_segments[i] or frozenset(),
                             self.dropped_partitions[i] or frozenset(), self.collection_dropped[i], self.replays[i],
                             self.delete_watermarks[i], self.quarantine_watermarks[i], self.flush_ts[i],
-                            self.sealed[i] or {})
+                            self.sealed[i] or {}, self.ticks[i])
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,9 @@ def test_a_parked_vchannel_catches_up_to_the_state_of_reading_one_range_at_a_tim
     assert cursor.offset == 50 and moving.parked
     assert replace(moving.working, batches=0) == replace(alone.working, batches=0)
     assert moving.working.checkpoint_offset == 50 and moving.working.checkpoint_ts == 1010
+    rows: dict = {}
+    parking.rows([cursor.key], rows, {}, {}, {})   # its row starts after the cursor's last TimeTick
+    assert (rows[moving.vchannel].start, rows[moving.vchannel].tick) == (50, 1010)
     assert [(b.start, b.end, b.idle) for b in moving.batches.pending] == [(0, 50, True)] == \
         [(b.start, b.end, b.idle) for b in alone.batches.pending]
 

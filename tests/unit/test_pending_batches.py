@@ -113,7 +113,7 @@ def fresh_route_row(fg: VchannelFlowgraph) -> RouteRow:
         dropped_segments=frozenset(w.dropped_segments()) or None,
         dropped_partitions=frozenset(w.dropped_partitions) or None, collection_dropped=w.collection_dropped,
         replay=w.replay, delete_watermark=wm.delete or 0, quarantine_watermark=wm.quarantine or 0,
-        flush_ts=w.flush_ts, sealed=w.sealed_segments() or None))
+        flush_ts=w.flush_ts, sealed=w.sealed_segments() or None), tick=w.checkpoint_ts)
 
 
 def test_the_routing_row_follows_every_change_of_the_state_and_watermarks():
@@ -125,7 +125,8 @@ def test_the_routing_row_follows_every_change_of_the_state_and_watermarks():
     assert rows[-1] == fresh_route_row(fg)
     assert fg.read_ticks(10, 20, 110, 2.0)          # ticks only: the start moves, the rest is kept
     rows.append(fg.route_row())
-    assert rows[-1] == fresh_route_row(fg) and rows[-1].start == 20 and rows[-1].kept is rows[-2].kept
+    assert rows[-1] == fresh_route_row(fg) and (rows[-1].start, rows[-1].tick) == (20, 110) and \
+        rows[-1].kept is rows[-2].kept
     assert fg.request_flush(115)                    # the segment sealed for a flush
     rows.append(fg.route_row())
     assert rows[-1] == fresh_route_row(fg) and rows[-1].kept.flush_ts == 115 and rows[-1].kept.sealed == {100: 115}

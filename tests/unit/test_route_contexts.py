@@ -5,7 +5,7 @@ import pickle
 from deltanode.executor.contexts import TaskContexts
 from deltanode.records import ReadRange, RouteContext, RouteContexts
 
-PLAIN = RouteContext("p_1v0", 1, "c", "p", 0, 10)
+PLAIN = RouteContext("p_1v0", 1, "c", "p", 0, 10, tick=4)
 SEEKING = RouteContext("p_2v0", 2, "d", "p", 0, 7, seek_ts=5, dropped_segments=frozenset({3}),
                        dropped_partitions=frozenset({4}), collection_dropped=True, delete_watermark=9,
                        quarantine_watermark=8, flush_ts=6, sealed={3: 11})

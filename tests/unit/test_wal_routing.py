@@ -16,6 +16,7 @@ import pytest
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
+from deltanode.flowgraph.route_rows import RouteRows
 from deltanode.flowgraph.state_update import advance, cut_after_short
 from deltanode.records import (
     ControlEvent,
@@ -29,6 +30,7 @@ from deltanode.records import (
     TableKind,
 )
 from deltanode.storage.channel_state import ChannelState, SegmentState
+from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import common_pb2
 
@@ -85,11 +87,13 @@ def tick(ms: int, vchannel: str | None = None) -> Message:
     return time_tick(tt(ms)), props("TimeTick", tt(ms), vchannel=vchannel)
 
 
-def dispatch(tmp_path, messages: list[Message], *, first: int = 10, starts: dict[str, int] | None = None
-             ) -> tuple[list[Portion], ReadStats]:
+def dispatch(tmp_path, messages: list[Message], *, first: int = 10, starts: dict[str, int] | None = None,
+             ticks: dict[str, int] | None = None) -> tuple[list[Portion], ReadStats]:
+    """``ticks``: each vchannel's TimeTick before its start, as its route row carries it (0: none)."""
     storage = StorageLayout(str(tmp_path))
     stop = first + len(messages)
-    contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, (starts or {}).get(v, first)) for v in (VCHANNEL, IDLE)]
+    contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, (starts or {}).get(v, first), tick=(ticks or {}).get(v, 0))
+                for v in (VCHANNEL, IDLE)]
     dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, stop, (VCHANNEL, IDLE)), TaskContexts.of(contexts),
                                     lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
     for offset, (value, p) in enumerate(messages, start=first):
@@ -322,24 +326,44 @@ def test_a_vchannel_that_asked_for_a_longer_range_reads_it_in_one_piece():
     assert _position(fg).replaying and _position(fg).min_messages == 16
 
 
-@pytest.mark.xfail(strict=True, reason="the next batch's scan starts without the TimeTick the cut was at: a message "
-                                       "below it is applied there, where one batch quarantines it")
-def test_a_message_below_the_last_timetick_is_refused_whether_or_not_a_cut_falls_between_them(tmp_path):
-    """The TimeTick at 3 ms, then an insert at 5 ms held, then one at 2 ms that breaks the rule. Read
-    in one range, the second is quarantined; a range ending before the TimeTick at 6 ms cuts right
-    before the held insert, and the next batch reads from there without knowing of the TimeTick at
-    3 ms: the insert at 2 ms must be refused there too (Milvus's scanner, resumed from that
-    checkpoint, never delivers it)."""
-    messages = [tick(3), ins(5, [1]), ins(2, [2]), tick(6)]
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_message_below_the_last_timetick_is_refused_whatever_batch_reads_it(tmp_path, cut):
+    """The TimeTick at 3 ms, then an insert at 2 ms that breaks the rule (behind an insert at 5 ms
+    held, or not). Read in one range, it is quarantined. A range ending before it (cut right before
+    the held insert, or ending where nothing is held) commits the TimeTick at 3 ms as its
+    checkpoint's ts; the next batch's row carries it and its scan starts with it released: the
+    insert is refused there too, as Milvus's scanner never delivers it (resumed from that checkpoint,
+    its filter drops it)."""
+    messages = [tick(3), ins(5, [1]), ins(2, [2]), tick(6)] if cut else [tick(3), ins(2, [2]), ins(5, [1]), tick(6)]
+    below = 12 if cut else 11
     [whole], _ = dispatch(tmp_path / "one", messages)
     assert rows(tmp_path / "one", whole, TableKind.INSERT) == Counter({(1, tt(5)): 1})
-    assert [q["offset"] for q in quarantined(tmp_path / "one", whole)] == [12]
-    [cut], _ = dispatch(tmp_path / "two", messages[:3])
-    assert (cut.end, cut.cut, cut.stats.max_tick) == (11, True, tt(3))
-    assert rows(tmp_path / "two", cut, TableKind.INSERT) == Counter() and quarantined(tmp_path / "two", cut) == []
-    [rest], _ = dispatch(tmp_path / "two", messages[1:], first=11)
+    assert [q["offset"] for q in quarantined(tmp_path / "one", whole)] == [below]
+    routed, read = dispatch(tmp_path / "two", messages[:3] if cut else messages[:1])
+    [head] = routed or [read.idle_portion(VCHANNEL, 10)]   # only the TimeTick: the vchannel's portion is idle
+    assert (head.end, head.cut, head.stats.max_tick) == ((11, True, tt(3)) if cut else (11, False, tt(3)))
+    assert rows(tmp_path / "two", head, TableKind.INSERT) == Counter() and quarantined(tmp_path / "two", head) == []
+    state = ChannelState(vchannel=VCHANNEL, collection_id=CID, pchannel=PCHANNEL, checkpoint_offset=10)
+    row = RouteRows(VCHANNEL, CID, "c").row(advance(state, [head]).state, Watermarks())
+    assert (row.start, row.tick) == (11, tt(3))
+    [rest], _ = dispatch(tmp_path / "two", messages[1:], first=11, ticks={VCHANNEL: row.tick})
     assert rows(tmp_path / "two", rest, TableKind.INSERT) == Counter({(1, tt(5)): 1})
-    assert [q["offset"] for q in quarantined(tmp_path / "two", rest)] == [12]
+    assert [q["offset"] for q in quarantined(tmp_path / "two", rest)] == [below]
+
+
+def test_a_scan_resumed_from_a_milvus_checkpoint_starts_with_no_timetick_released(tmp_path):
+    """From a Milvus channel checkpoint (a seek) the resume filter judges what is below it, as
+    Milvus's scanner does: a transaction's BeginTxn and members below it pass, and the transaction
+    lands at its CommitTxn above it."""
+    messages = [begin(2, 41), ins(3, [1], txn=(41, 5000)), end("CommitTxn", 5, 41), tick(6)]
+    storage = StorageLayout(str(tmp_path))
+    ctx = RouteContext(VCHANNEL, CID, "c", PCHANNEL, 0, 10, seek_ts=tt(4), tick=tt(4))
+    dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, 10, 14, (VCHANNEL,)), TaskContexts.of([ctx]),
+                                    lambda c, a, b: VchannelRouter(c, LAYOUT, storage, a, b))
+    for offset, (value, p) in enumerate(messages, start=10):
+        dispatcher.on_message(offset, value, p)
+    [p], _ = dispatcher.finish()
+    assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(5)): 1}) and quarantined(tmp_path, p) == []
 
 
 @pytest.mark.xfail(strict=True, reason="recorded by the first vchannel by name that reads it: one that committed past "

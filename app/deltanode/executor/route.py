@@ -24,7 +24,8 @@ hands them on re-stamped with the commit's time tick, or dropped at its Rollback
 vchannel ends at the range's end when nothing is held there; else at the last clean point: right
 after a TimeTick that left nothing held (no message waiting, no transaction open), or right
 before the message that began the holding, at the TimeTick before it. What follows is read again
-by the next batch, which starts with nothing held; a range without a clean point does nothing and
+by the next batch, which starts with nothing held and the TimeTick of its start released (a
+message below it breaks the rule there too); a range without a clean point does nothing and
 asks for a longer one (``Portion.tickless``). So a restart reads an open transaction whole, and
 a 2.6 message never counts as progress of its pchannel: only a TimeTick does.
 
@@ -113,7 +114,9 @@ class VchannelRouter:
         self._order = PackOrder() if self.replay is not None else None
         self._deferred: list[Callable[[], None]] = []   # writes since the last clean tick, while holding
         self._clean: _CleanTick | None = None
-        self._scan = WalScan(checkpoint_ts=ctx.seek_ts)   # Milvus 2.6 messages until a TimeTick delivers them
+        # Milvus 2.6 messages until a TimeTick delivers them, from where the last task's scan stopped
+        # (a seek's resume filter in place of that: Milvus's scanner starts so from its checkpoint).
+        self._scan = WalScan(checkpoint_ts=ctx.seek_ts, tick=0 if ctx.seek_ts else ctx.tick)
         self._delivering = False   # a TimeTick's delivery is under way: its writes wait for the tick's end
         self._new_schema: SchemaChange | None = None   # read: nothing after it is this task's
 

@@ -14,6 +14,11 @@ the buffer, delivering nothing of it; here the CommitTxn ends it as a RollbackTx
 delivers the same nothing and does not hold the vchannel's checkpoint back until the expiry (a
 keepalive of -1 s never expires).
 
+A scan that goes on where an earlier task's stopped (at a checkpoint of DeltaNode's own, whatever
+the batch boundary or cut put it there) starts with that checkpoint's TimeTick released, as one
+scan reading on would have: a message below it is refused, not applied. A scan resumed from a
+Milvus channel checkpoint starts with none, as Milvus's does: its filter drops what is below.
+
 Pure logic; runs on executors.
 """
 
@@ -46,8 +51,12 @@ class WalScan:
     """A vchannel's 2.6 messages between TimeTicks. Runs on executors."""
 
     checkpoint_ts: int = 0   # the resume filter's (0: none)
+    tick: int = 0            # the TimeTick released before the first message (0: none)
     _reorder: ReorderBuffer[WalEntry] = field(default_factory=ReorderBuffer)
     _txns: TxnBuffer = field(default_factory=TxnBuffer)
+
+    def __post_init__(self) -> None:
+        self._reorder.pop_until(self.tick)
 
     def push(self, entry: WalEntry, tick_before: int = 0) -> bool:
         """Read ``entry``, ``tick_before`` being the last TimeTick read before it (a TimeTick handed

@@ -73,6 +73,8 @@ class Parking:
             cursor.restart(state.checkpoint_offset)
         elif cursor.offset != state.checkpoint_offset:
             return
+        # Its rows while parked start after the TimeTick before the cursor: its own until the cursor reads one.
+        fg.routes.tick = max(fg.routes.tick, state.checkpoint_ts)
         fg.park(cursor)
 
     def prepare(self, members: dict[str, VchannelFlowgraph], flushes: dict[int, int]) -> None:
@@ -165,7 +167,7 @@ class Parking:
             cursor = self._cursors[key]
             offset = cursor.offset
             for v, fg in cursor.members.items():
-                rows[v] = fg.routes.at(offset)
+                rows[v] = fg.routes.at(offset, cursor.tick)
                 schemas.setdefault(fg.collection_id, fg.schema_bytes)
                 loads[v] = fg.loads
             starts.update(dict.fromkeys(cursor.members, offset))
