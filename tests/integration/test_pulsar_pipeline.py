@@ -90,8 +90,11 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_ledgers_an
           f"quarantined at (ledger, entry) {at}; ledgers {ledgers(pulsar_server.service_url)}")
     assert not dupes and sorted(got) == sorted(produced)
     assert len(ledgers(pulsar_server.service_url)) >= 3
-    # The bad message is recorded at its position (by each shard whose first read held it), never lost.
+    # The bad message is recorded at its position, never lost: once by each shard, each reading it.
     assert len(at) == 1 and all(q["payload"] == BAD for q in quarantined), quarantined
+    offset = quarantined[0]["offset"]
+    assert collections.Counter((q["vchannel"], q["offset"]) for q in quarantined) == collections.Counter(
+        {(v, offset): 1 for v in vchannels}), quarantined
 
 
 def ledgers(service_url: str) -> list[int]:

@@ -90,14 +90,16 @@ def test_a_message_with_an_absurd_row_count_is_quarantined_alone(tmp_path, kind)
 
 def test_an_insert_without_its_vchannel_does_not_vanish(tmp_path):
     """Milvus's scanner hands a message without ``_vc`` to every vchannel of the pchannel; DeltaNode
-    cannot tell whose rows they are: it is quarantined once, under the first vchannel reading it."""
+    cannot tell whose rows they are: each vchannel reading it quarantines it, under its own name."""
     no_vchannel = insert([7]), props("Insert", tt(1), vchannel=None, header=insert_header({PID: SEG}))
-    [p] = _dispatch(tmp_path, [no_vchannel, ins(2, [8]), other(3), tick(3)])
+    p, idle = _dispatch(tmp_path, [no_vchannel, ins(2, [8]), other(3), tick(3)])
     assert rows(tmp_path, p, TableKind.INSERT) == Counter({(8, tt(2)): 1})
-    [q] = quarantined(tmp_path, p)
-    assert q["offset"] == FIRST and q["vchannel"] == VCHANNEL
-    assert q["reason"] == ("Insert without a vchannel (_vc): Milvus hands it to every vchannel of the pchannel; "
-                           "DeltaNode applies it to none")
+    assert rows(tmp_path, idle, TableKind.INSERT) == Counter()
+    recorded = quarantined(tmp_path, p) + quarantined(tmp_path, idle)
+    assert Counter((q["vchannel"], q["offset"]) for q in recorded) == Counter({(VCHANNEL, FIRST): 1, (IDLE, FIRST): 1})
+    for q in recorded:
+        assert q["reason"] == ("Insert without a vchannel (_vc): Milvus hands it to every vchannel of the "
+                               "pchannel; DeltaNode applies it to none")
 
 
 class _CountingRouter(VchannelRouter):

@@ -26,13 +26,14 @@ from deltanode.records import (
     PortionStats,
     ReadRange,
     ReadStats,
+    ReplayState,
     RouteContext,
     TableKind,
 )
 from deltanode.storage.channel_state import ChannelState, SegmentState
 from deltanode.storage.commit import Watermarks
 from deltanode.storage.layout import StorageLayout
-from deltanode.wire.milvus_proto import common_pb2
+from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 
 from .wal26 import (
     CID,
@@ -88,11 +89,15 @@ def tick(ms: int, vchannel: str | None = None) -> Message:
 
 
 def dispatch(tmp_path, messages: list[Message], *, first: int = 10, starts: dict[str, int] | None = None,
-             ticks: dict[str, int] | None = None) -> tuple[list[Portion], ReadStats]:
-    """``ticks``: each vchannel's TimeTick before its start, as its route row carries it (0: none)."""
+             ticks: dict[str, int] | None = None, replays: dict[str, ReplayState] | None = None,
+             marks: dict[str, int] | None = None) -> tuple[list[Portion], ReadStats]:
+    """``ticks``: each vchannel's TimeTick before its start, as its route row carries it (0: none);
+    ``replays``: the vchannels whose replay filter is active (pre-2.6 pack order); ``marks``: each
+    vchannel's quarantine watermark (its quarantine rows below it are committed)."""
     storage = StorageLayout(str(tmp_path))
     stop = first + len(messages)
-    contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, (starts or {}).get(v, first), tick=(ticks or {}).get(v, 0))
+    contexts = [RouteContext(v, CID, "c", PCHANNEL, 0, (starts or {}).get(v, first), tick=(ticks or {}).get(v, 0),
+                             replay=(replays or {}).get(v), quarantine_watermark=(marks or {}).get(v, 0))
                 for v in (VCHANNEL, IDLE)]
     dispatcher = PchannelDispatcher(ReadRange(PCHANNEL, 0, first, stop, (VCHANNEL, IDLE)), TaskContexts.of(contexts),
                                     lambda ctx, a, b: VchannelRouter(ctx, LAYOUT, storage, a, b))
@@ -366,18 +371,56 @@ def test_a_scan_resumed_from_a_milvus_checkpoint_starts_with_no_timetick_release
     assert rows(tmp_path, p, TableKind.INSERT) == Counter({(1, tt(5)): 1}) and quarantined(tmp_path, p) == []
 
 
-@pytest.mark.xfail(strict=True, reason="recorded by the first vchannel by name that reads it: one that committed past "
-                                       "it and one cut before it record it each")
-def test_a_message_of_no_vchannel_is_quarantined_once_whichever_vchannel_a_cut_sends_back_over_it(tmp_path):
-    """An Insert without ``_vc`` names no vchannel: one vchannel of the pchannel records it. Here the
-    first by name reads past it while the other, holding an insert, is cut before it and reads it
-    again in the next batch: the message is still recorded once in all, not once by each."""
+def read_over_a_cut(tmp_path, messages: list[Message], **kw) -> list[Portion]:
+    """``messages`` from offset 10 in two batches, as the pipeline reads them: the first ends before
+    the last message; the second starts where the first's earliest portion ended, each vchannel at
+    its own end. Then both batches read again from 10, every vchannel's quarantine watermark at its
+    end (a restart after its quarantine rows' commit landed): those add no row. The portions."""
+    first, _ = dispatch(tmp_path, messages[:-1], **kw)
+    ends = {p.vchannel: p.end for p in first}
+    start = min(ends.values())
+    second, _ = dispatch(tmp_path, messages[start - 10:], first=start, starts=ends, **kw)
+    again, _ = dispatch(tmp_path, messages, marks={v: 10 + len(messages) for v in ends}, **kw)
+    assert [q for p in again for q in quarantined(tmp_path, p)] == []
+    return first + second
+
+
+@pytest.mark.parametrize("cut", [None, VCHANNEL, IDLE])
+def test_a_message_of_no_vchannel_is_quarantined_once_by_each_vchannel_whatever_the_cuts(tmp_path, cut):
+    """An Insert without ``_vc`` is Milvus's for every vchannel of the pchannel: each vchannel that
+    reads it records it once, under its own name. ``cut``: the vchannel holding an insert there, cut
+    before it in the first batch and reading it again in the next, while the other reads past it."""
     nowhere = insert([9]), props("Insert", tt(4), vchannel=None, header=insert_header({PID: SEG}))
-    held = ins(5, [1], vchannel=IDLE)
-    first, _ = dispatch(tmp_path, [tick(1), held, nowhere])
-    assert {p.vchannel: (p.end, p.cut) for p in first} == {VCHANNEL: (13, False), IDLE: (11, True)}
-    second, _ = dispatch(tmp_path, [held, nowhere, tick(6)], first=11, starts={VCHANNEL: 13})
-    assert [p.vchannel for p in second] == [IDLE]
-    recorded = Counter((q["vchannel"], q["offset"]) for p in first + second for q in quarantined(tmp_path, p))
-    assert sum(n for (_, offset), n in recorded.items() if offset == 12) == 1, recorded
-    assert rows(tmp_path, second[0], TableKind.INSERT) == Counter({(1, tt(5)): 1})
+    held = ins(5, [1], vchannel=cut) if cut else other(5)
+    portions = read_over_a_cut(tmp_path, [tick(1), held, nowhere, tick(6)])
+    recorded = Counter((q["vchannel"], q["offset"]) for p in portions for q in quarantined(tmp_path, p))
+    assert recorded == Counter({(VCHANNEL, 12): 1, (IDLE, 12): 1})
+    assert {p.vchannel: (p.end, p.cut) for p in portions if p.first == 10} == {
+        v: (11, True) if v == cut else (13, False) for v in (VCHANNEL, IDLE)}
+    landed = Counter(r for p in portions for r in rows(tmp_path, p, TableKind.INSERT))
+    assert landed == (Counter({(1, tt(5)): 1}) if cut else Counter())
+
+
+def old_insert(ms: int, pk: int, vchannel: str) -> Message:
+    """A pre-2.6 Insert (no properties) of one row at ``ms``, into SEG."""
+    req = msg_pb2.InsertRequest.FromString(insert([pk], vchannel=vchannel))
+    req.base.timestamp = tt(ms)
+    req.timestamps.append(tt(ms))
+    req.segmentID = SEG
+    return req.SerializeToString(), None
+
+
+@pytest.mark.parametrize("cut", [VCHANNEL, IDLE])
+def test_a_message_that_does_not_parse_is_quarantined_once_by_each_vchannel_whatever_the_cuts(tmp_path, cut):
+    """A pre-2.6 message that does not parse names no vchannel: each vchannel that reads it records
+    it once. ``cut``: the vchannel replaying in pack order, holding an insert there, so cut before it."""
+    unparseable = b"\xff\xff\xff", None
+    pre26_tick = time_tick(tt(1)), None
+    replays = {cut: ReplayState(flushed=((SEG + 50, tt(100)),))}   # active to the end: pack order throughout
+    portions = read_over_a_cut(tmp_path, [pre26_tick, old_insert(5, 1, cut), unparseable, (time_tick(tt(6)), None)],
+                               replays=replays)
+    assert {p.vchannel: (p.end, p.cut) for p in portions if p.first == 10} == {
+        v: (11, True) if v == cut else (13, False) for v in (VCHANNEL, IDLE)}
+    recorded = Counter((q["vchannel"], q["offset"]) for p in portions for q in quarantined(tmp_path, p))
+    assert recorded == Counter({(VCHANNEL, 12): 1, (IDLE, 12): 1})
+    assert Counter(r for p in portions for r in rows(tmp_path, p, TableKind.INSERT)) == Counter({(1, tt(5)): 1})

@@ -4,8 +4,11 @@ Each message is parsed once, whatever the number of vchannels it concerns: an In
 Delete goes to the router of its ``shardName``, a TimeTick to every router still seeking or
 whose replay filter is active (the others only need the last tick, read at the end), a Flush to the routers of
 the collections it names, a drop to the routers of its collection. A message that does not
-parse cannot name its vchannel: it is quarantined once, under the first vchannel (by name)
-that reads its offset. A router that raises is failed alone; the range goes on for the rest.
+parse cannot name its vchannel: every vchannel that reads its offset quarantines it, under its own
+name. Each vchannel's batches end where that vchannel's cuts fall, so "one of them" would record it
+once per vchannel that a cut sends back over it; a row for each, kept from recurring by each
+vchannel's own quarantine watermark, is one row per vchannel whatever the cuts, batches and
+restarts. A router that raises is failed alone; the range goes on for the rest.
 
 A router is made when its vchannel's first message comes (or at once, when it needs every
 tick): an idle vchannel needs no router, no schema and no writer, and no portion of its own
@@ -19,9 +22,9 @@ vchannel's message costs no payload parsing), which holds it until a TimeTick de
 (``route``, ``wal_scan``). A 2.6 streaming node appends concurrently, so a message's own ``_tt``
 says nothing of the messages after it: only a TimeTick (``_t`` 1, whatever its ``_vc``) is the
 pchannel's progress, and it goes to every router holding messages. A message without ``_vc`` that
-is no TimeTick is Milvus's for every vchannel of the pchannel; one that carries anything is
-quarantined once, as a message that does not parse is (DeltaNode cannot tell which vchannels'
-tables it belongs in).
+is no TimeTick is Milvus's for every vchannel of the pchannel (its scanner hands it to each); one that
+carries anything is quarantined by each vchannel that reads it, as a message that does not parse is
+(DeltaNode cannot tell which vchannels' tables it belongs in).
 
 The routers that need every TimeTick (seeking, replaying, holding 2.6 messages) are kept apart, and
 one leaves them as soon as it needs none: a tick costs nothing for the vchannels that wait for
@@ -125,10 +128,14 @@ class PchannelDispatcher:
                     self._call(vchannel, lambda r: r.control(offset, msg_type, msg))
 
     def _quarantine_unrouted(self, offset: int, value: bytes | None, reason: str, msg_type: int | None) -> None:
-        """A message that names no vchannel of its own: recorded once, under the first vchannel that reads it."""
-        reader = next((v for v in self._first if self._reads(v, offset)), None)
-        if reader is not None:
-            self._call(reader, lambda r: r.quarantine(offset, value, reason, msg_type))
+        """A message that names no vchannel of its own: recorded by every vchannel that reads it, under its
+        own name (the router's quarantine watermark skips what its committed attempts recorded)."""
+        def step(router: VchannelRouter) -> None:
+            router.quarantine(offset, value, reason, msg_type)
+
+        for vchannel in self._first:
+            if self._reads(vchannel, offset):
+                self._call(vchannel, step)
 
     def _on_wal_message(self, offset: int, value: bytes | None, props: dict[str, str], size: int) -> None:
         """A Milvus 2.6 message: a TimeTick ticks every vchannel of the pchannel; any other message goes
