@@ -158,6 +158,13 @@ class Pipeline:
         committers = self._syncs.take_due(min_new_files)
         members = [fg for fg in self.registry.members().values()
                    if fg.collection_id in committers and fg.status == FlowgraphStatus.RUNNING]
+        # After a field is added a collection's flowgraphs may write with different schemas until
+        # planning aligns them: the outputs take the newest one's columns, so a rewrite drops none.
+        newest: dict[int, VchannelFlowgraph] = {}
+        for fg in members:
+            known = newest.get(fg.collection_id)
+            if known is None or fg.schema_rank > known.schema_rank:
+                newest[fg.collection_id] = fg
         targets: dict[int, CompactionTarget] = {}
         for fg in members:
             state = fg.batches.state   # the compactor's thread: not ``working``, which moves it (``Batches``)
@@ -165,10 +172,11 @@ class Pipeline:
                 continue
             target = targets.get(fg.collection_id)
             if target is None:
+                latest = newest[fg.collection_id]
                 target = targets[fg.collection_id] = CompactionTarget(fg.collection_id, committers[fg.collection_id],
-                                                                      fg.layout.insert_schema(),
-                                                                      fg.layout.primary_key.name, {},
-                                                                      fg.table_schema)
+                                                                      latest.layout.insert_schema(),
+                                                                      latest.layout.primary_key.name, {},
+                                                                      latest.table_schema)
             dropped_partitions = set(state.dropped_partitions)
             target.segments.update((seg.segment_id, fg.vchannel) for seg in state.segments.values()
                                    if seg.state != SegmentState.DROPPED and seg.partition_id not in dropped_partitions)
