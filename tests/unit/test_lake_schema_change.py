@@ -4,6 +4,8 @@ null, and shows a field's default value where the table holds null, as Milvus's 
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
@@ -11,7 +13,7 @@ from deltanode.lake import views
 from deltanode.lake.tables import lake_tables
 from deltanode.storage.delta_log import DeltaLog
 from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import TableSchema
+from deltanode.storage.table_schema import SCHEMA_KEY, TableSchema
 from deltanode.wire.milvus_proto import schema_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
@@ -46,22 +48,37 @@ def test_defaults_show_where_the_table_holds_null_and_a_column_the_table_lacks_r
     assert "`note` COMMENT 'Milvus VarChar, nullable'" in sql
 
 
+def _stored(log: DeltaLog) -> tuple[frozenset[str], dict[str, str]]:
+    """What ``views.stored`` reads of the table through Spark: its columns and its configuration."""
+    meta = log.metadata()
+    assert meta is not None
+    return frozenset(f["name"] for f in json.loads(meta["schemaString"])["fields"]), log.configuration()
+
+
 def test_a_view_takes_the_newer_schema_its_table_records(tmp_path):
     storage = StorageLayout(str(tmp_path))
     [table] = lake_tables([CollectionRecord(6, "docs", encode_schema(CREATED), 1, ["v6"], ["p"])], storage)
     log = DeltaLog(table.uri, table.layout.insert_schema())
-    assert views.as_stored(storage, table) == (table, frozenset(table.layout.insert_schema().names))
+    log.commit(txns={"v6": 0}, expected={}, info={})
+    assert views.as_stored(table, *_stored(log)) == (table, frozenset(table.layout.insert_schema().names))
     newer = with_fields(1)
     columns = CollectionLayout.from_proto(newer).insert_schema()
     log.commit(txns={"v6": 1}, expected={}, info={},
                schema=TableSchema(columns=columns, milvus_schema=newer.SerializeToString()))
-    stored, present = views.as_stored(storage, table)
+    stored, present = views.as_stored(table, *_stored(log))
     assert [f.name for f in stored.layout.fields] == ["pk", "vec", "score", "label", "note"]
     assert present == frozenset(columns.names) and stored.schema == newer
     # A catalog as new as the table (a mirror's Milvus meta) keeps its own.
     [mirrored] = lake_tables([CollectionRecord(6, "docs", encode_schema(newer), 1, ["v6"], ["p"])], storage)
-    assert views.as_stored(storage, mirrored)[0] == mirrored
+    assert views.as_stored(mirrored, *_stored(log))[0] == mirrored
     assert pa.types.is_float32(stored.layout.insert_schema().field("score").type)
+
+
+def test_a_recorded_schema_that_does_not_decode_leaves_the_catalogs(tmp_path):
+    storage = StorageLayout(str(tmp_path))
+    [table] = lake_tables([CollectionRecord(7, "docs", encode_schema(CREATED), 1, ["v7"], ["p"])], storage)
+    columns = frozenset(table.layout.insert_schema().names)
+    assert views.as_stored(table, columns, {SCHEMA_KEY: "not base64 !"}) == (table, columns)
 
 
 def test_a_json_fields_default_shows_where_the_table_holds_null():

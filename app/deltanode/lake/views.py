@@ -17,17 +17,19 @@ reads null there. Raw readers of the table see null there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import replace
 
 import pyarrow as pa
 
 from ..storage.table_schema import recorded_schema, schema_rank
-from ..storage.tables import open_table
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, DataType
 from .columns import SYSTEM_COMMENTS, comment
 from .tables import DEFAULT_DATABASE, LakeTable
+
+log = logging.getLogger(__name__)
 
 _SCALARS = {pa.bool_(): "BOOLEAN", pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INT",
             pa.int64(): "BIGINT", pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.string(): "STRING",
@@ -134,17 +136,29 @@ _DEFAULT_TYPES = {DataType.Bool: "BOOLEAN", DataType.Int8: "TINYINT", DataType.I
                   DataType.JSON: "STRING"}
 
 
-def as_stored(storage, table: LakeTable) -> tuple[LakeTable, frozenset[str]]:
-    """``table`` with the schema its Delta table records when that is newer than its catalog's,
-    and the columns the Delta table has."""
-    delta = open_table(table.uri, storage.delta_options(table.uri))
-    if delta is None:
-        return table, frozenset(table.layout.insert_schema().names)
-    present = frozenset(f.name for f in delta.schema().fields)
-    recorded = recorded_schema(delta.metadata().configuration)
+def stored(spark, uri: str) -> tuple[frozenset[str], dict[str, str]]:
+    """The columns and the configuration of the Delta table at ``uri``, read through ``spark``: the
+    session reaches an object store as its views will (its endpoint, credentials and CA file), which
+    a reader of its own (delta-rs) may not."""
+    path = spark_path(uri)
+    columns = frozenset(spark.read.format("delta").load(path).schema.names)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.{quote(path)}").collect()[0]
+    return columns, dict(detail["properties"] or {})
+
+
+def as_stored(table: LakeTable, columns: frozenset[str],
+              configuration: dict[str, str]) -> tuple[LakeTable, frozenset[str]]:
+    """``table`` with the schema its Delta table records (in ``configuration``) when that is newer
+    than its catalog's, and the columns the Delta table has. A recorded schema that does not decode
+    leaves the catalog's: one table's bad property must not keep the others from their views."""
+    try:
+        recorded = recorded_schema(configuration)
+    except ValueError as e:
+        log.warning("the view of %s keeps its catalog's schema: %s", table.name, e)
+        recorded = None
     if recorded is not None and (table.schema is None or schema_rank(recorded) > schema_rank(table.schema)):
         table = replace(table, layout=CollectionLayout.from_proto(recorded), schema=recorded)
-    return table, present
+    return table, columns
 
 
 def register(spark, storage, tables: list[LakeTable]) -> None:
@@ -154,8 +168,8 @@ def register(spark, storage, tables: list[LakeTable]) -> None:
         if table.database != DEFAULT_DATABASE:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(table.database)}")
         if committed(storage, table):
-            stored, present = as_stored(storage, table)
-            spark.sql(view_statement(stored, True, present))
+            stored_table, present = as_stored(table, *stored(spark, table.uri))
+            spark.sql(view_statement(stored_table, True, present))
         else:
             spark.sql(view_statement(table, False))
 
