@@ -59,7 +59,7 @@ PYTHONPATH="$ROOT/app" "$PY" -c \
     "$@" >"$OPTS_FILE" || rc=$?
 [ "$rc" -eq 0 ] || exit "$rc"
 mapfile -d '' -t SPARK_OPTS <"$OPTS_FILE"
-LAUNCHER_OPTS="${SPARK_OPTS[0]}"      # first: spark-submit's launcher JVM (deltanode.jvm.launcher_options)
+LAUNCHER_OPTS="${SPARK_OPTS[0]}"      # first: spark-submit's launcher JVM (deltanode.config.jvm_options.launcher_options)
 SPARK_OPTS=("${SPARK_OPTS[@]:1}")
 
 # The archive the driver and the executors import deltanode from.

@@ -144,10 +144,10 @@ fi
     || die "adding bytecode to pyspark's zips failed"
 
 # The classes a DataNode's driver JVM loads at start, archived once for class data sharing
-# (app/deltanode/jvm.py: SparkSession ~2 s and warm-up ~1 s sooner). Again when Java or pyspark
+# (app/deltanode/config/jvm_options.py: SparkSession ~2 s and warm-up ~1 s sooner). Again when Java or pyspark
 # changed, or what it records (or the checkout moved); an optimisation, so a failure only warns (delete
 # .venv/share/deltanode/ to try again).
-CDS="$("$VENV/bin/python" -c 'from deltanode.jvm import cds_archive; print(cds_archive())')"
+CDS="$("$VENV/bin/python" -c 'from deltanode.config.jvm_options import cds_archive; print(cds_archive())')"
 CDS_WANT="$( { echo "$VENV"; "$JAVA" -version 2>&1; "$VENV/bin/python" -c \
     'import importlib.metadata as m; print(m.version("pyspark"))'; \
     cat "$ROOT/build/cds_archive.py" "$ROOT/app/deltanode/pipeline/warmup.py"; } | sha256sum | cut -d' ' -f1)"

@@ -5,7 +5,7 @@
 with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up job, and stops; the JVM
 writes the archive as it exits; spark-submit's launcher JVM writes its own beside it
 (``jvm.launcher_archive``). ``build/bootstrap.sh`` runs this when the
-archive is missing or was made for another Java or pyspark; ``deltanode.jvm`` says why.
+archive is missing or was made for another Java or pyspark; ``deltanode.config.jvm_options`` says why.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from deltanode.jvm import C1_ONLY, LAUNCHER_BASE, launcher_archive
+    from deltanode.config.jvm_options import C1_ONLY, LAUNCHER_BASE, launcher_archive
     from deltanode.pipeline.warmup import warm_up
 
     launcher = launcher_archive()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (pipeline tasks, delete marking, compaction rewrites), in this tree and before the executor
 # package existed.
 TASK_ENTRY_POINTS = (("deltanode.executor.task", "deltanode.executor.delete_marks", "deltanode.executor.rewrite"),
-                     ("deltanode.pipeline.task", "deltanode.storage.delete_marks", "deltanode.storage.compaction"))
+                     ("deltanode.pipeline.task", "deltanode.executor.delete_marks", "deltanode.state.compaction_plan"))
 
 
 def modules(app: Path) -> dict[str, Path]:

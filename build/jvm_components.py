@@ -2,7 +2,7 @@
 """Fetch the JVM components DeltaNode runs (Kafka, Pulsar, Delta and S3A for Spark, YARN) from Maven Central.
 
 ``build/jvm_components.py``: for each ``build/jvm/NAME/pom.xml``, the jars it names with their
-runtime dependencies land in ``.venv/share/deltanode/jars/NAME/`` (``deltanode.jars`` finds them
+runtime dependencies land in ``.venv/share/deltanode/jars/NAME/`` (``deltanode.config.jars`` finds them
 there). Maven keeps what it downloaded in ``~/.m2/repository``, so a fresh checkout on the same
 machine copies them without the network. A component is fetched again only when its pom, or the
 pyspark it sits beside, changed (a stamp file in its directory); nothing is fetched at run time.

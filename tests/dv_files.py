@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 from pyarrow import fs as pafs
 
-from deltanode.storage.deletion_vectors import (
+from deltanode.delta.deletion_vectors import (
     FILE_VERSION,
     DeletionVector,
     as_positions,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from deltanode.storage.delta_log import DeltaLog, TxnMoved
+from deltanode.delta.delta_log import DeltaLog, TxnMoved
 
 
 def race_for_one_step(logs: list[DeltaLog], app: str, at: int) -> list[str]:

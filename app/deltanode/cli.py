@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from deltanode import __version__
 from deltanode.cli_parser import PROG, build_parser
 from deltanode.config import ConfError, load_conf
+from deltanode.config.spark_conf import spark_options
 from deltanode.logs import setup_logging
-from deltanode.spark_options import spark_options
 
 RUNNERS = {
     "standalone": "deltanode.standalone.run",
@@ -159,7 +159,7 @@ def spark_submit_args(argv: Sequence[str]) -> list[str]:
 def _check_embedded_ports(conf) -> None:
     """Fail before a JVM starts when a port of an embedded service is taken (standalone checks
     again when it starts them)."""
-    from deltanode.standalone.embedded_settings import EmbeddedSettings
+    from deltanode.config.embedded_settings import EmbeddedSettings
     from deltanode.standalone.services import PortInUseError, ensure_port_free
     embedded = EmbeddedSettings.of(conf)
     for started, port, what in ((embedded.etcd, embedded.etcd_port, "etcd client port"),
@@ -175,8 +175,8 @@ def _spark_args_main(argv: Sequence[str]) -> int:
     """Used by spark-submit.sh: checks the command line and conf before any JVM starts, then
     prints NUL-separated the options of spark-submit's launcher JVM (``SPARK_LAUNCHER_OPTS``,
     ``jvm.launcher_options``) and the spark-submit options."""
-    from deltanode.jars import MissingJars
-    from deltanode.jvm import launcher_options
+    from deltanode.config.jars import MissingJars
+    from deltanode.config.jvm_options import launcher_options
     from deltanode.standalone.services import ServiceError
     try:
         opts = spark_submit_args(argv)

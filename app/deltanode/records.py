@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import pyarrow as pa
 
-from .storage.deletion_vectors import DeletionVector
-from .storage.layout import StorageLayout
+from .delta.deletion_vectors import DeletionVector
+from .delta.layout import StorageLayout
 
 if TYPE_CHECKING:   # a task's broker; the records themselves load no broker client
     from .mq.broker import Broker

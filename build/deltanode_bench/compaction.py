@@ -21,19 +21,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout, segment_of
+from deltanode.delta.tables import read_table
 from deltanode.executor.binlog_writer import INSERT_STATS
 from deltanode.executor.rewrite import rewrite
 from deltanode.records import Rewrite
-from deltanode.storage.actions import AddFile
-from deltanode.storage.compaction import (
+from deltanode.state.compaction_plan import (
     CompactionSettings,
     commit_rewrites,
     plan_segment,
     segment_files,
 )
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout, segment_of
-from deltanode.storage.tables import read_table
 
 from . import latency as lat
 from .report import secs, table

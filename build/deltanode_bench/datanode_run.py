@@ -73,19 +73,19 @@ def child(args: dict) -> int:
     _emit(status, "process_started")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = PYTHONPATH + os.pathsep + os.environ.get("PYTHONPATH", "")
+    from deltanode.config.jvm_options import spark_defaults
     from deltanode.datanode.spark import start_spark_context
-    from deltanode.jvm import spark_defaults
 
     # What spark-submit.sh gives a DataNode (jvm.spark_defaults()), then the bench's own settings;
     # started, as a DataNode starts it, beside the imports below.
     started = start_spark_context({**spark_defaults(), "spark.master": args.get("master", "local[2]"),
                                    "spark.ui.enabled": "false", **args.get("spark_conf", {})}, "deltanode-bench")
+    from deltanode.delta.delta_log import DeltaLog
+    from deltanode.delta.layout import StorageLayout
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
     from deltanode.pipeline.warmup import warm_up_in_background
-    from deltanode.storage.delta_log import DeltaLog
-    from deltanode.storage.layout import StorageLayout
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.milvus_proto import schema_pb2
 

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from deltanode.delta.delta_log import DeltaLog
 from deltanode.executor.delete_marks import ALL_PARTITIONS
-from deltanode.storage.delta_log import DeltaLog
 
 from . import latency as lat
 from .delete_load import KeyPicker, Stream, by_shard, pace
@@ -58,7 +58,7 @@ POLL_INTERVAL = 0.1
 DRAIN = 60.0            # longest wait, after a phase, for its last batches to show deleted
 # Rows a shard sends to one segment before the next: Milvus's DataCoord stops assigning a segment
 # once sealed, and DeltaNode seals one at 12% of 1,024 MB (~123 MB, ~230,000 of these rows) and
-# quarantines the rows still sent to it (flowgraph/seal_policy.py).
+# quarantines the rows still sent to it (vchannel/seal_policy.py).
 SEGMENT_ROWS = 200_000
 VISIBLE_P99 = 2.0       # the targets
 INSERT_P99_RATIO = 1.2

@@ -27,13 +27,13 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from deltanode.delta import delta_log
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.records import FileEntry
-from deltanode.storage import delta_log
-from deltanode.storage.actions import AddFile
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from .report import table

@@ -29,9 +29,8 @@ import tempfile
 import threading
 import time
 
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
-from deltanode.gc_settings import tune_for_driver
+from deltanode.delta.layout import StorageLayout
+from deltanode.driver_gc import tune_for_driver
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_report import CycleReport
@@ -41,8 +40,9 @@ from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.sync_manager import SyncManager
 from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.records import FileEntry, Portion, PortionStats, ReadStats, SegmentStats, TableKind, TaskOutput, TaskSpec
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS

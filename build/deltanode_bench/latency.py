@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from deltanode.storage.channel_state import STATES_KEY
+from deltanode.state.channel_state import STATES_KEY
 
 
 def percentile(values: Sequence[float], q: float) -> float:

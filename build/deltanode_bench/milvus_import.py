@@ -91,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
 def _import(client, milvus, made: dict, args) -> tuple[int, int, float, int]:
     from pyspark.sql import SparkSession
 
+    from deltanode.config.jvm_options import spark_defaults
     from deltanode.datacoord.milvus_catalog import MilvusCatalog
-    from deltanode.jvm import spark_defaults
+    from deltanode.delta.layout import StorageLayout
+    from deltanode.milvus_import.import_progress import import_progress
     from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
-    from deltanode.milvus_import.progress import import_progress
     from deltanode.mq.broker import Broker
-    from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-    from deltanode.storage.layout import StorageLayout
+    from deltanode.state.commit import CollectionCommitter, QuarantineLog
     from deltanode.wire.positions import CODECS
     from deltanode.wire.schema import CollectionLayout
 

@@ -404,9 +404,9 @@ def run_one(sync_period: float, *, seconds: float, rate: float = 1.0, rows: int 
     its 1/rate slot (the rate stays steady; a fixed phase would meet DeltaNode's cycle and Milvus's
     time ticks at one point of theirs for the whole run), else at the slot's start."""
     sys.path.insert(0, str(ROOT))   # the Milvus server and client the tests use
+    from deltanode.delta.layout import StorageLayout
     from deltanode.standalone.kafka_server import EmbeddedKafka
     from deltanode.standalone.services import EmbeddedEtcd, free_port
-    from deltanode.storage.layout import StorageLayout
     from tests.integration.milvus_client import MilvusClient
     from tests.integration.milvus_server import MilvusServer
     from tests.integration.processes import start as start_process

@@ -86,7 +86,7 @@ How it is built, and why (each choice what Spark's and Delta's docs recommend, o
   are collected as by default.
 * **Spark**: ``local[2]``, driver heap ``driver_memory`` (2g: with 1g, the 256-vchannel point's 60-s
   load ran out of heap in its fourth batch, a catch-up batch at the 256-MB cap), the JVM options
-  DeltaNode's Spark gets (``deltanode.jvm.spark_defaults``: C1 only, the class archive when there is
+  DeltaNode's Spark gets (``deltanode.config.jvm_options.spark_defaults``: C1 only, the class archive when there is
   one, FAIR scheduling, Unix domain sockets to Python). C1 only measured: a 30-s steady 10 MB/s of
   768-dim inserts took p50 / p99 4.55 / 7.14 s with it and 9.15 / 14.47 s with the JVM's default
   compilers, whose C2 threads compiled for most of the run (6.7 s of compile time in 15 s, JFR);
@@ -133,7 +133,7 @@ BATCH_BYTES = 256 << 20                # a batch's inserts, as the DataNode's da
 
 
 def _jars(name: str) -> list[str]:
-    from deltanode.jars import component_jars
+    from deltanode.config.jars import component_jars
     return [str(p) for p in component_jars(name)]
 
 
@@ -322,7 +322,7 @@ def child(spec: Spec) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from deltanode.jvm import C1_ONLY, spark_defaults
+    from deltanode.config.jvm_options import C1_ONLY, spark_defaults
     from deltanode.lake.spark import configure
 
     options = {**spark_defaults(), "spark.ui.enabled": "false", "spark.driver.memory": spec.driver_memory,

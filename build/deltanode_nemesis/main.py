@@ -11,9 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.etcd.client import EtcdClient
-from deltanode.storage import meta
-from deltanode.storage.layout import StorageLayout
+from deltanode.state import meta
 
 from .broker import RunBroker
 from .cluster import Cluster, ClusterSettings

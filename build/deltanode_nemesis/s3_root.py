@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
 from tests.integration.s3_fault_proxy import Fault, Rule, S3FaultProxy
 
 from .kinds import FaultKind, StorageMode

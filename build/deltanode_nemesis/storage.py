@@ -9,7 +9,7 @@ import random
 import subprocess
 from pathlib import Path
 
-from deltanode.storage.layout import StorageLayout
+from deltanode.delta.layout import StorageLayout
 
 from .kinds import FaultKind, StorageMode
 

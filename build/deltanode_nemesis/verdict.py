@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
+from deltanode.state.current_state import current_rows
 
 from .cluster import ROOT
 from .ledger import CollectionLedger

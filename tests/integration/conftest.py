@@ -12,10 +12,10 @@ import time
 import pytest
 
 from deltanode.config import Conf
+from deltanode.delta.layout import StorageLayout
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
@@ -40,7 +40,7 @@ def spark(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.path.abspath(APP) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
 
-    from deltanode.jvm import spark_defaults
+    from deltanode.config.jvm_options import spark_defaults
     from deltanode.lake.spark import configure
     session = configure(SparkSession.builder.appName("deltanode-tests").config(map={
         **spark_defaults(), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
@@ -56,7 +56,7 @@ def pipelines(spark, mq, tmp_path):
     """Factory: a started shared pipeline (no etcd fence) on the test broker; stopped at the end."""
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
-    from deltanode.storage.compaction import CompactionSettings
+    from deltanode.state.compaction_plan import CompactionSettings
     started = []
 
     def make(trigger_interval: float = 0.2, fence=None, compaction: CompactionSettings = CompactionSettings(),
@@ -154,8 +154,8 @@ def conf(etcd_server, mq, etcd_root, tmp_path):
 def s3(tmp_path_factory):
     """An S3-compatible server on loopback (moto, one request at a time: s3_server.py) with the
     bucket ``deltanode``; its StoreOptions."""
+    from deltanode.delta.object_store import StoreOptions
     from deltanode.standalone.services import free_port
-    from deltanode.storage.object_store import StoreOptions
 
     from .support import wait_until
     port = free_port()

@@ -26,12 +26,12 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
     from pyspark.sql import SparkSession
 
+    from deltanode.config.jvm_options import spark_defaults
+    from deltanode.delta.layout import StorageLayout
     from deltanode.etcd.client import EtcdClient
-    from deltanode.jvm import spark_defaults
     from deltanode.logs import setup_logging
     from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
-    from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-    from deltanode.storage.layout import StorageLayout
+    from deltanode.state.commit import CollectionCommitter, QuarantineLog
     from deltanode.wire.milvus_proto import schema_pb2
     from deltanode.wire.positions import CODECS
     from deltanode.wire.schema import CollectionLayout

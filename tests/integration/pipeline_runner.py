@@ -27,16 +27,16 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
     from pyspark.sql import SparkSession
 
-    from deltanode.jvm import spark_defaults
+    from deltanode.config.jvm_options import spark_defaults
+    from deltanode.delta import delta_log
+    from deltanode.delta.delta_log import DeltaLog
+    from deltanode.delta.layout import StorageLayout
+    from deltanode.delta.object_store import StoreOptions
     from deltanode.logs import setup_logging
     from deltanode.mq.broker import Broker
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
-    from deltanode.storage import delta_log
-    from deltanode.storage.compaction import CompactionSettings
-    from deltanode.storage.delta_log import DeltaLog
-    from deltanode.storage.layout import StorageLayout
-    from deltanode.storage.object_store import StoreOptions
+    from deltanode.state.compaction_plan import CompactionSettings
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.schema import schema_from_json
     spark = SparkSession.builder.config(map={**spark_defaults(), "spark.ui.enabled": "false"}).getOrCreate()

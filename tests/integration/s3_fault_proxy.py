@@ -39,8 +39,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from deltanode.delta.object_store import StoreOptions
 from deltanode.standalone.services import free_port
-from deltanode.storage.object_store import StoreOptions
 
 # Headers about one connection, not the request: never passed on. ``Expect``: the proxy answers
 # ``100 Continue`` itself and forwards the body whole.

@@ -18,7 +18,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from deltanode.config import load_conf
-from deltanode.jvm import spark_defaults
+from deltanode.config.jvm_options import spark_defaults
 from deltanode.lake.spark import configure, register_tables
 
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 
 from deltanode.config import Conf
+from deltanode.config.settings import Settings
 from deltanode.datacoord.catalog import create_collection
-from deltanode.datacoord.catalogs import open_catalog
+from deltanode.datacoord.catalog_of_conf import open_catalog
 from deltanode.datacoord.coordinator import DataCoord
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
-from deltanode.settings import Settings
-from deltanode.storage import meta
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state import meta
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json

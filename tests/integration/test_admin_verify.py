@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs as pafs
 
-from deltanode.storage.actions import AddFile
-from deltanode.storage.deletion_vectors import inline, positions
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.delta.actions import AddFile
+from deltanode.delta.deletion_vectors import inline, positions
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.wire.positions import now_ts
 
 from .milvus_client import MilvusClient

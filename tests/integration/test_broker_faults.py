@@ -38,20 +38,20 @@ import pytest
 
 from deltanode.admin import commands
 from deltanode.config import Conf
+from deltanode.config.settings import Settings
 from deltanode.datacoord.catalog import CollectionRecord, create_collection
 from deltanode.datanode.metrics import DataNodeCollector, health, readiness
 from deltanode.datanode.node import DataNode
 from deltanode.datanode.status import read_statuses
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker, BrokerError, Delivered, Gap, OffsetRange, Sender
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
-from deltanode.settings import Settings
 from deltanode.standalone.kafka_server import EmbeddedKafka, ForwardedListener
 from deltanode.standalone.pulsar_server import FORWARDED_LISTENER, EmbeddedApachePulsar
 from deltanode.standalone.services import free_port
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state.current_state import current_rows
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 

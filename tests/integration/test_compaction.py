@@ -1,6 +1,7 @@
-"""Compaction racing the shared pipeline's commits: a minute of traffic on 4 vchannels (two
-collections of two shards) with deletes (marked as deletion vectors by the pipeline) and a
-dropped partition, the compactor running every 2 seconds. Every row not deleted exactly once,
+"""Compaction racing the shared pipeline's commits: traffic on 4 vchannels (two collections of two
+shards) with deletes (marked as deletion vectors by the pipeline) and a dropped partition, the
+compactor running every 2 seconds, until it has rewritten segments both before the drop and
+through several rounds after it. Every row not deleted exactly once,
 every deleted row gone from what readers see (compaction drops deleted rows from the files,
 keeps or carries over the others' marks), deletes intact, segment meta true, the file count down."""
 
@@ -14,14 +15,15 @@ import time
 import pyarrow as pa
 import pytest
 
-from deltanode.storage.compaction import CompactionSettings
-from deltanode.storage.layout import segment_of
-from deltanode.storage.tables import open_table, read_table
+from deltanode.delta.layout import segment_of
+from deltanode.delta.tables import open_table, read_table
+from deltanode.state.compaction_plan import CompactionSettings
 
 from .support import data_files_added, settled_watermark, wait_until
 
 pytestmark = pytest.mark.spark
-TRAFFIC_SECONDS = 60.0
+DROP_AT = 120              # the traffic round in which collection 0 drops partition 3
+REWRITES_AFTER_DROP = 12   # segment rewrites committed after the drop while traffic goes on (2-3 rounds)
 COMPACTION = CompactionSettings(interval=2.0, min_files=4, target_bytes=64 << 20, retention=0.0)
 
 
@@ -40,6 +42,7 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
     deleted: dict[int, list[int]] = {c.collection_id: [] for c in colls}
     inserted: dict[int, collections.Counter] = {c.collection_id: collections.Counter() for c in colls}   # by segment
     dropped_partition: dict[int, int] = {}
+    rewrites_at_drop: list[int] = []   # the compactor's rewrites committed when the partition dropped
     stop = threading.Event()
 
     def traffic() -> None:
@@ -57,20 +60,24 @@ def test_compaction_racing_four_vchannels_keeps_every_row_once(pipelines, make_c
                     if n % 7 == 6 and partition == 1:
                         coll.producer.delete(p, v, partition, [first])
                         deleted[coll.collection_id].append(first)
-            if n == 120:   # mid-traffic: collection 0 drops partition 3 (its rows go, compaction or not)
+            if n == DROP_AT:   # mid-traffic: collection 0 drops partition 3 (its rows go, compaction or not)
                 for p in colls[0].pchannels:
                     colls[0].producer.drop_partition(p, 3)
                 dropped_partition[colls[0].collection_id] = 3
+                rewrites_at_drop.append(pipe.compactor.totals.rewrites)
             n += 1
             time.sleep(0.1)
 
     producer = threading.Thread(target=traffic, daemon=True)
     producer.start()
-    try:
-        time.sleep(TRAFFIC_SECONDS)
+    try:   # the traffic goes on until compaction has raced it on both sides of the drop
+        wait_until(lambda: rewrites_at_drop and pipe.compactor.totals.rewrites - rewrites_at_drop[0]
+                   >= REWRITES_AFTER_DROP, 120, f"{REWRITES_AFTER_DROP} rewrites committed after the drop")
+        assert producer.is_alive(), "the traffic stopped before compaction raced it"
     finally:
         stop.set()
         producer.join(10)
+    assert rewrites_at_drop[0] > 0, "no rewrite committed before the drop"
     for coll in colls:
         coll.producer.flush_producer()
         targets = {v: settled_watermark(coll, p) for p, v in zip(coll.pchannels, coll.vchannels)}

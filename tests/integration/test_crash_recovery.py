@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from deltanode.faults import COMPACTION_POINTS, CRASH_AT, CRASH_DIR, POINTS
-from deltanode.storage.tables import open_table, read_table
+from deltanode.delta.tables import open_table, read_table
+from deltanode.failure.crash_points import COMPACTION_POINTS, CRASH_AT, CRASH_DIR, POINTS
 
 from .support import ALL_BROKERS, data_files_added, settled_watermark, wait_until
 

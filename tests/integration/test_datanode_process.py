@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deltanode.storage.layout import StorageLayout
+from deltanode.delta.layout import StorageLayout
 
 from .processes import descendants, start, stop, stop_running, zombie
 from .support import ALL_BROKERS, CatalogTraffic, duplicated, wait_until

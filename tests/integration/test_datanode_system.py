@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from deltanode.config.settings import Settings
 from deltanode.datanode.node import DataNode
+from deltanode.delta.layout import StorageLayout
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient
-from deltanode.settings import Settings
-from deltanode.storage import meta
-from deltanode.storage.layout import StorageLayout
+from deltanode.state import meta
 from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 
 from .relay import Relay

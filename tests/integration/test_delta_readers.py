@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from deltanode.storage.current_state import current_rows
+from deltanode.state.current_state import current_rows
 
 from ..delta_readers import READERS, by_spark
 from .support import settled_watermark

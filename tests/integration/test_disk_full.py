@@ -22,9 +22,9 @@ import pytest
 from deltalake import DeltaTable
 
 from deltanode.datanode.status import NodeStatus, read_statuses, write_status
-from deltanode.flowgraph.failure import RETRY_WHILE_FULL
-from deltanode.storage import checkpoints
-from deltanode.storage.tables import read_table
+from deltanode.delta import checkpoints
+from deltanode.delta.tables import read_table
+from deltanode.vchannel.failure import RETRY_WHILE_FULL
 
 from .filler import Filler, free_bytes
 from .support import SCHEMA, settled_watermark, wait_until
@@ -144,7 +144,7 @@ def deltanode_records(caplog, level: int, text: str) -> list[logging.LogRecord]:
 
 def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_returns(
         small_fs, pipelines, make_collection, tmp_path, caplog):
-    from deltanode.storage.compaction import CompactionSettings
+    from deltanode.state.compaction_plan import CompactionSettings
     root = small_fs(tmp_path / "delta", "16m")
     coll = make_collection(shards=2, schema=WIDE)
     pipe = pipelines(compaction=CompactionSettings(interval=0))   # the rows stay in their files: counted as written
@@ -163,10 +163,12 @@ def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_
     full = f"storage full: {root}: No space left on device"
     wait_until(lambda: pipe.storage_full, 30, "the pipeline to report its storage full")
     assert pipe.storage_full == full
-    time.sleep(2 * RETRY_WHILE_FULL + 1)   # every vchannel retried at least twice meanwhile
+    # Every vchannel failed for lack of space twice at least: it was retried while the disk stayed full.
+    wait_until(lambda: all(s.failures >= 2 for s in pipe.snapshots()), 3 * RETRY_WHILE_FULL + 10,
+               "every vchannel to fail twice while the disk is full")
     assert free_bytes(root) == 0 and pipe.storage_full == full
     snapshots = {s.vchannel: s for s in pipe.snapshots()}
-    assert all(s.failures >= 2 for s in snapshots.values()), snapshots
+    assert len(snapshots) == 2 and all(s.failures >= 2 for s in snapshots.values()), snapshots
     # What admin health reads: the node's document, written over its last one in place.
     write_status(coll.storage, NodeStatus("node-a", 7, time.time(), 10.0, 2, 0, storage_full=pipe.storage_full,
                                           storage_full_since=pipe.storage_full_since))
@@ -210,7 +212,7 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
     """Only the insert table's log is full: each sync's deletes land in delta_log, then its
     insert_log commit finds no space. Reloaded from Delta, the vchannel reads those deletes again
     (only to mark rows, never committed twice) until the insert commit lands."""
-    from deltanode.storage.compaction import CompactionSettings
+    from deltanode.state.compaction_plan import CompactionSettings
     coll = make_collection(shards=2, schema=WIDE)
     insert_log, delete_log = coll.storage.insert_log(coll.collection_id), coll.storage.delta_log(coll.collection_id)
     log_fs = small_fs(Path(insert_log) / "_delta_log", "1m")
@@ -233,7 +235,15 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
         return all((deletes.transaction_version(v) or 0) > (inserts.transaction_version(v) or 0)
                    for v in coll.vchannels)
     wait_until(deletes_ahead, 30, "the deletes' commits to land ahead of the inserts' refused ones")
-    time.sleep(RETRY_WHILE_FULL + 1)   # a retry: the deletes read again, their commit not repeated
+    # A retry of each vchannel after its deletes landed: the deletes read again, their commit not repeated.
+    failed_before = collections.Counter(r.getMessage().split(":")[0]
+                                        for r in deltanode_records(caplog, logging.DEBUG, "StorageFull"))
+
+    def retried_each() -> bool:
+        failed = collections.Counter(r.getMessage().split(":")[0]
+                                     for r in deltanode_records(caplog, logging.DEBUG, "StorageFull"))
+        return all(failed[v] > failed_before[v] for v in coll.vchannels)
+    wait_until(retried_each, 2 * RETRY_WHILE_FULL + 10, "each vchannel to be retried after its deletes landed")
     assert any("(committing)" in r.getMessage() for r in deltanode_records(caplog, logging.DEBUG, "StorageFull"))
     readable_rows(coll.storage, insert_log)
     readable_rows(coll.storage, delete_log)

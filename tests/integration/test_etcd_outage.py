@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.standalone.services import EmbeddedEtcd
-from deltanode.storage.layout import StorageLayout
 
 from .processes import ROOT, start, stop_running
 from .support import CatalogTraffic, duplicated, wait_until

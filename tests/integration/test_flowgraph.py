@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
-from deltanode.storage.tables import open_table, read_table
+from deltanode.delta.tables import open_table, read_table
 
 from .support import ALL_BROKERS, settled_watermark, wait_until
 

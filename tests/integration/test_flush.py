@@ -11,14 +11,14 @@ import time
 import pytest
 
 from deltanode.admin import commands
+from deltanode.config.settings import Settings
 from deltanode.datanode.node import DataNode
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd import flush_request
 from deltanode.etcd.client import EtcdClient
-from deltanode.settings import Settings
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
 from deltanode.wire.milvus_proto import msg_pb2
 
 from .support import TwoShards, coordinator, wait_until

@@ -23,6 +23,7 @@ from deltalake import write_deltalake
 
 from deltanode.config import Conf
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
+from deltanode.delta.layout import TABLE_CONFIG, StorageLayout
 from deltanode.etcd.client import EtcdClient
 from deltanode.lake.spark import register_tables
 from deltanode.lake.sql_command import QueryError, _query
@@ -31,8 +32,7 @@ from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import TABLE_CONFIG, StorageLayout
+from deltanode.state.current_state import current_rows
 from deltanode.wire.etcdpb import DatabaseInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from deltanode.config import Conf
-from deltanode.standalone.embedded_settings import EmbeddedSettings
+from deltanode.config.embedded_settings import EmbeddedSettings
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError, free_port
 

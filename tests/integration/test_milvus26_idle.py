@@ -27,18 +27,18 @@ from google.protobuf import json_format
 
 from deltanode.admin.verify import behind
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
-from deltanode.datanode.flowgraphs import FlowgraphManager
+from deltanode.datanode.channel_handler import FlowgraphManager
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
-from deltanode.flowgraph.vchannel import FlowgraphStatus
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.mq import kafka_read
 from deltanode.mq.pulsar_positions import position as pulsar_position
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
+from deltanode.vchannel.flowgraph import FlowgraphStatus
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name

@@ -26,17 +26,17 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd.client import EtcdClient
+from deltanode.milvus_import.import_progress import import_progress
 from deltanode.milvus_import.importer import ImportFailed, MilvusSource, VchannelImporter
 from deltanode.milvus_import.meta import MilvusMetaError, read_persisted
-from deltanode.milvus_import.progress import import_progress
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
+from deltanode.state.commit import CollectionCommitter, QuarantineLog
+from deltanode.state.current_state import current_rows
 from deltanode.wire.datapb import Binlog, FieldBinlog, SegmentInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name

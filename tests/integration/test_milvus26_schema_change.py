@@ -23,16 +23,16 @@ import pytest
 from google.protobuf import json_format
 
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.table_schema import recorded_schema
+from deltanode.delta.tables import open_table, read_table
 from deltanode.lake.tables import lake_tables
 from deltanode.lake.views import register
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import recorded_schema
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.schema import schema_from_json

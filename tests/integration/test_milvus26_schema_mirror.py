@@ -33,14 +33,14 @@ import pytest
 from google.protobuf import json_format
 
 from deltanode.datacoord.milvus_catalog import MilvusCatalog
+from deltanode.delta.table_schema import recorded_schema
+from deltanode.delta.tables import open_table, read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.lake.tables import lake_tables
 from deltanode.lake.views import register
 from deltanode.mq.broker import Broker
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.table_schema import recorded_schema
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id
 

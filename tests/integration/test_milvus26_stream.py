@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
 from deltanode.mq.pulsar_positions import position as pulsar_position
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
+from deltanode.state.current_state import current_rows
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name

@@ -41,12 +41,12 @@ import pytest
 from google.protobuf import json_format
 
 from deltanode.datacoord.milvus_catalog import TOMBSTONE, MilvusCatalog, read_gaps
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
-from deltanode.storage import meta
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state import meta
+from deltanode.state.current_state import current_rows
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS, kafka_msg_id

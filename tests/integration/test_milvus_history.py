@@ -24,9 +24,9 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from deltanode.datacoord.milvus_catalog import read_gaps
+from deltanode.delta.delta_log import DeltaLog
 from deltanode.etcd.client import EtcdClient
-from deltanode.milvus_import.progress import import_progress
-from deltanode.storage.delta_log import DeltaLog
+from deltanode.milvus_import.import_progress import import_progress
 from deltanode.wire.datapb import FieldBinlog, SegmentInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.names import pchannel_of

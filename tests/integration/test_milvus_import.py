@@ -22,16 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from deltanode.faults import CRASH_AT, CRASH_DIR, IMPORT_POINTS
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
+from deltanode.failure.crash_points import CRASH_AT, CRASH_DIR, IMPORT_POINTS
 from deltanode.milvus_import import importer as importer_module
+from deltanode.milvus_import.import_progress import import_progress
 from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
 from deltanode.milvus_import.meta import MilvusSegmentState, SegmentLevel
-from deltanode.milvus_import.progress import import_progress
-from deltanode.storage import meta
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state import meta
+from deltanode.state.channel_state import SegmentState
+from deltanode.state.commit import CollectionCommitter, QuarantineLog
 from deltanode.wire.datapb import Binlog, FieldBinlog, SegmentInfo
 from deltanode.wire.milvus_proto import msg_pb2, schema_pb2
 from deltanode.wire.positions import CODECS

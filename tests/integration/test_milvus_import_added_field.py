@@ -16,13 +16,13 @@ from collections import Counter
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.table_schema import recorded_schema
+from deltanode.delta.tables import open_table, read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.milvus_import.importer import MilvusSource, VchannelImporter
 from deltanode.milvus_import.meta import PersistedSegment
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import recorded_schema
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state.commit import CollectionCommitter, QuarantineLog
 from deltanode.wire.datapb import Binlog, FieldBinlog, SegmentInfo
 from deltanode.wire.milvus_proto import msg_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id

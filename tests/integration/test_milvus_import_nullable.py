@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.milvus_import.importer import ImportFailed, MilvusSource, VchannelImporter
 from deltanode.milvus_import.meta import MilvusSegmentState
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.state.commit import CollectionCommitter, QuarantineLog
 from deltanode.wire.datapb import Binlog, FieldBinlog, SegmentInfo
 from deltanode.wire.milvus_proto import msg_pb2, schema_pb2
 from deltanode.wire.positions import CODECS, kafka_msg_id

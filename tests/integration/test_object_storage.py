@@ -9,9 +9,9 @@ import collections
 import pyarrow as pa
 import pytest
 
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
 
 from ..races import race_for_one_step
 from .support import fresh_root, settled_watermark, wait_until

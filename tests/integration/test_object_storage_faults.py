@@ -17,11 +17,11 @@ import pyarrow.parquet
 import pytest
 from deltalake import DeltaTable
 
+from deltanode.delta.delta_log import CommitInDoubt, DeltaLog, TxnMoved
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions, bucket_and_key
+from deltanode.delta.tables import read_table
 from deltanode.mq.milvus_producer import ticker
-from deltanode.storage.delta_log import CommitInDoubt, DeltaLog, TxnMoved
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions, bucket_and_key
-from deltanode.storage.tables import read_table
 
 from .s3_fault_proxy import Fault, FaultyS3, Rule, faulty_s3
 from .support import fresh_root, settled_watermark
@@ -273,7 +273,7 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
     applied, every committed file in the bucket, every table readable."""
     from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
     from deltanode.pipeline.plan import Limits
-    from deltanode.storage.compaction import CompactionSettings
+    from deltanode.state.compaction_plan import CompactionSettings
 
     proxy = s3_faulty.proxy
     caplog.set_level(logging.DEBUG, logger="deltanode.pipeline")   # a vchannel failed for the store says so at DEBUG

@@ -157,7 +157,7 @@ def test_a_vchannel_whose_topic_was_created_again_is_not_read_from_its_old_offse
     the new topic's first messages)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from deltanode.flowgraph.recovery import TopicRecreated
+    from deltanode.vchannel.start_state import TopicRecreated
 
     coll = make_collection(shards=1, ticking=False)
     (p,), (v,) = coll.pchannels, coll.vchannels

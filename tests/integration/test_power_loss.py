@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
+from deltanode.delta.tables import open_table, read_table
 from deltanode.executor import binlog_writer
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.storage.channel_state import ChannelState
-from deltanode.storage.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state.channel_state import ChannelState
+from deltanode.state.commit import CollectionCommitter, QuarantineLog, VchannelSync, Watermarks
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from ..delta_readers import by_deltalake_sql, by_duckdb, by_polars, by_spark

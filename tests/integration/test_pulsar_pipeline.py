@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import vchannel_name
 from deltanode.wire.positions import pulsar_ledger_entry_at

@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 
 from deltanode.config import load_conf
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.lake.rows_json import RowRenderer
 from deltanode.lake.spark import register_tables
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 from deltanode.wire.names import pchannel_of
 from deltanode.wire.positions import now_ts
 

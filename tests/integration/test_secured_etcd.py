@@ -14,12 +14,12 @@ import urllib.request
 import pytest
 
 from deltanode.config import env_name
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdRefused
 from deltanode.etcd.fence import OwnershipFence
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 
 from .milvus_client import MilvusClient
 from .milvus_mirror import Mirror, mirror_a_sharded_collection

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
 from deltanode.mq.broker import Broker, BrokerError
 from deltanode.standalone.kafka_server import EmbeddedKafka, KafkaSecurity
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
 
 from .milvus_client import MilvusClient
 from .milvus_mirror import Mirror, mirror_a_sharded_collection

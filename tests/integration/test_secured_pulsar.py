@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.mq.broker import Broker, BrokerRefused
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar, PulsarSecurity, make_token
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 
 from .milvus_client import MilvusClient
 from .milvus_mirror import Mirror, mirror_a_sharded_collection

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
 
 from .processes import ROOT, start, stop_running
 from .support import CatalogTraffic, duplicated, wait_until

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from deltanode.configuration.keys import env_name
+from deltanode.config.keys import env_name
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
 from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
 from deltanode.pipeline.plan import Limits
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table
+from deltanode.state.current_state import current_rows
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 

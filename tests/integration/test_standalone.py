@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
 from deltanode.standalone.services import free_port
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
 
 from ..row_multisets import assert_same_keys
 from .standalone_run import (

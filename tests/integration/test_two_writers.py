@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from deltanode.faults import CRASH_AT, CRASH_DIR, PAUSE_AT, paused_marker
-from deltanode.storage import meta
-from deltanode.storage.channel_state import STATES_KEY
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import open_table, read_table
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import open_table, read_table
+from deltanode.failure.crash_points import CRASH_AT, CRASH_DIR, PAUSE_AT, paused_marker
+from deltanode.state import meta
+from deltanode.state.channel_state import STATES_KEY
+from deltanode.state.current_state import current_rows
 
 from .processes import start, stop_running
 from .support import CatalogTraffic, wait_until

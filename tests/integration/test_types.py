@@ -15,12 +15,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from deltanode.delta.tables import open_table, read_table
 from deltanode.lake.rows_json import RowRenderer
 from deltanode.lake.tables import LakeTable
 from deltanode.lake.views import register
-from deltanode.storage.compaction import CompactionSettings
-from deltanode.storage.current_state import current_rows
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state.compaction_plan import CompactionSettings
+from deltanode.state.current_state import current_rows
 from deltanode.wire.schema import CollectionLayout, DataType
 
 from ..delta_readers import assert_spark_reads_as_duckdb

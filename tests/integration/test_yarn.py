@@ -16,7 +16,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from deltanode.storage.layout import StorageLayout
+from deltanode.delta.layout import StorageLayout
 
 from .processes import ROOT, start, stop_running
 from .support import CatalogTraffic, duplicated, wait_until

@@ -18,8 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from deltanode.jars import component_jars
-from deltanode.jvm import C1_ONLY
+from deltanode.config.jars import component_jars
+from deltanode.config.jvm_options import C1_ONLY
 from deltanode.standalone.services import ServiceError, _Process, die_with_parent
 
 READY_TIMEOUT = 180.0   # ~10 s alone; the machine is shared with other JVMs starting

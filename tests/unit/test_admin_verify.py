@@ -189,7 +189,7 @@ def test_waiting_for_a_datanode_stops_once_no_checkpoint_moves(tmp_path, monkeyp
     import time
 
     from deltanode.admin import verify
-    from deltanode.storage.layout import StorageLayout
+    from deltanode.delta.layout import StorageLayout
     monkeypatch.setattr(verify, "STALLED_AFTER_S", 1.0)
     started = time.monotonic()
     late = verify.behind(StorageLayout(str(tmp_path)), record("a", 1), ts=10**18, timeout=60.0)
@@ -203,7 +203,7 @@ def test_a_vchannel_that_never_committed_is_caught_up_when_nothing_is_past_its_c
     import time
 
     from deltanode.admin import verify
-    from deltanode.storage.layout import StorageLayout
+    from deltanode.delta.layout import StorageLayout
 
     class Watermarks:   # the broker's answers: its pchannels' high watermarks (pure logic)
         def highs(self, keys, timeout=10.0):

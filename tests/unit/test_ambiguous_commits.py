@@ -16,9 +16,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from deltanode.flowgraph.failure import FailureKind, failure_of
-from deltanode.storage import delta_log, durable
-from deltanode.storage.delta_log import (
+from deltanode.delta import delta_log, durable
+from deltanode.delta.delta_log import (
     CommitInDoubt,
     DeltaLog,
     NotDurable,
@@ -27,8 +26,9 @@ from deltanode.storage.delta_log import (
     _LocalLog,
     _version_name,
 )
-from deltanode.storage.space import NO_SPACE, out_of_space
-from deltanode.storage.tables import open_table
+from deltanode.delta.space import NO_SPACE, out_of_space
+from deltanode.delta.tables import open_table
+from deltanode.vchannel.failure import FailureKind, failure_of
 
 SCHEMA = pa.schema([("pk", pa.int64())])
 

@@ -36,14 +36,14 @@ def test_percentile_rejects_empty_and_out_of_range():
 
 
 def test_commits_come_from_the_delta_log_per_vchannel_oldest_first(tmp_path):
-    from deltanode.storage.channel_state import ChannelState
-    from deltanode.storage.commit import (
+    from deltanode.delta.layout import StorageLayout
+    from deltanode.state.channel_state import ChannelState
+    from deltanode.state.commit import (
         CollectionCommitter,
         QuarantineLog,
         VchannelSync,
         Watermarks,
     )
-    from deltanode.storage.layout import StorageLayout
     from deltanode.wire.schema import CollectionLayout, schema_from_json
     layout = CollectionLayout.from_proto(schema_from_json(
         {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True}]}, "c"))

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.pk_bloom import PkBloom
 from deltanode.executor import binlog_writer
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.pk_bloom import PkBloom
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 

@@ -15,8 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from deltanode import outages
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
 from deltanode.datanode.status import NodeStatus
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from deltanode.delta.layout import StorageLayout
 from deltanode.mq import kafka, pulsar_client
 from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq import reachability as reachability_module
@@ -30,8 +29,9 @@ from deltanode.pipeline.failures import FailurePolicy
 from deltanode.pipeline.plan import Limits, Plan
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.records import ReadRange, ReadStats, TaskError, TaskErrorKind, TaskOutput, TaskSpec
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS

@@ -18,10 +18,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from deltanode.flowgraph.failure import FailureKind
-from deltanode.flowgraph.recovery import TopicRecreated
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from deltanode.delta.layout import StorageLayout
 from deltanode.mq import kafka
 from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq.broker import Broker, BrokerError, BrokerUnreachable
@@ -34,8 +31,11 @@ from deltanode.pipeline.failures import FailurePolicy
 from deltanode.pipeline.plan import Limits, Plan
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.records import Portion, ReadRange, ReadStats, TaskError, TaskErrorKind, TaskOutput, TaskSpec
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.failure import FailureKind
+from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
+from deltanode.vchannel.start_state import TopicRecreated
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltanode.storage.checkpoints import SCRATCH, write_checkpoint
+from deltanode.delta.checkpoints import SCRATCH, write_checkpoint
 
 
 def _append(path, values: list[int]) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from deltanode import cli, jvm
-from deltanode.jars import component_jars
+from deltanode import cli
+from deltanode.config import jvm_options as jvm
+from deltanode.config.jars import component_jars
 
 ROOT = Path(__file__).resolve().parents[2]
 

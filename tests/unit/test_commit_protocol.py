@@ -9,28 +9,29 @@ import pytest
 
 from deltanode.datacoord.catalog import CollectionRecord, OwnCatalog
 from deltanode.datacoord.coordinator import DataCoord
-from deltanode.datacoord.recovery import vchannel_info
+from deltanode.datacoord.vchannel_info import vchannel_info
+from deltanode.delta import delta_log
+from deltanode.delta.delta_log import DeltaLog, TxnMoved
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import UnsupportedStorage
+from deltanode.delta.tables import open_table, read_table
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.flowgraph.recovery import (
-    TopicRecreated,
-    UnknownSegments,
-    check_topic,
-    initial_state,
-)
 from deltanode.records import ReplayState
-from deltanode.storage import delta_log, meta
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from deltanode.storage.commit import (
+from deltanode.state import meta
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.state.commit import (
     CollectionCommitter,
     QuarantineLog,
     VchannelSync,
     Watermarks,
     discard,
 )
-from deltanode.storage.delta_log import DeltaLog, TxnMoved
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import UnsupportedStorage
-from deltanode.storage.tables import open_table, read_table
+from deltanode.vchannel.start_state import (
+    TopicRecreated,
+    UnknownSegments,
+    check_topic,
+    initial_state,
+)
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import CollectionLayout, schema_from_json

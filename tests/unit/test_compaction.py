@@ -16,31 +16,31 @@ import pytest
 from deltalake import DeltaTable
 from pyarrow import fs as pafs
 
+from deltanode.delta import deletion_vectors as dv
+from deltanode.delta import delta_log
+from deltanode.delta.delta_log import DeltaLog, FilesRemoved, TxnMoved
+from deltanode.delta.layout import StorageLayout, pk_bloom_path, segment_of
+from deltanode.delta.log_replay import live_adds
+from deltanode.delta.pk_bloom import PkBloom
+from deltanode.delta.tables import open_table
 from deltanode.executor import binlog_writer
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.executor.rewrite import rewrite
 from deltanode.pipeline.compactor import CompactionTarget, Compactor, RoundReport
 from deltanode.records import Rewrite, SegmentFile
-from deltanode.storage import deletion_vectors as dv
-from deltanode.storage import delta_log
-from deltanode.storage.channel_state import ChannelState
-from deltanode.storage.commit import (
+from deltanode.state.channel_state import ChannelState
+from deltanode.state.commit import (
     CollectionCommitter,
     QuarantineLog,
     VchannelSync,
     Watermarks,
 )
-from deltanode.storage.compaction import (
+from deltanode.state.compaction_plan import (
     CompactionSettings,
     commit_rewrites,
     plan_segment,
     segment_files,
 )
-from deltanode.storage.delta_log import DeltaLog, FilesRemoved, TxnMoved
-from deltanode.storage.layout import StorageLayout, pk_bloom_path, segment_of
-from deltanode.storage.log_replay import live_adds
-from deltanode.storage.pk_bloom import PkBloom
-from deltanode.storage.tables import open_table
 
 from .. import dv_files
 from .test_commit_protocol import LAYOUT, committer, pks_in, written

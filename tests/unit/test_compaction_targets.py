@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.table_schema import recorded_schema
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.pipeline import Pipeline
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import recorded_schema
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 

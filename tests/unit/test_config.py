@@ -18,11 +18,11 @@ from deltanode.config import (
     parse_hostports,
     parse_size,
 )
+from deltanode.config.settings import Settings
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
 from deltanode.mq.broker import Broker
 from deltanode.mq.pulsar import client_options as pulsar_client_options
-from deltanode.settings import Settings
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 

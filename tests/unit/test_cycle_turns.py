@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.mq.broker import Broker
 from deltanode.pipeline import turns as turns_module
 from deltanode.pipeline.cycle import CycleRunner
@@ -22,7 +20,9 @@ from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.pipeline.turns import CycleTurns
-from deltanode.storage import meta
+from deltanode.state import meta
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
 
 from .fakes import FakeBrokerMetadata, TicksOnlyExecutors
 from .vchannels import Stages, loaded, stages

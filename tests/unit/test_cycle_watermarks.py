@@ -6,8 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from deltanode.delta.layout import StorageLayout
 from deltanode.mq.broker import Broker, BrokerError
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_report import CycleReport
@@ -15,8 +14,9 @@ from deltanode.pipeline.failures import FailurePolicy
 from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.records import TaskOutput, TaskSpec
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS

@@ -27,12 +27,12 @@ from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaProtocolError
 from pyarrow import fs as pafs
 
-from deltanode.storage import deletion_vectors as dv
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.log_replay import live_adds
-from deltanode.storage.pk_bloom import PkBloom, hash_keys
-from deltanode.storage.tables import read_table
+from deltanode.delta import deletion_vectors as dv
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.log_replay import live_adds
+from deltanode.delta.pk_bloom import PkBloom, hash_keys
+from deltanode.delta.tables import read_table
 
 from .. import dv_files
 
@@ -442,8 +442,8 @@ def test_read_table_columns_and_versions(table):
 
 
 READER = """
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 print(read_table(StorageLayout({root!r}), {uri!r}).num_rows)
 """
 

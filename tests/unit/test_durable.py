@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from deltanode.storage import durable
+from deltanode.delta import durable
 
 
 def test_a_directory_removed_since_is_made_again_with_its_parents(tmp_path):

@@ -10,11 +10,11 @@ from pathlib import Path
 import deltanode.executor
 
 APP = Path(deltanode.executor.__file__).parents[2]
-DRIVER_ONLY = ("deltanode.pipeline", "deltanode.flowgraph", "deltanode.datanode", "deltanode.datacoord",
+DRIVER_ONLY = ("deltanode.pipeline", "deltanode.vchannel", "deltanode.datanode", "deltanode.datacoord",
                "deltanode.etcd", "deltanode.standalone", "deltanode.admin", "deltanode.cli", "deltanode.config",
-               "deltanode.storage.commit", "deltanode.storage.delta_log", "deltanode.storage.tables",
-               "deltanode.storage.meta", "deltanode.storage.log_replay", "deltanode.storage.compaction",
-               "deltanode.storage.current_state", "deltalake", "pyspark.sql", "aetcd", "boto3", "prometheus_client")
+               "deltanode.state.commit", "deltanode.delta.delta_log", "deltanode.delta.tables",
+               "deltanode.state.meta", "deltanode.delta.log_replay", "deltanode.state.compaction_plan",
+               "deltanode.state.current_state", "deltalake", "pyspark.sql", "aetcd", "boto3", "prometheus_client")
 
 
 def test_the_executor_package_imports_no_driver_module():
@@ -47,7 +47,7 @@ def _imported(module_file: Path) -> set[str]:
 def test_storage_imports_neither_the_executor_nor_the_driver_s_stages():
     """Storage is the bottom layer: the executor writes through it, the driver commits through it;
     it imports neither (its path helpers live in storage.written_files)."""
-    above = ("deltanode.executor", "deltanode.pipeline", "deltanode.flowgraph", "deltanode.datanode",
+    above = ("deltanode.executor", "deltanode.pipeline", "deltanode.vchannel", "deltanode.datanode",
              "deltanode.datacoord", "deltanode.standalone", "deltanode.admin")
     wrong = {f"{f.relative_to(APP)}: {m}" for f in (APP / "deltanode" / "storage").glob("*.py")
              for m in _imported(f) if m.startswith(above)}
@@ -68,8 +68,8 @@ def test_the_shared_records_load_no_client_library():
 def test_the_settings_load_no_spark():
     """Reading the conf into ``Settings`` loads no Spark: the sections of the pipeline live in Spark-free
     modules (``pipeline.pipeline_settings``, ``pipeline.plan``), apart from the pipeline that runs Spark jobs."""
-    code = (f"import sys; sys.path.insert(0, {str(APP)!r}); import deltanode.settings; "
+    code = (f"import sys; sys.path.insert(0, {str(APP)!r}); import deltanode.config.settings; "
             "print('\\n'.join(sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     spark = sorted(m for m in loaded if m.split(".")[0] in ("pyspark", "py4j"))
-    assert "deltanode.settings" in loaded and not spark, f"deltanode.settings loads Spark: {spark[:5]}"
+    assert "deltanode.config.settings" in loaded and not spark, f"deltanode.config.settings loads Spark: {spark[:5]}"

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 from deltanode.config import load_conf
-from deltanode.faults import CRASH_AT, CRASH_DIR, PAUSE_AT, paused_marker
+from deltanode.failure.crash_points import CRASH_AT, CRASH_DIR, PAUSE_AT, paused_marker
 
 APP = Path(__file__).resolve().parents[2] / "app"
 # Reaches the point three times, printing a line before each hit and one at the end.
-HITS = ("import sys\nfrom deltanode.faults import crash_point\n"
+HITS = ("import sys\nfrom deltanode.failure.crash_points import crash_point\n"
         "for i in range(3):\n    print(f'hit {i + 1}', flush=True)\n    crash_point('here')\n"
         "print('done', flush=True)\n")
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from deltanode.datanode.flowgraphs import FlowgraphManager
+from deltanode.datanode.channel_handler import FlowgraphManager
+from deltanode.delta.layout import StorageLayout
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.cycle import summarize_error
 from deltanode.pipeline.pipeline import Pipeline
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.datapb import ChannelWatchInfo, VchannelInfo
 from deltanode.wire.names import UnsafeNameError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 
-from deltanode import gc_settings
+from deltanode import driver_gc as gc_settings
 
 
 def test_a_long_full_collection_is_logged_and_a_young_one_is_not(monkeypatch, caplog):
@@ -15,7 +15,7 @@ def test_a_long_full_collection_is_logged_and_a_young_one_is_not(monkeypatch, ca
         gc_settings.tune_for_driver()
         gc_settings.tune_for_driver()   # once is enough: the callback is not added twice
         assert gc.get_threshold() == gc_settings.DRIVER_THRESHOLDS
-        with caplog.at_level(logging.INFO, logger="deltanode.gc_settings"):
+        with caplog.at_level(logging.INFO, logger="deltanode.driver_gc"):
             gc.collect(0)
             assert not caplog.records
             gc.collect()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.mq.milvus_producer import field_data
 from deltanode.records import Portion, PortionStats, ReadRange, RouteContext, TaskError, TaskErrorKind
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 

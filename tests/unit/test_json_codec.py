@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from deltanode.delta import json_codec
 from deltanode.records import ReplayState
-from deltanode.storage import json_codec
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
 
 
 def state() -> ChannelState:

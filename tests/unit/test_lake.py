@@ -16,12 +16,12 @@ import pytest
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import types as T
 
+from deltanode.config.jars import component_jars
 from deltanode.datacoord.catalog import CollectionRecord, CollectionStatus, encode_schema
-from deltanode.jars import component_jars
+from deltanode.delta.layout import StorageLayout
 from deltanode.lake import columns, spark, views
 from deltanode.lake.rows_json import DuplicateColumn, RowRenderer
 from deltanode.lake.tables import LakeTable, lake_tables, mentioned
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 from ..milvus_rows import EVERY_TYPE

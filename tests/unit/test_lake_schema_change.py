@@ -9,11 +9,11 @@ import json
 import pyarrow as pa
 
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.table_schema import SCHEMA_KEY, TableSchema
 from deltanode.lake import views
 from deltanode.lake.tables import lake_tables
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import SCHEMA_KEY, TableSchema
 from deltanode.wire.milvus_proto import schema_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 

@@ -14,21 +14,23 @@ PACKAGE = APP / "deltanode"
 
 # What each package may import of deltanode's packages and top-level modules. A package not named
 # here is a process on top (datanode, datacoord, standalone, admin, lake, cli) or a leaf module.
-BASE = {"logs", "faults", "outages"}
+BASE = {"logs", "failure", "outages"}
+DATA = {"records", "delta", "state", "wire"}
 MAY_IMPORT = {
     "wire": set(),
     "logs": set(),
     "outages": set(),
-    "faults": {"logs"},
+    "failure": {"logs"},
     "mq": {"wire"} | BASE,
     "etcd": {"wire"} | BASE,
-    "storage": {"records", "wire"} | BASE,
-    "records": {"storage", "mq"},   # mq for its Broker type only (test_executor_imports holds that)
-    "executor": {"records", "storage", "mq", "wire"} | BASE,
-    "flowgraph": {"executor", "records", "storage", "wire"} | BASE,
+    "delta": {"wire"} | BASE,
+    "records": {"delta", "mq"},   # mq for its Broker type only (test_executor_imports holds that)
+    "state": {"delta", "records", "wire"} | BASE,
+    "executor": DATA | {"mq"} | BASE,
+    "vchannel": DATA | {"executor"} | BASE,
     "spark_jobs": set(),
-    "milvus_import": {"flowgraph", "executor", "records", "storage", "etcd", "mq", "wire", "spark_jobs"} | BASE,
-    "pipeline": {"flowgraph", "milvus_import", "executor", "records", "storage", "mq", "wire", "spark_jobs"} | BASE,
+    "milvus_import": DATA | {"vchannel", "executor", "etcd", "mq", "spark_jobs"} | BASE,
+    "pipeline": DATA | {"vchannel", "milvus_import", "executor", "mq", "spark_jobs"} | BASE,
 }
 
 

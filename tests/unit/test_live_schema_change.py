@@ -13,11 +13,11 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor import schema_change
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
-from deltanode.flowgraph.state_update import advance
 from deltanode.records import (
     ControlEvent,
     EventKind,
@@ -28,8 +28,8 @@ from deltanode.records import (
     SchemaChange,
     TableKind,
 )
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.schema import CollectionLayout
 

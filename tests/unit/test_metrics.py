@@ -8,8 +8,8 @@ import urllib.error
 import urllib.request
 
 from deltanode.datanode.metrics import MetricsServer, NodeView, health, readiness
-from deltanode.flowgraph.vchannel import Consumed, Snapshot
 from deltanode.pipeline.cycle_report import CycleReport
+from deltanode.vchannel.flowgraph import Consumed, Snapshot
 from deltanode.wire.positions import compose_ts
 
 V0, V1 = "by-dev-rootcoord-dml_0_7v0", "by-dev-rootcoord-dml_1_7v1"

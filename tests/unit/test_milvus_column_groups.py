@@ -12,13 +12,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.decode import insert_columns
 from deltanode.milvus_import.binlog_format import BinlogFormatError
 from deltanode.milvus_import.column_group_format import open_column_group
 from deltanode.milvus_import.column_groups import packed_syncs
 from deltanode.milvus_import.columns import insert_column
 from deltanode.milvus_import.meta import MilvusSegmentState, PersistedSegment, SegmentLevel
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import schema_pb2
 from deltanode.wire.schema import CollectionLayout, FieldSpec
 from tests import milvus26_types as m

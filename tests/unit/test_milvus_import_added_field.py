@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.milvus_import.meta import MilvusSegmentState, PersistedSegment, SegmentLevel
 from deltanode.milvus_import.segment_task import ImportedSegment, SegmentImport, import_segment
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import schema_pb2
 from tests import milvus_binlog_files as binlogs
 from tests import milvus_v2_files as v2

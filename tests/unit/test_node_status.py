@@ -8,7 +8,7 @@ from deltanode.datanode.status import (
     remove_status,
     write_status,
 )
-from deltanode.storage.layout import StorageLayout
+from deltanode.delta.layout import StorageLayout
 
 
 def status(name="host-1", written_at=1000.0, running=2, vchannels=2, **kw) -> NodeStatus:

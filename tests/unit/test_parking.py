@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from deltanode.flowgraph.seal_policy import SealSettings
-from deltanode.flowgraph.tick_cursor import TickCursor
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.pipeline.parking import GROUP, CursorSpan, Parking
 from deltanode.pipeline.plan import Limits, Position, plan_cycle
 from deltanode.records import RangeKey, ReadStats, TaskError, TaskErrorKind
-from deltanode.storage.channel_state import SegmentMeta, SegmentState
-from deltanode.storage.commit import Watermarks
+from deltanode.state.channel_state import SegmentMeta, SegmentState
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.seal_policy import SealSettings
+from deltanode.vchannel.tick_cursor import TickCursor
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import schema_from_json

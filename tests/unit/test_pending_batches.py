@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from deltanode.flowgraph.state_update import advance
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.records import FileEntry, Portion, PortionStats, RouteKept, RouteRow, SegmentStats, TableKind
-from deltanode.storage.channel_state import SegmentState
-from deltanode.storage.commit import Watermarks
+from deltanode.state.channel_state import SegmentState
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.positions import CODECS
 from deltanode.wire.schema import schema_from_json

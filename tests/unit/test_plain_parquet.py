@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.executor import plain_parquet
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.storage.actions import AddFile
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 from deltanode.wire.schema import FLOAT_LIST, CollectionLayout, schema_from_json
 
 N = 40

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from deltanode.datanode import progress
-from deltanode.datanode.progress import ProgressReporter
+from deltanode.datanode import progress_lines as progress
+from deltanode.datanode.progress_lines import ProgressReporter
 
 
 def test_a_lagging_vchannel_is_reported_with_its_rows_per_second(monkeypatch, caplog):

@@ -10,15 +10,15 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 
 APP = Path(__file__).resolve().parents[2] / "app"
 RUNS = 6   # an exit aborted in 19 of 26 runs through delta-rs's filesystem: all 6 clean by chance ~0.04 %
 
 READER = """
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 print(read_table(StorageLayout({root!r}), {uri!r}).num_rows)
 """
 

@@ -10,15 +10,15 @@ import time
 
 import pyarrow as pa
 
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.table_schema import recorded_schema, schema_rank
+from deltanode.delta.tables import read_table
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.flowgraph.state_update import advance
-from deltanode.flowgraph.vchannel import VchannelFlowgraph, align_schemas
 from deltanode.pipeline.cycle_apply import _take_schema
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.records import Portion, PortionStats, SchemaChange
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.table_schema import recorded_schema, schema_rank
-from deltanode.storage.tables import read_table
+from deltanode.vchannel.flowgraph import VchannelFlowgraph, align_schemas
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.milvus_proto import schema_pb2
 
 from .vchannels import flowgraph, loaded, read_rows, stages

@@ -4,15 +4,15 @@ batch whose TimeTick makes the sealed segments Flushed (pure logic)."""
 import math
 from dataclasses import replace
 
-from deltanode.flowgraph.seal_policy import (
+from deltanode.records import Portion, PortionStats, SegmentStats
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.vchannel.seal_policy import (
     SealSettings,
     first_due_ms,
     seal_by_policies,
     seal_for_flush,
 )
-from deltanode.flowgraph.state_update import advance
-from deltanode.records import Portion, PortionStats, SegmentStats
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.positions import compose_ts, physical_ms
 
 T0 = compose_ts(1_700_000_000_000)          # a hybrid ts; + compose_ts(ms) moves it by ms

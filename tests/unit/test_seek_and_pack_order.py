@@ -18,16 +18,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.replay_filter import ReplayFilter
 from deltanode.executor.route import VchannelRouter
-from deltanode.flowgraph.state_update import advance
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.mq.milvus_producer import field_data
 from deltanode.records import ReadRange, RouteContexts, TableKind
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.positions import CODECS

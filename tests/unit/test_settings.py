@@ -9,8 +9,8 @@ import pytest
 
 from deltanode import cli
 from deltanode.config import load_conf
-from deltanode.settings import Settings
-from deltanode.standalone.embedded_settings import EmbeddedPort, EmbeddedSettings
+from deltanode.config.embedded_settings import EmbeddedPort, EmbeddedSettings
+from deltanode.config.settings import Settings
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError
 

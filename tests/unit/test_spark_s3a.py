@@ -12,11 +12,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from deltanode.config import Conf
-from deltanode.jars import component_jars
+from deltanode.config.jars import component_jars
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
 from deltanode.lake import s3a, spark
 from deltanode.lake.sql_command import session_options
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.object_store import StoreOptions
 
 S3A_JARS = [str(p) for p in component_jars("s3a")]
 SECRET = "the-secret-access-key"

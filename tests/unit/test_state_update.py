@@ -2,11 +2,6 @@
 
 import pytest
 
-from deltanode.flowgraph.state_update import (
-    BatchRangeError,
-    advance,
-    retract_after_drops,
-)
 from deltanode.records import (
     ControlEvent,
     EventKind,
@@ -16,7 +11,12 @@ from deltanode.records import (
     ReplayState,
     SegmentStats,
 )
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.vchannel.state_update import (
+    BatchRangeError,
+    advance,
+    retract_after_drops,
+)
 
 
 def portion(first, end, max_tick=0, inserted=0, deleted=0, replay=None, files=(), segments=None, events=()):

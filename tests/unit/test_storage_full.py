@@ -14,13 +14,13 @@ import time
 import pyarrow as pa
 import pytest
 
+from deltanode.delta.space import NO_SPACE, QUOTA, condition, describe, out_of_space
 from deltanode.executor.task_errors import task_error
-from deltanode.flowgraph.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, storage_full
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.failures import task_failure
 from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.records import TaskErrorKind
-from deltanode.storage.space import NO_SPACE, QUOTA, condition, describe, out_of_space
+from deltanode.vchannel.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, storage_full
 
 from .vchannels import loaded, read_deletes, read_rows, stages
 
@@ -157,7 +157,7 @@ def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_inter
 
 
 def test_the_path_a_storage_full_failure_names_is_asked_for_room(tmp_path):
-    from deltanode.storage.space import has_room, path_of
+    from deltanode.delta.space import has_room, path_of
     assert path_of(describe(str(tmp_path), NO_SPACE, "committing")) == str(tmp_path)
     assert path_of(describe("Spark's local directory /tmp/spark-1 (x)", QUOTA, "running")) == "/tmp/spark-1"
     assert path_of(describe("s3://bucket/root", NO_SPACE, "committing")) is None

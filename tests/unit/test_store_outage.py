@@ -15,11 +15,11 @@ import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
 from deltanode.datanode.metrics import NodeView, health, readiness
-from deltanode.flowgraph.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, outside_cause
+from deltanode.delta.delta_log import CommitInDoubt
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.store_outage import unreachable
 from deltanode.pipeline.failures import FailurePolicy
-from deltanode.storage.delta_log import CommitInDoubt
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.store_outage import unreachable
+from deltanode.vchannel.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, outside_cause
 
 from .vchannels import flowgraph
 

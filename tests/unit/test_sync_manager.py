@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from deltanode.flowgraph.failure import FailureKind
-from deltanode.flowgraph.vchannel import FlowgraphStatus
+from deltanode.delta.tables import open_table, read_table
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.jobs import JOB_GROUP
 from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.storage import meta
-from deltanode.storage.tables import open_table, read_table
+from deltanode.state import meta
+from deltanode.vchannel.failure import FailureKind
+from deltanode.vchannel.flowgraph import FlowgraphStatus
 
 from .fakes import FakeFence
 from .vchannels import loaded, read_deletes, read_rows, read_ticks, stages

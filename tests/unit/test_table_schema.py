@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltanode.storage import table_schema
-from deltanode.storage.actions import AddFile
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.table_schema import SCHEMA_KEY, TableSchema, recorded_schema
-from deltanode.storage.tables import read_table
+from deltanode.delta import table_schema
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.table_schema import SCHEMA_KEY, TableSchema, recorded_schema
+from deltanode.delta.tables import read_table
 from deltanode.wire.milvus_proto import schema_pb2
 
 from ..delta_readers import READERS

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from deltanode.flowgraph.failure import Failure, FailureKind
 from deltanode.pipeline.failures import task_failure
 from deltanode.records import TaskError, TaskErrorKind
+from deltanode.vchannel.failure import Failure, FailureKind
 
 
 def test_every_task_error_kind_is_a_failure_kind_of_the_same_name():

@@ -8,16 +8,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.executor import decode
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.executor.rewrite import rewrite
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.records import Rewrite, SegmentFile
-from deltanode.storage.actions import AddFile
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import schema_pb2
 from deltanode.wire.schema import (
     CollectionLayout,

@@ -12,6 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from deltanode.delta.actions import AddFile
+from deltanode.delta.delta_log import DeltaLog
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.tables import read_table
 from deltanode.executor import decode
 from deltanode.executor.binlog_writer import BinlogWriter
 from deltanode.executor.rewrite import rewrite
@@ -19,10 +23,6 @@ from deltanode.lake import columns, views
 from deltanode.lake.rows_json import converter
 from deltanode.lake.wkb import NotWkb, to_wkt
 from deltanode.records import Rewrite, SegmentFile
-from deltanode.storage.actions import AddFile
-from deltanode.storage.delta_log import DeltaLog
-from deltanode.storage.layout import StorageLayout
-from deltanode.storage.tables import read_table
 from deltanode.wire.milvus_proto import schema_pb2
 from deltanode.wire.schema import TIMESTAMPTZ, CollectionLayout, DataType, SchemaError, schema_from_json
 

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from deltanode.flowgraph.failure import Failure, FailureKind
-from deltanode.flowgraph.recovery import TopicRecreated
-from deltanode.flowgraph.vchannel import FlowgraphStatus
+from deltanode.delta.tables import open_table
 from deltanode.pipeline import loader as loader_module
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.storage.channel_state import ChannelState, SegmentMeta, SegmentState
-from deltanode.storage.commit import VchannelSync, Watermarks
-from deltanode.storage.tables import open_table
+from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
+from deltanode.state.commit import VchannelSync, Watermarks
+from deltanode.vchannel.failure import Failure, FailureKind
+from deltanode.vchannel.flowgraph import FlowgraphStatus
+from deltanode.vchannel.start_state import TopicRecreated
 from deltanode.wire.datapb import VchannelInfo
 
 from .fakes import FakeBrokerMetadata

@@ -17,7 +17,7 @@ from deltanode.admin.mirror_table import MirrorTable
 from deltanode.admin.row_differences import DifferenceKind, default_values
 from deltanode.admin.verify import compare_fields
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
-from deltanode.storage.layout import StorageLayout
+from deltanode.delta.layout import StorageLayout
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
 CREATED = {"fields": [{"name": "id", "data_type": "Int64", "is_primary_key": True},

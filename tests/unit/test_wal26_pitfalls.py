@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
 from deltanode.records import Portion, ReadRange, RouteContext, TableKind
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.milvus_proto import msg_pb2
 
 from .test_wal_routing import IDLE, SEG, Message, begin, end, ins, other, quarantined, rows, tick, tt

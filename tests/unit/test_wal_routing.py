@@ -13,11 +13,10 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
-from deltanode.flowgraph.route_rows import RouteRows
-from deltanode.flowgraph.state_update import advance, cut_after_short
 from deltanode.records import (
     ControlEvent,
     EventKind,
@@ -30,9 +29,10 @@ from deltanode.records import (
     RouteContext,
     TableKind,
 )
-from deltanode.storage.channel_state import ChannelState, SegmentState
-from deltanode.storage.commit import Watermarks
-from deltanode.storage.layout import StorageLayout
+from deltanode.state.channel_state import ChannelState, SegmentState
+from deltanode.state.commit import Watermarks
+from deltanode.vchannel.route_rows import RouteRows
+from deltanode.vchannel.state_update import advance, cut_after_short
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 
 from .wal26 import (
@@ -316,9 +316,9 @@ def test_after_a_cut_the_later_pieces_of_the_range_are_not_applied():
 
 def test_a_vchannel_that_asked_for_a_longer_range_reads_it_in_one_piece():
     """Split, its first piece would again end before the commit it needs."""
-    from deltanode.flowgraph.vchannel import VchannelFlowgraph
     from deltanode.pipeline.cycle import _position
-    from deltanode.storage.commit import Watermarks
+    from deltanode.state.commit import Watermarks
+    from deltanode.vchannel.flowgraph import VchannelFlowgraph
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.schema import schema_from_json
 

@@ -5,11 +5,11 @@ import pyarrow as pa
 import pytest
 from pymilvus.grpc_gen import common_pb2, msg_pb2
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.etcd import flush_request
 from deltanode.executor import decode
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
-from deltanode.storage.layout import StorageLayout
 from deltanode.wire.names import UnsafeNameError, check_safe, pchannel_of, vchannel_name
 from deltanode.wire.positions import (
     CODECS,

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from deltanode.delta.layout import StorageLayout
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.flowgraph.state_update import advance
-from deltanode.flowgraph.vchannel import VchannelFlowgraph
 from deltanode.pipeline.failures import FailurePolicy, Fence
 from deltanode.pipeline.loader import VchannelLoader
 from deltanode.pipeline.sync_manager import SyncManager
 from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.records import Portion, PortionStats
-from deltanode.storage.layout import StorageLayout
+from deltanode.vchannel.flowgraph import VchannelFlowgraph
+from deltanode.vchannel.state_update import advance
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS

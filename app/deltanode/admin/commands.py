@@ -13,6 +13,7 @@ import time
 from google.protobuf.message import DecodeError
 
 from ..config import Conf
+from ..config.settings import Settings
 from ..datacoord.catalog import (
     CatalogError,
     CollectionRecord,
@@ -21,21 +22,20 @@ from ..datacoord.catalog import (
     create_collections,
     find_record,
 )
-from ..datacoord.catalogs import open_catalog
+from ..datacoord.catalog_of_conf import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
+from ..delta.delta_log import DeltaLog
 from ..etcd import flush_request, keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
-from ..milvus_import.progress import import_progress, summary
+from ..milvus_import.import_progress import import_progress, summary
 from ..mq.broker import BrokerError
 from ..mq.reachability import describe_broker_outage
-from ..settings import Settings
-from ..storage import meta
-from ..storage.channel_state import SegmentState
-from ..storage.delta_log import DeltaLog
+from ..state import meta
+from ..state.channel_state import SegmentState
 from ..wire.datapb import ChannelWatchInfo, ChannelWatchState
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import now_ts

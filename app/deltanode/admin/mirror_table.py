@@ -16,8 +16,8 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from ..storage.layout import StorageLayout
-from ..storage.tables import open_table, read_table
+from ..delta.layout import StorageLayout
+from ..delta.tables import open_table, read_table
 from ..wire.schema import CollectionLayout, arrow_type
 
 Key = int | str

@@ -30,15 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Conf
+from ..config.settings import Settings
 from ..datacoord.catalog import CatalogError, CollectionRecord, CollectionStatus, find_record
-from ..datacoord.catalogs import open_catalog
+from ..datacoord.catalog_of_conf import open_catalog
+from ..delta.delta_log import DeltaLog
+from ..delta.layout import StorageLayout
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..mq.broker import Broker, BrokerError, HighWatermarks
-from ..settings import Settings
-from ..storage import meta
-from ..storage.delta_log import DeltaLog
-from ..storage.layout import StorageLayout
+from ..state import meta
 from ..wire.names import pchannel_of
 from ..wire.positions import now_ts
 from ..wire.schema import CollectionLayout

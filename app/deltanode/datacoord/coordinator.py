@@ -17,18 +17,18 @@ from __future__ import annotations
 import logging
 import time
 
+from ..config.settings import Settings
+from ..delta.delta_log import DeltaLog
+from ..delta.layout import StorageLayout
 from ..etcd.client import EtcdClient, PrefixWatch
-from ..settings import Settings
-from ..storage import meta
-from ..storage.delta_log import DeltaLog
-from ..storage.layout import StorageLayout
+from ..state import meta
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS, PositionCodec
 from .catalog import Catalog, CollectionRecord, CollectionStatus
-from .catalogs import open_catalog
+from .catalog_of_conf import open_catalog
 from .channel_manager import ChannelManager, ChannelSpec
-from .recovery import vchannel_info
+from .vchannel_info import vchannel_info
 
 log = logging.getLogger(__name__)
 

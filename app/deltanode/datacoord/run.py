@@ -7,9 +7,9 @@ import signal
 import time
 
 from ..config import Conf
+from ..config.settings import Settings
+from ..driver_gc import tune_for_driver
 from ..etcd.client import EtcdClient
-from ..gc_settings import tune_for_driver
-from ..settings import Settings
 from .coordinator import DataCoord
 
 log = logging.getLogger("deltanode.datacoord")

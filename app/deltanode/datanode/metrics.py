@@ -35,9 +35,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..flowgraph.failure import FailureKind
-from ..flowgraph.vchannel import FlowgraphStatus, Snapshot
 from ..pipeline.cycle_report import CycleReport
+from ..vchannel.failure import FailureKind
+from ..vchannel.flowgraph import FlowgraphStatus, Snapshot
 from ..wire.positions import physical_ms
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ import time
 
 from pyspark import SparkContext
 
+from ..config.settings import Settings
 from ..datanode.channel_watch import ChannelWatcher
 from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
@@ -28,9 +29,8 @@ from ..etcd.reachability import Reachability
 from ..etcd.session import Session, SessionError
 from ..milvus_import.importer import MilvusSource
 from ..pipeline.pipeline import Pipeline
-from ..settings import Settings
 from ..wire.positions import CODECS
-from .flowgraphs import FlowgraphManager
+from .channel_handler import FlowgraphManager
 from .flush_watch import FlushWatcher
 from .metrics import MetricsServer, NodeView
 from .status import FAILING_SHOWN, NodeStatus, process_name, remove_status, write_status

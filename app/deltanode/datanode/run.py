@@ -9,12 +9,12 @@ import time
 from typing import TYPE_CHECKING
 
 from ..config import Conf
-from ..gc_settings import tune_for_driver
+from ..driver_gc import tune_for_driver
 from ..logs import flush_logs
 from .spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_context, stop_spark
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..config.settings import Settings
 
 log = logging.getLogger("deltanode.datanode")
 
@@ -40,9 +40,9 @@ def run(conf: Conf) -> int:
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     started = start_spark_context(conf.spark_conf())
     # The node's modules (pyarrow, deltalake, the pipeline: ~1 s of imports) load while Spark starts.
-    from ..settings import Settings
+    from ..config.settings import Settings
     from .node import DataNode
-    from .progress import ProgressReporter
+    from .progress_lines import ProgressReporter
     tune_for_driver()
     settings = Settings.of(conf)
     check_broker(settings)

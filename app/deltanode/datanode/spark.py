@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from pyspark import SparkConf, SparkContext
 
-from ..jvm import launcher_options
+from ..config.jvm_options import launcher_options
 
 if TYPE_CHECKING:
-    from ..settings import Settings
+    from ..config.settings import Settings
 
 
 log = logging.getLogger(__name__)

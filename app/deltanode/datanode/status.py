@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from pyarrow.fs import FileSelector
 
-from ..storage.layout import StorageLayout
-from ..storage.space import out_of_space
+from ..delta.layout import StorageLayout
+from ..delta.space import out_of_space
 
 STALE_AFTER = 3          # report intervals
 FORGET_AFTER = 3600.0    # seconds: older documents are not shown at all

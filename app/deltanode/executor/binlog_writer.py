@@ -29,12 +29,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ..delta import durable, json_codec
+from ..delta.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
+from ..delta.object_store import StoreOptions, is_object_store
+from ..delta.pk_bloom import INLINE_MAX_KEYS, PkBloom
 from ..records import FileEntry, QuarantineRow, SegmentStats, TableKind
-from ..storage import durable, json_codec
-from ..storage.layout import QUARANTINE_SCHEMA, StorageLayout, pk_bloom_path
-from ..storage.object_store import StoreOptions, is_object_store
-from ..storage.pk_bloom import INLINE_MAX_KEYS, PkBloom
-from ..storage.written_files import table_roots
+from ..state.written_files import table_roots
 from . import plain_parquet
 
 ROW_GROUP_BYTES = 4 << 20

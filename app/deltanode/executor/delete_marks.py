@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..delta.deletion_vectors import inline, positions
+from ..delta.layout import StorageLayout, pk_bloom_path
+from ..delta.pk_bloom import PkBloom
 from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TaskError, TaskErrorKind
-from ..storage.deletion_vectors import inline, positions
-from ..storage.layout import StorageLayout, pk_bloom_path
-from ..storage.pk_bloom import PkBloom
 
 ALL_PARTITIONS = -1
 # Kept per Python worker, by file (files never change): the same files are candidates cycle after

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from ..delta.deletion_vectors import keep_mask, positions
 from ..records import FileEntry, Rewrite, SegmentFile
-from ..storage.deletion_vectors import keep_mask, positions
 from .binlog_writer import write_segment_file
 
 

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from ..delta.layout import StorageLayout
 from ..records import (
     ControlEvent,
     EventKind,
@@ -54,7 +55,6 @@ from ..records import (
     SchemaChange,
     TaskError,
 )
-from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
 from ..wire.wal_message import WalMessage
 from . import decode, schema_change

@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
-from ..faults import crash_point
+from ..failure.crash_points import crash_point
 from ..mq.broker import BrokerError, BrokerUnreachable, Gap, OffsetRange
 from ..records import RouteContext, TaskOutput, TaskSpec
 from ..wire.schema import CollectionLayout

@@ -4,8 +4,8 @@ never guessed from a message on the driver. Runs on executors."""
 
 from __future__ import annotations
 
+from ..delta import space
 from ..records import TaskError, TaskErrorKind
-from ..storage import space
 
 
 def task_error(kind: TaskErrorKind, error: BaseException, *, where: str, step: str) -> TaskError:

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..storage.object_store import StoreOptions, is_object_store
+from ..delta.object_store import StoreOptions, is_object_store
 
 FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 ABSTRACT_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3A"

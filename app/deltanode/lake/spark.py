@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..jars import component_jars
-from ..storage.object_store import is_object_store
+from ..config.jars import component_jars
+from ..delta.object_store import is_object_store
 from .s3a import hand_credentials, s3a_options, trust_options, trust_store
 
 EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -81,7 +81,7 @@ def configure(builder, conf=None):
     """``builder`` (a ``SparkSession.Builder``) with the Delta jars and delta-spark's SQL
     settings, kept with the builder's own ``spark.jars`` and ``spark.sql.extensions``; with
     ``conf`` (a ``deltanode.config.Conf``), what reaches its ``storage.root`` (``with_storage``)."""
-    from ..storage.layout import StorageLayout
+    from ..delta.layout import StorageLayout
     own = dict(getattr(builder, "_options", {}))
     wanted = with_delta_sql(own)
     if conf is not None:
@@ -100,7 +100,7 @@ def register_tables(spark, conf, names: list[str] | None = None) -> list[str]:
 
     For a ``storage.root`` on S3, ``spark`` must have been made by ``configure`` with ``conf``
     (the S3A jars and endpoint); its Hadoop configuration gets the conf's credentials first."""
-    from ..storage.layout import StorageLayout
+    from ..delta.layout import StorageLayout
     from .tables import catalog_tables
     from .views import register
     tables = catalog_tables(conf)

@@ -42,8 +42,8 @@ def session_options(conf: Conf, args: argparse.Namespace, warehouse: str) -> dic
     ``_query`` hands the credentials to the running session), and for a one-off query no UI and
     Spark's log at ERROR unless the conf says otherwise. ``warehouse``: where a Milvus
     database's views go (a directory that goes with the process)."""
-    from ..spark_options import spark_options
-    from ..storage.layout import StorageLayout
+    from ..config.spark_conf import spark_options
+    from ..delta.layout import StorageLayout
     from .spark import with_delta_sql, with_storage
     options = with_storage(with_delta_sql(spark_options(args.command, conf)), StorageLayout.from_conf(conf))
     for key, value in {"spark.ui.enabled": "false", "spark.log.level": "ERROR", "spark.driver.memory": "1g",
@@ -110,7 +110,7 @@ def _session(options: dict[str, str]):
 def _query(spark, conf: Conf, tables: list[LakeTable], query: str, results: ResultStream) -> None:
     from pyspark.errors import AnalysisException, ParseException
 
-    from ..storage.layout import StorageLayout
+    from ..delta.layout import StorageLayout
     from .s3a import hand_credentials
     from .statements import writing_statement
     from .views import register

@@ -73,9 +73,9 @@ def mentioned(tables: list[LakeTable], query: str) -> list[LakeTable]:
 def catalog_tables(conf: Conf) -> list[LakeTable]:
     """The tables of the conf's catalog (DeltaNode's, or the Milvus's with ``milvus.meta.root``),
     read from etcd."""
-    from ..datacoord.catalogs import open_catalog
+    from ..config.settings import Settings
+    from ..datacoord.catalog_of_conf import open_catalog
     from ..etcd.client import EtcdClient
-    from ..settings import Settings
     settings = Settings.of(conf)
     with EtcdClient(settings.etcd.endpoints, security=settings.etcd.security) as client:
         catalog = open_catalog(settings, client)

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from ..storage.table_schema import recorded_schema, schema_rank
+from ..delta.table_schema import recorded_schema, schema_rank
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, DataType
 from .columns import SYSTEM_COMMENTS, comment

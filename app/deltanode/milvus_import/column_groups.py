@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..storage.layout import StorageLayout
+from ..delta.layout import StorageLayout
 from ..wire.schema import CollectionLayout, DataType, FieldSpec
 from .binlog_format import BinlogFormatError
 from .column_group_format import ColumnGroupFile, open_column_group

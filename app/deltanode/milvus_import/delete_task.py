@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..delta.layout import StorageLayout
 from ..executor.binlog_writer import BinlogWriter
 from ..records import FileEntry
-from ..storage.layout import StorageLayout
 from ..wire.schema import CollectionLayout
 from .binlog_format import DELETE_EVENT, BinlogFormatError, read_binlog
 from .columns import delete_rows

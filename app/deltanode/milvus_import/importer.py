@@ -37,21 +37,22 @@ from dataclasses import dataclass
 
 from pyspark import SparkContext
 
+from ..delta import json_codec
+from ..delta.actions import AddFile
+from ..delta.layout import StorageLayout, segment_of
+from ..delta.table_schema import TableSchema, schema_rank
 from ..etcd.client import EtcdClient
-from ..faults import crash_point
-from ..flowgraph.recovery import initial_state
+from ..failure.crash_points import crash_point
 from ..spark_jobs import run_tasks
-from ..storage import json_codec
-from ..storage.actions import AddFile
-from ..storage.channel_state import STATES_KEY
-from ..storage.commit import CollectionCommitter, add_actions, delete_files
-from ..storage.layout import StorageLayout, segment_of
-from ..storage.table_schema import TableSchema, schema_rank
+from ..state.channel_state import STATES_KEY
+from ..state.commit import CollectionCommitter, add_actions, delete_files
+from ..vchannel.start_state import initial_state
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import msg_pb2, schema_pb2
 from ..wire.positions import PositionCodec
 from ..wire.schema import CollectionLayout
 from .delete_task import DeleteImport, DeltalogFile, import_deletes
+from .import_progress import IMPORT_KEY, import_app, import_progress
 from .meta import (
     MilvusSegmentState,
     PersistedChannel,
@@ -59,7 +60,6 @@ from .meta import (
     SegmentLevel,
     read_persisted,
 )
-from .progress import IMPORT_KEY, import_app, import_progress
 from .segment_task import ImportedSegment, SegmentImport, import_segment
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..delta.deletion_vectors import DeletionVector, inline
+from ..delta.layout import StorageLayout
 from ..executor.binlog_writer import write_segment_file
 from ..records import FileEntry
-from ..storage.deletion_vectors import DeletionVector, inline
-from ..storage.layout import StorageLayout
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, FieldSpec
 from .binlog_format import DELETE_EVENT, INSERT_EVENT, BinlogFormatError, read_binlog

@@ -7,7 +7,7 @@ them; a file that is not there raises ``FileGone``, which the import's tasks ret
 
 from __future__ import annotations
 
-from ..storage.layout import StorageLayout
+from ..delta.layout import StorageLayout
 
 
 class FileGone(Exception):

@@ -41,21 +41,21 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark import SparkContext
 
+from ..delta.delta_log import FilesRemoved, TxnMoved
+from ..delta.layout import StorageLayout, pk_bloom_path
+from ..delta.table_schema import TableSchema
+from ..delta.tables import open_table
 from ..executor.rewrite import rewrite
 from ..records import FileEntry, Rewrite, TableKind
 from ..spark_jobs import run_tasks
-from ..storage.commit import CollectionCommitter, delete_files, delete_paths
-from ..storage.compaction import (
+from ..state.commit import CollectionCommitter, delete_files, delete_paths
+from ..state.compaction_plan import (
     CompactionSettings,
     commit_rewrites,
     orphaned_filters,
     plan_segment,
     segment_files,
 )
-from ..storage.delta_log import FilesRemoved, TxnMoved
-from ..storage.layout import StorageLayout, pk_bloom_path
-from ..storage.table_schema import TableSchema
-from ..storage.tables import open_table
 
 log = logging.getLogger(__name__)
 JOB_GROUP = "deltanode-compaction"

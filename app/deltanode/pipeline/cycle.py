@@ -35,18 +35,18 @@ from dataclasses import replace
 
 from pyspark import SparkContext
 
+from ..delta.layout import StorageLayout
+from ..delta.space import out_of_space
 from ..executor.task import run_pickled_task
-from ..faults import crash_point
-from ..flowgraph.failure import Failure, FailureKind, storage_full
-from ..flowgraph.seal_policy import SealSettings
-from ..flowgraph.vchannel import VchannelFlowgraph, align_schemas
+from ..failure.crash_points import crash_point
 from ..mq.broker import Broker, BrokerError, BrokerUnreachable, HighWatermarks
 from ..mq.reachability import BrokerReachability
 from ..records import RouteContexts, TaskOutput, TaskSpec
 from ..spark_jobs import local_dir, spark_stopped
-from ..storage.channel_state import SegmentState
-from ..storage.layout import StorageLayout
-from ..storage.space import out_of_space
+from ..state.channel_state import SegmentState
+from ..vchannel.failure import Failure, FailureKind, storage_full
+from ..vchannel.flowgraph import VchannelFlowgraph, align_schemas
+from ..vchannel.seal_policy import SealSettings
 from .cycle_apply import CycleApplier, Launched
 from .cycle_budget import MIN_MESSAGES, CycleBudget, CycleCost
 from .cycle_report import CycleReport
@@ -230,10 +230,12 @@ class CycleRunner:
         try:
             return run(specs), []
         except Exception as e:  # isolated below
-            if self.stopping.is_set():
-                raise
+            # Asked first, stopping or not: a SIGTERM that reaches the JVM beside the driver's own
+            # stop has Spark's shutdown hook stop the context under the job, which fails no vchannel.
             if spark_stopped(sc):
                 raise SparkStopped(summarize_error(str(e))) from e
+            if self.stopping.is_set():
+                raise
             # a full local directory fails every job alike: its vchannels' failures say it (once)
             log.log(logging.DEBUG if out_of_space(e) else logging.WARNING,
                     "cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,

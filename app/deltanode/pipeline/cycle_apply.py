@@ -12,13 +12,13 @@ import logging
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..flowgraph.failure import Failure, FailureKind
-from ..flowgraph.state_update import BatchRangeError, advance, cut_after_short, retract_after_drops
-from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..delta.layout import StorageLayout
 from ..mq.reachability import BrokerReachability
 from ..records import Portion, RangeKey, ReadStats, SchemaChange, TaskErrorKind, TaskOutput
-from ..storage.commit import discard
-from ..storage.layout import StorageLayout
+from ..state.commit import discard
+from ..vchannel.failure import Failure, FailureKind
+from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
+from ..vchannel.state_update import BatchRangeError, advance, cut_after_short, retract_after_drops
 from ..wire.milvus_proto import schema_pb2
 from .cycle_report import CycleReport
 from .failures import FailurePolicy, task_failure

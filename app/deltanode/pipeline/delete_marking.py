@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 
 from pyspark import SparkContext
 
+from ..delta.actions import AddFile
+from ..delta.layout import StorageLayout, segment_of
+from ..delta.space import describe, out_of_space
 from ..executor.delete_marks import ALL_PARTITIONS, mark
 from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError, TaskErrorKind
 from ..spark_jobs import local_dir
-from ..storage.actions import AddFile
-from ..storage.commit import CollectionCommitter, VchannelSync
-from ..storage.layout import StorageLayout, segment_of
-from ..storage.space import describe, out_of_space
+from ..state.commit import CollectionCommitter, VchannelSync
 from .cycle_report import CycleReport
 from .jobs import JOB_GROUP
 

@@ -16,12 +16,12 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from ..flowgraph.failure import Failure, FailureKind, failure_of, outside_cause
-from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..delta.layout import StorageLayout
 from ..outages import Outage
 from ..records import TaskError
-from ..storage.commit import discard
-from ..storage.layout import StorageLayout
+from ..state.commit import discard
+from ..vchannel.failure import Failure, FailureKind, failure_of, outside_cause
+from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from .cycle_report import CycleReport
 from .space_watch import SpaceWatch
 

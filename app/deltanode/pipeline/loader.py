@@ -18,11 +18,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..flowgraph.vchannel import VchannelFlowgraph
 from ..milvus_import.importer import VchannelImporter
 from ..mq.broker import BrokerError, HighWatermarks
-from ..storage import meta
-from ..storage.commit import CollectionCommitter
+from ..state import meta
+from ..state.commit import CollectionCommitter
+from ..vchannel.flowgraph import VchannelFlowgraph
 from ..wire.datapb import VchannelInfo
 from .sync_manager import SyncManager
 

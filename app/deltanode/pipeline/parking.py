@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from ..flowgraph.tick_cursor import TickCursor
-from ..flowgraph.vchannel import VchannelFlowgraph
 from ..records import RangeKey, ReadRange, ReadStats, RouteRow
+from ..vchannel.flowgraph import VchannelFlowgraph
+from ..vchannel.tick_cursor import TickCursor
 from ..wire.positions import physical_ms
 from .plan import Position
 

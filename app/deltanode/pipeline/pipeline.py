@@ -27,14 +27,14 @@ from collections.abc import Callable
 
 from pyspark import SparkContext
 
-from ..flowgraph.failure import Failure, FailureKind, failure_of
-from ..flowgraph.vchannel import FlowgraphStatus, Snapshot, VchannelFlowgraph
+from ..delta.layout import StorageLayout
 from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
 from ..mq.reachability import BrokerReachability
-from ..storage.channel_state import SegmentState
-from ..storage.commit import discard
-from ..storage.layout import StorageLayout
+from ..state.channel_state import SegmentState
+from ..state.commit import discard
+from ..vchannel.failure import Failure, FailureKind, failure_of
+from ..vchannel.flowgraph import FlowgraphStatus, Snapshot, VchannelFlowgraph
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS

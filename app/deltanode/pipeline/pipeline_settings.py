@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..flowgraph.seal_policy import SealSettings
-from ..storage.compaction import CompactionSettings
+from ..state.compaction_plan import CompactionSettings
+from ..vchannel.seal_policy import SealSettings
 from .plan import Limits
 from .sync_policy import SyncSettings
 

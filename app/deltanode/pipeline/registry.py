@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..flowgraph.vchannel import Snapshot, VchannelFlowgraph
+from ..vchannel.flowgraph import Snapshot, VchannelFlowgraph
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..flowgraph.failure import RETRY_WHILE_FULL, Failure
-from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
-from ..storage import space
+from ..delta import space
+from ..vchannel.failure import RETRY_WHILE_FULL, Failure
+from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 
 log = logging.getLogger(__name__)
 

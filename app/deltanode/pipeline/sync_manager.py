@@ -18,11 +18,11 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark import SparkContext
 
-from ..flowgraph.failure import Failure, FailureKind, failure_of
-from ..flowgraph.vchannel import FlowgraphStatus, VchannelFlowgraph
+from ..delta.layout import StorageLayout
 from ..records import TableKind
-from ..storage.commit import CollectionCommitter, QuarantineLog, VchannelSync
-from ..storage.layout import StorageLayout
+from ..state.commit import CollectionCommitter, QuarantineLog, VchannelSync
+from ..vchannel.failure import Failure, FailureKind, failure_of
+from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from ..wire.positions import physical_ms
 from .cycle_report import CycleReport
 from .delete_marking import DeleteMarker, with_marks

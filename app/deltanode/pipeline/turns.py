@@ -22,8 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..faults import crash_point
-from ..flowgraph.vchannel import VchannelFlowgraph
+from ..failure.crash_points import crash_point
+from ..vchannel.flowgraph import VchannelFlowgraph
 from .cycle import CycleRunner, log_cycle
 from .cycle_report import CycleReport
 from .registry import VchannelRegistry

@@ -34,8 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..jars import MissingJars, component_jars
-from ..jvm import C1_ONLY
+from ..config.jars import MissingJars, component_jars
+from ..config.jvm_options import C1_ONLY
 from .services import ServiceError, _Process, ensure_port_free, free_port, java_binary
 
 DEFAULT_HEAP = "512m"

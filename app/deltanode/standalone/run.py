@@ -10,16 +10,16 @@ from __future__ import annotations
 import logging
 
 from ..config import Conf
+from ..config.settings import Settings
 from ..datacoord.catalog import list_collections
 from ..datacoord.coordinator import DataCoord
 from ..datanode.node import DataNode
-from ..datanode.progress import ProgressReporter
+from ..datanode.progress_lines import ProgressReporter
 from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_context, stop_spark
+from ..driver_gc import tune_for_driver
 from ..etcd import keys
 from ..etcd.client import EtcdClient
-from ..gc_settings import tune_for_driver
 from ..mq.broker import BrokerError
-from ..settings import Settings
 from .lifecycle import ServiceGroup
 from .services import ServiceError
 from .timeticks import TimeTicker

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..storage import space, store_outage
-from ..storage.object_store import is_object_store
+from ..delta import space, store_outage
+from ..delta.object_store import is_object_store
 
 # A vchannel stopped by something outside the process (a full filesystem, an object store that
 # does not answer) is loaded again this often while it lasts, not after the growing backoff of

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.positions import physical_ms
 
 FLUSH_REQUEST, FLUSH_MESSAGE, MANUAL_FLUSH = "flush", "flush message", "manual flush"

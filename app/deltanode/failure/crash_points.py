@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 
-from .logs import flush_logs
+from ..logs import flush_logs
 
 CRASH_AT = "DELTANODE_CRASH_AT"
 PAUSE_AT = "DELTANODE_PAUSE_AT"

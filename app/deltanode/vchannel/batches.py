@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..records import FileEntry, tick_from
-from ..storage.channel_state import ChannelState
-from ..storage.commit import VchannelSync, Watermarks
+from ..state.channel_state import ChannelState
+from ..state.commit import VchannelSync, Watermarks
 from .state_update import BatchOutcome, advance_ticks, moves_by_ticks
 from .tick_cursor import TickCursor
 

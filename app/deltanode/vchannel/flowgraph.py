@@ -13,10 +13,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..delta.table_schema import TableSchema, schema_rank
 from ..records import FileEntry, RouteRow
-from ..storage.channel_state import ChannelState
-from ..storage.commit import VchannelSync, Watermarks
-from ..storage.table_schema import TableSchema, schema_rank
+from ..state.channel_state import ChannelState
+from ..state.commit import VchannelSync, Watermarks
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.names import check_safe, pchannel_of
@@ -24,10 +24,10 @@ from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .batches import Batches, Consumed
 from .failure import RETRY_WHILE_FULL, Failure
-from .recovery import check_topic, initial_state
 from .route_rows import RouteRows
 from .seal_policy import SealSettings
 from .sealing import Sealing
+from .start_state import check_topic, initial_state
 from .state_update import BatchOutcome
 from .tick_cursor import TickCursor
 

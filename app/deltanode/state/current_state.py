@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .layout import StorageLayout
-from .tables import read_table
+from ..delta.layout import StorageLayout
+from ..delta.tables import read_table
 
 ALL_PARTITIONS = -1
 

@@ -13,18 +13,18 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .config import Conf
-from .etcd.security import EtcdSecurity
-from .flowgraph.seal_policy import SealSettings
-from .mq.broker import Broker
-from .pipeline.pipeline_settings import PipelineSettings
-from .pipeline.plan import Limits
-from .pipeline.sync_policy import SyncSettings
-from .standalone.embedded_settings import EmbeddedSettings
-from .storage.compaction import CompactionSettings
-from .storage.layout import StorageLayout
-from .storage.object_store import StoreOptions
-from .wire.names import pchannel_name
+from ..delta.layout import StorageLayout
+from ..delta.object_store import StoreOptions
+from ..etcd.security import EtcdSecurity
+from ..mq.broker import Broker
+from ..pipeline.pipeline_settings import PipelineSettings
+from ..pipeline.plan import Limits
+from ..pipeline.sync_policy import SyncSettings
+from ..state.compaction_plan import CompactionSettings
+from ..vchannel.seal_policy import SealSettings
+from ..wire.names import pchannel_name
+from . import Conf
+from .embedded_settings import EmbeddedSettings
 
 
 class MirrorStart(enum.StrEnum):

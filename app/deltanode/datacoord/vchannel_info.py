@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..storage.channel_state import ChannelState, SegmentState
+from ..state.channel_state import ChannelState, SegmentState
 from ..wire.datapb import SegmentInfo, VchannelInfo
 from ..wire.milvus_proto import common_pb2, msg_pb2
 from ..wire.positions import CODECS, PositionCodec

@@ -6,8 +6,8 @@ removes the files of a batch it refuses or abandons (``storage.commit``). Runs o
 
 from __future__ import annotations
 
+from ..delta.layout import StorageLayout, pk_bloom_path
 from ..records import FileEntry, TableKind
-from .layout import StorageLayout, pk_bloom_path
 
 
 def table_roots(storage: StorageLayout, collection_id: int) -> dict[TableKind, str]:

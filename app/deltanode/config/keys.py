@@ -7,12 +7,12 @@ import difflib
 import re
 from typing import Any
 
-from ..faults import CRASH_AT, CRASH_DIR, CRASH_PGID, PAUSE_AT
+from ..failure.crash_points import CRASH_AT, CRASH_DIR, CRASH_PGID, PAUSE_AT
 from .values import Key, KeyType
 
 ENV_PREFIX = "DELTANODE_"
 #: Not conf overrides: set by spark-submit.sh for the driver (``deltanode.lifeline``), and the
-#: fault points a test arms in a DataNode it starts (``deltanode.faults``).
+#: fault points a test arms in a DataNode it starts (``deltanode.failure.crash_points``).
 INTERNAL_VARIABLES = frozenset({"DELTANODE_LAUNCHER_PID", CRASH_AT, PAUSE_AT, CRASH_DIR, CRASH_PGID})
 SPARK_PREFIX = "spark."
 KAFKA_CLIENT_PREFIX = "mq.kafka."

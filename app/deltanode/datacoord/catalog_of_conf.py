@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..config.settings import Settings
 from ..etcd.client import EtcdClient
-from ..settings import Settings
 from ..wire.positions import CODECS
 from .catalog import Catalog, OwnCatalog
 from .milvus_catalog import MilvusCatalog

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-from ..storage import json_codec
-from ..storage.delta_log import DeltaLog
+from ..delta import json_codec
+from ..delta.delta_log import DeltaLog
 
 IMPORT_KEY = "deltanode.milvus_import"
 

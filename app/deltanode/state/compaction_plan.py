@@ -50,13 +50,13 @@ from dataclasses import dataclass
 import numpy as np
 from pyarrow import fs as pafs
 
-from ..faults import crash_point
+from ..delta.actions import AddFile
+from ..delta.deletion_vectors import inline, positions
+from ..delta.delta_log import DeltaLog, FilesRemoved, ReadFiles
+from ..delta.layout import PK_BLOOM_DIR, pk_bloom_path, segment_of
+from ..delta.table_schema import TableSchema
+from ..failure.crash_points import crash_point
 from ..records import FileEntry, Rewrite, SegmentFile
-from .actions import AddFile
-from .deletion_vectors import inline, positions
-from .delta_log import DeltaLog, FilesRemoved, ReadFiles
-from .layout import PK_BLOOM_DIR, pk_bloom_path, segment_of
-from .table_schema import TableSchema
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .config import Conf, ConfError
-from .jvm import spark_defaults
+from . import Conf, ConfError
+from .jvm_options import spark_defaults
 
 
 def spark_options(command: str, conf: Conf) -> dict[str, str]:
@@ -32,7 +32,7 @@ def spark_options(command: str, conf: Conf) -> dict[str, str]:
         spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
     # Imported here: the command line imports this module, and must start on the standard library
     # alone (``--help``, conf errors), where lake's S3 settings need pyarrow.
-    from .lake.spark import with_delta_jars
+    from ..lake.spark import with_delta_jars
     return with_delta_jars(spark)
 
 

@@ -6,11 +6,11 @@ from collections import defaultdict
 
 import pyarrow as pa
 
-from . import json_codec
+from ..delta import json_codec
+from ..delta.delta_log import DeltaLog
+from ..delta.layout import StorageLayout
+from ..delta.tables import open_table
 from .channel_state import STATES_KEY, ChannelState
-from .delta_log import DeltaLog
-from .layout import StorageLayout
-from .tables import open_table
 
 
 def channel_state_in(insert_log: DeltaLog, vchannel: str) -> ChannelState | None:

@@ -8,7 +8,7 @@ a VchannelInfo may be older than the last commit of the previous owner.
 from __future__ import annotations
 
 from ..executor.replay_filter import ReplayFilter
-from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
 from ..wire.positions import CODECS, PositionCodec

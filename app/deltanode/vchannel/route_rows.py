@@ -4,8 +4,8 @@ when what it is made from changes."""
 from __future__ import annotations
 
 from ..records import RouteKept, RouteRow
-from ..storage.channel_state import ChannelState
-from ..storage.commit import Watermarks
+from ..state.channel_state import ChannelState
+from ..state.commit import Watermarks
 
 
 class RouteRows:

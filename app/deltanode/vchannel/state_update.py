@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from ..records import ControlEvent, EventKind, FileEntry, Portion, PortionStats, ReplayState, TableKind
-from ..storage.channel_state import ChannelState, SegmentMeta, SegmentState
+from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST, MANUAL_FLUSH, SCHEMA_CHANGE
 
 

@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..faults import crash_point
+from ..delta import json_codec
+from ..delta.actions import AddFile, RemoveFile
+from ..delta.delta_log import DeltaLog, FilesRemoved, TxnMoved
+from ..delta.layout import QUARANTINE_SCHEMA, StorageLayout
+from ..delta.table_schema import TableSchema, recorded_schema
+from ..failure.crash_points import crash_point
 from ..records import FileEntry, FileMark, TableKind
 from ..wire.milvus_proto import schema_pb2
-from . import json_codec
-from .actions import AddFile, RemoveFile
 from .channel_state import STATES_KEY, ChannelState
-from .delta_log import DeltaLog, FilesRemoved, TxnMoved
-from .layout import QUARANTINE_SCHEMA, StorageLayout
-from .table_schema import TableSchema, recorded_schema
 from .written_files import delete_written, table_roots
 
 log = logging.getLogger(__name__)

@@ -49,15 +49,15 @@ Errors name where the value came from::
 
 ``python -m deltanode.config`` prints the table of keys (Markdown).
 
-The parts live in ``deltanode.configuration``: ``values`` (parsers, key types), ``keys`` (the key
+The parts live in ``deltanode.config``: ``values`` (parsers, key types), ``keys`` (the key
 table), ``sources`` (file, environment, secret files), ``checks`` (across keys), ``conf`` (``Conf``,
 ``load_conf``) and ``markdown`` (the key table for the docs); this module is their public face.
 """
 
 from __future__ import annotations
 
-from .configuration.conf import Conf, load_conf
-from .configuration.keys import (
+from .conf import Conf, load_conf
+from .keys import (
     COMMON_SPARK_KEYS,
     ENV_PREFIX,
     KAFKA_RESERVED,
@@ -67,8 +67,8 @@ from .configuration.keys import (
     env_name,
     is_secret,
 )
-from .configuration.markdown import keys_markdown
-from .configuration.values import ConfError, Key, KeyType, parse_bool, parse_duration, parse_hostports, parse_size
+from .markdown import keys_markdown
+from .values import ConfError, Key, KeyType, parse_bool, parse_duration, parse_hostports, parse_size
 
 __all__ = [
     "ConfError", "Conf", "Key", "KeyType", "KEYS", "ENV_PREFIX", "COMMON_SPARK_KEYS", "KAFKA_RESERVED", "REMOVED_KEYS",
