@@ -4,7 +4,7 @@
 ``build/cds_archive.py ARCHIVE``: starts a SparkSession as a DataNode does (local[2], C1 only)
 with ``-XX:ArchiveClassesAtExit=ARCHIVE``, runs the DataNode's warm-up job, and stops; the JVM
 writes the archive as it exits; spark-submit's launcher JVM writes its own beside it
-(``jvm.launcher_archive``). ``build/bootstrap.sh`` runs this when the
+(``config.jvm_options.launcher_archive``). ``build/bootstrap.sh`` runs this when the
 archive is missing or was made for another Java or pyspark; ``deltanode.config.jvm_options`` says why.
 """
 

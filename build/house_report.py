@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # What a task's Python worker imports: the modules of the functions Spark runs on executors
 # (pipeline tasks, delete marking, compaction rewrites), in this tree and before the executor
 # package existed.
-TASK_ENTRY_POINTS = (("deltanode.executor.task", "deltanode.executor.delete_marks", "deltanode.executor.rewrite"),
+TASK_ENTRY_POINTS = (("deltanode.executor.task", "deltanode.jobs.contract", "deltanode.executor.delete_mark_task",
+                      "deltanode.executor.rewrite_task"),
                      ("deltanode.pipeline.task", "deltanode.executor.delete_marks", "deltanode.state.compaction_plan"))
 
 

@@ -159,9 +159,9 @@ def spark_submit_args(argv: Sequence[str]) -> list[str]:
 def _check_embedded_ports(conf) -> None:
     """Fail before a JVM starts when a port of an embedded service is taken (standalone checks
     again when it starts them)."""
-    from deltanode.config.embedded_settings import EmbeddedSettings
+    from deltanode.config.settings import embedded_settings
     from deltanode.standalone.services import PortInUseError, ensure_port_free
-    embedded = EmbeddedSettings.of(conf)
+    embedded = embedded_settings(conf)
     for started, port, what in ((embedded.etcd, embedded.etcd_port, "etcd client port"),
                                 (embedded.broker, embedded.broker_port, "broker port")):
         if started:
@@ -174,7 +174,7 @@ def _check_embedded_ports(conf) -> None:
 def _spark_args_main(argv: Sequence[str]) -> int:
     """Used by spark-submit.sh: checks the command line and conf before any JVM starts, then
     prints NUL-separated the options of spark-submit's launcher JVM (``SPARK_LAUNCHER_OPTS``,
-    ``jvm.launcher_options``) and the spark-submit options."""
+    ``config.jvm_options.launcher_options``) and the spark-submit options."""
     from deltanode.config.jars import MissingJars
     from deltanode.config.jvm_options import launcher_options
     from deltanode.standalone.services import ServiceError

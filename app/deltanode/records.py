@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from .delta.deletion_vectors import DeletionVector
 from .delta.layout import StorageLayout
+from .failure.classify import Failure
 
 if TYPE_CHECKING:   # a task's broker; the records themselves load no broker client
     from .mq.broker import Broker
@@ -59,27 +60,9 @@ class Lane(enum.StrEnum):
     CATCH_UP = "catch-up"
 
 
-class TaskErrorKind(enum.StrEnum):
-    """What failed a vchannel in a task. The driver fails it with the ``FailureKind`` of the same
-    name (``pipeline.failures.task_failure``): the kind is the executor's word, never guessed from
-    the message."""
-
-    BROKER = "broker"            # the broker could not serve the range it read
-    BROKER_UNREACHABLE = "broker unreachable"   # the broker did not answer for the range: its vchannels wait
-    ROUTER = "router"            # its router raised (a step, or closing its binlog files)
-    MARK_FAILED = "mark"         # marking its deletes raised, or their Spark job failed
-    STORAGE_FULL = "storage-full"   # a write found its filesystem out of space (``storage.space``)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaskError:
-    """Why a task failed a vchannel: its kind, and the message of the error behind it."""
-
-    kind: TaskErrorKind
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
+# Why a task failed a vchannel: a ``failure.classify.Failure``, its kind the executor's word (said
+# where the exception is), never guessed from the message on the driver.
+TaskError: TypeAlias = Failure
 
 
 @dataclass(frozen=True, kw_only=True)

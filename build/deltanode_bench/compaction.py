@@ -21,19 +21,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
+from deltanode.config.sections.pipeline import CompactionSettings
 from deltanode.delta.actions import AddFile
 from deltanode.delta.delta_log import DeltaLog
 from deltanode.delta.layout import StorageLayout, segment_of
 from deltanode.delta.tables import read_table
 from deltanode.executor.binlog_writer import INSERT_STATS
-from deltanode.executor.rewrite import rewrite
+from deltanode.executor.rewrite_task import rewrite
 from deltanode.records import Rewrite
-from deltanode.state.compaction_plan import (
-    CompactionSettings,
-    commit_rewrites,
-    plan_segment,
-    segment_files,
-)
+from deltanode.state.compaction_plan import commit_rewrites, plan_segment, segment_files
 
 from . import latency as lat
 from .report import secs, table

@@ -51,7 +51,7 @@ def _emit_cycle(path: str, report) -> None:
 
 def _trace_marks(status: str) -> None:
     """Wrap ``DeleteMarker.run`` (in this process only) to write a ``mark`` event per job."""
-    from deltanode.pipeline.delete_marking import DeleteMarker
+    from deltanode.pipeline.delete_mark_job import DeleteMarker
     run = DeleteMarker.run
 
     def traced(self, tasks, report):
@@ -80,11 +80,11 @@ def child(args: dict) -> int:
     # started, as a DataNode starts it, beside the imports below.
     started = start_spark_context({**spark_defaults(), "spark.master": args.get("master", "local[2]"),
                                    "spark.ui.enabled": "false", **args.get("spark_conf", {})}, "deltanode-bench")
+    from deltanode.config.sections.pipeline import Limits, PipelineSettings
     from deltanode.delta.delta_log import DeltaLog
     from deltanode.delta.layout import StorageLayout
     from deltanode.mq.broker import Broker
-    from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-    from deltanode.pipeline.plan import Limits
+    from deltanode.pipeline.pipeline import Pipeline
     from deltanode.pipeline.warmup import warm_up_in_background
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.milvus_proto import schema_pb2
@@ -98,7 +98,7 @@ def child(args: dict) -> int:
         _emit(status, "spark_ready")
 
     storage = StorageLayout(args["storage_root"])
-    settings = PipelineSettings(Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
+    settings = PipelineSettings(limits=Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
                                        splits=args["splits"]), trigger_interval=args["trigger_s"])
     if "compaction_interval" in args:
         settings = replace(settings, compaction=replace(settings.compaction, interval=args["compaction_interval"]))

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from deltanode.delta.delta_log import DeltaLog
-from deltanode.executor.delete_marks import ALL_PARTITIONS
+from deltanode.executor.delete_mark_task import ALL_PARTITIONS
 
 from . import latency as lat
 from .delete_load import KeyPicker, Stream, by_shard, pace

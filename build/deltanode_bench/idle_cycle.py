@@ -29,20 +29,18 @@ import tempfile
 import threading
 import time
 
+from deltanode.config.sections.pipeline import Limits, SealSettings, SyncSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.driver_gc import tune_for_driver
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.failures import FailurePolicy
-from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.sync_manager import SyncManager
-from deltanode.pipeline.sync_policy import SyncSettings
+from deltanode.pipeline.vchannel_stops import VchannelStops
 from deltanode.records import FileEntry, Portion, PortionStats, ReadStats, SegmentStats, TableKind, TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import VchannelFlowgraph
-from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS
@@ -128,7 +126,7 @@ def main() -> None:
         registry.add(fg)
     with tempfile.TemporaryDirectory() as scratch:
         storage = StorageLayout(args.work_dir or scratch)
-        failures = FailurePolicy(storage=storage, fence=None, load=lambda fg: None, forget_topic=lambda pchannel: None)
+        failures = VchannelStops(storage=storage, fence=None, load=lambda fg: None, forget_topic=lambda pchannel: None)
         runner = _IdleRunner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                              limits=Limits(), seal=SealSettings(), registry=registry, failures=failures, flushes=dict,
                              stopping=threading.Event())

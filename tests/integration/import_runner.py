@@ -15,13 +15,13 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "app"))
 
-from deltanode import faults  # after the sys.path line above
+from deltanode.failure import crash_points  # after the sys.path line above
 
 
 def main() -> int:
     args = json.loads(sys.argv[1])
     os.setpgrp()   # a crash point kills this process group: never the test's
-    faults.arm(os.getpgrp())
+    crash_points.arm(os.getpgrp())
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
     from pyspark.sql import SparkSession

@@ -25,6 +25,7 @@ from deltanode.state.current_state import current_rows
 from deltanode.wire.positions import now_ts
 
 from ..row_multisets import assert_same_rows
+from .admin_in_process import admin_in_process
 from .milvus_client import MilvusClient
 from .milvus_server import MilvusServer
 from .processes import start as start_process
@@ -227,6 +228,12 @@ class Mirror:
                              cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
+
+    def admin_polled(self, *args: str):
+        """``admin`` run by the command's own function in this process: what a wait polls."""
+        rc, out = admin_in_process(self.env, "conf/milvus-mirror.conf", *args)
+        assert rc == 0, out
+        return out
 
     def wait_caught_up(self, collections: dict[str, dict], ts: int, timeout: float = 180) -> None:
         """Until every vchannel of ``collections`` (name -> Milvus's description) committed a

@@ -16,27 +16,26 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "app"))
 
-from deltanode import faults  # after the sys.path line above
+from deltanode.failure import crash_points  # after the sys.path line above
 
 
 def main() -> int:
     args = json.loads(sys.argv[1])
     os.setpgrp()
-    faults.arm(os.getpgrp())
+    crash_points.arm(os.getpgrp())
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "app"))
     from pyspark.sql import SparkSession
 
     from deltanode.config.jvm_options import spark_defaults
+    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings
     from deltanode.delta import delta_log
     from deltanode.delta.delta_log import DeltaLog
     from deltanode.delta.layout import StorageLayout
     from deltanode.delta.object_store import StoreOptions
     from deltanode.logs import setup_logging
     from deltanode.mq.broker import Broker
-    from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-    from deltanode.pipeline.plan import Limits
-    from deltanode.state.compaction_plan import CompactionSettings
+    from deltanode.pipeline.pipeline import Pipeline
     from deltanode.wire.datapb import VchannelInfo
     from deltanode.wire.schema import schema_from_json
     spark = SparkSession.builder.config(map={**spark_defaults(), "spark.ui.enabled": "false"}).getOrCreate()
@@ -47,7 +46,7 @@ def main() -> int:
     delta_log.CHECKPOINT_INTERVAL = args.get("checkpoint_interval", delta_log.CHECKPOINT_INTERVAL)
     compaction = CompactionSettings(**args.get("compaction", {"interval": 0}))
     pipe = Pipeline(spark.sparkContext, storage, Broker(args["mq"], args["address"]),
-                    PipelineSettings(Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
+                    PipelineSettings(limits=Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
                                      compaction=compaction)).start()
     for coll in args["collections"]:
         schema = schema_from_json(coll["schema"], coll["name"])

@@ -16,8 +16,8 @@ from pathlib import Path
 from aetcd import rpc
 from aetcd.utils import prefix_range_end
 
+from deltanode.config.sections.etcd import EtcdSecurity
 from deltanode.etcd.client import EtcdClient
-from deltanode.etcd.security import EtcdSecurity
 from deltanode.standalone.services import EmbeddedEtcd, EtcdServerTls
 
 from .tls_files import TlsFiles

@@ -3,9 +3,6 @@ its environment of its own, admin commands, waiting for committed rows, Ctrl-C, 
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
 import os
 import signal
@@ -13,9 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from deltanode.admin import commands
-from deltanode.config import load_conf
 from deltanode.standalone.services import free_port
+
+from .admin_in_process import admin_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,22 +55,12 @@ def serve_a_collection(env, tmp_path: Path, name: str, log_path: Path) -> dict:
     return created
 
 
-def segments_in_process(env, collection: str) -> tuple[int, object]:
-    """``admin show-segments`` run by its own function in this process, on the conf the command line
-    reads: what a wait polls, without the launcher's two interpreters a poll would start (the
-    tests that assert on the command run it through ``admin``)."""
-    conf = load_conf(ROOT / "conf" / "standalone.conf", env, base_dir=ROOT)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = commands.show_segments(conf, argparse.Namespace(collection=collection))
-    return rc, (json.loads(out.getvalue()) if rc == 0 else err.getvalue())
-
-
 def wait_until_rows(env: dict, collection: str, ok, timeout: float, log_path: Path) -> int:
-    """Until ``ok(rows)`` holds for ``admin show-segments``' row count of ``collection``; that count."""
+    """Until ``ok(rows)`` holds for ``admin show-segments``' row count of ``collection`` (run in this
+    process: a poll); that count."""
     deadline = time.monotonic() + timeout
     while True:
-        rc, segments = segments_in_process(env, collection)
+        rc, segments = admin_in_process(env, "conf/standalone.conf", "show-segments", "--collection", collection)
         rows = sum(s["num_rows"] for s in segments) if rc == 0 else 0
         if ok(rows):
             return rows

@@ -231,7 +231,7 @@ class TwoShards:
     and its rows in Delta as (collection, pk) pairs."""
 
     def __init__(self, client: EtcdClient, conf: Conf, name: str, stop: threading.Event) -> None:
-        broker = Broker.from_conf(conf)
+        broker = Broker.of(Settings.of(conf).broker)
         schema = schema_from_json(SCHEMA, name)
         self.storage = StorageLayout(conf.get("storage.root"))
         self.record = create_collection(client, conf.get("etcd.root"), broker, name, schema, 2,

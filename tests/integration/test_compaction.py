@@ -15,9 +15,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from deltanode.config.sections.pipeline import CompactionSettings
 from deltanode.delta.layout import segment_of
 from deltanode.delta.tables import open_table, read_table
-from deltanode.state.compaction_plan import CompactionSettings
 
 from .support import data_files_added, settled_watermark, wait_until
 

@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from deltanode.datanode.status import NodeStatus, read_statuses, write_status
 from deltanode.delta import checkpoints
 from deltanode.delta.tables import read_table
-from deltanode.vchannel.failure import RETRY_WHILE_FULL
+from deltanode.failure.classify import BACK_OFF_EVERY
 
 from .filler import Filler, free_bytes
 from .support import SCHEMA, settled_watermark, wait_until
@@ -144,7 +144,7 @@ def deltanode_records(caplog, level: int, text: str) -> list[logging.LogRecord]:
 
 def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_returns(
         small_fs, pipelines, make_collection, tmp_path, caplog):
-    from deltanode.state.compaction_plan import CompactionSettings
+    from deltanode.config.sections.pipeline import CompactionSettings
     root = small_fs(tmp_path / "delta", "16m")
     coll = make_collection(shards=2, schema=WIDE)
     pipe = pipelines(compaction=CompactionSettings(interval=0))   # the rows stay in their files: counted as written
@@ -164,7 +164,7 @@ def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_
     wait_until(lambda: pipe.storage_full, 30, "the pipeline to report its storage full")
     assert pipe.storage_full == full
     # Every vchannel failed for lack of space twice at least: it was retried while the disk stayed full.
-    wait_until(lambda: all(s.failures >= 2 for s in pipe.snapshots()), 3 * RETRY_WHILE_FULL + 10,
+    wait_until(lambda: all(s.failures >= 2 for s in pipe.snapshots()), 3 * BACK_OFF_EVERY + 10,
                "every vchannel to fail twice while the disk is full")
     assert free_bytes(root) == 0 and pipe.storage_full == full
     snapshots = {s.vchannel: s for s in pipe.snapshots()}
@@ -190,7 +190,7 @@ def test_a_full_storage_root_stops_commits_says_why_once_and_resumes_when_space_
     wait_until(committed_everything(coll), 60, "every vchannel to commit once space returned")
     resumed_in = time.monotonic() - freed
     wait_until(lambda: pipe.storage_full is None, 30, "the storage-full condition to clear")
-    assert resumed_in < RETRY_WHILE_FULL + 10   # not the 60-s backoff of other failures
+    assert resumed_in < BACK_OFF_EVERY + 10   # not the 60-s backoff of other failures
 
     told = deltanode_records(caplog, logging.ERROR, "")
     assert [r.getMessage().split(": the vchannels")[0] for r in told] == [full], [r.getMessage() for r in told]
@@ -212,7 +212,7 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
     """Only the insert table's log is full: each sync's deletes land in delta_log, then its
     insert_log commit finds no space. Reloaded from Delta, the vchannel reads those deletes again
     (only to mark rows, never committed twice) until the insert commit lands."""
-    from deltanode.state.compaction_plan import CompactionSettings
+    from deltanode.config.sections.pipeline import CompactionSettings
     coll = make_collection(shards=2, schema=WIDE)
     insert_log, delete_log = coll.storage.insert_log(coll.collection_id), coll.storage.delta_log(coll.collection_id)
     log_fs = small_fs(Path(insert_log) / "_delta_log", "1m")
@@ -243,7 +243,7 @@ def test_a_full_insert_log_after_the_deletes_committed_loses_and_doubles_nothing
         failed = collections.Counter(r.getMessage().split(":")[0]
                                      for r in deltanode_records(caplog, logging.DEBUG, "StorageFull"))
         return all(failed[v] > failed_before[v] for v in coll.vchannels)
-    wait_until(retried_each, 2 * RETRY_WHILE_FULL + 10, "each vchannel to be retried after its deletes landed")
+    wait_until(retried_each, 2 * BACK_OFF_EVERY + 10, "each vchannel to be retried after its deletes landed")
     assert any("(committing)" in r.getMessage() for r in deltanode_records(caplog, logging.DEBUG, "StorageFull"))
     readable_rows(coll.storage, insert_log)
     readable_rows(coll.storage, delete_log)
@@ -283,7 +283,7 @@ def test_a_full_spark_local_directory_stops_commits_says_why_once_and_resumes(sm
         filler = Filler(local)
         full = f"storage full: Spark's local directory {local}: No space left on device"
         wait_until(lambda: full in log_path.read_text(), 30, "the node to log its local directory full")
-        for _ in range(2 * int(RETRY_WHILE_FULL)):   # rows arrive while no job can run
+        for _ in range(2 * int(BACK_OFF_EVERY)):   # rows arrive while no job can run
             traffic.round()
             time.sleep(1)
         filler.release()
@@ -300,6 +300,6 @@ def test_a_full_spark_local_directory_stops_commits_says_why_once_and_resumes(sm
     assert len(errors) == 1 and full in errors[0], errors
     assert sum("storage has space again" in line for line in lines) == 1
     assert not any("its Spark job failed" in line for line in lines)   # the job failures: at DEBUG
-    assert resumed_in < RETRY_WHILE_FULL + 10
+    assert resumed_in < BACK_OFF_EVERY + 10
     counts = exactly_once(coll, traffic)
     print(f"Spark's local directory full: {counts}; commits resumed {resumed_in:.1f} s after space returned")

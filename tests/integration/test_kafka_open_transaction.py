@@ -10,10 +10,11 @@ import time
 
 from confluent_kafka import Producer
 
+from deltanode.failure.kinds import FailureKind
 from deltanode.mq.kafka import Watermarks, create_topics, read_ranges
 from deltanode.mq.types import BrokerError, BrokerUnreachable, OffsetRange
 from deltanode.pipeline.read_stalls import STALLS_TO_FAIL, StalledReads
-from deltanode.records import ReadStats, TaskError, TaskErrorKind, TaskOutput
+from deltanode.records import ReadStats, TaskError, TaskOutput
 
 STALL = 2.0   # seconds a read may deliver nothing (the node's 20, shortened)
 
@@ -56,14 +57,14 @@ def test_a_partition_held_by_an_open_transaction_fails_its_vchannels_after_a_few
             offsets, errors = _read(bootstrap, topic, high)
             assert offsets == [0, 1, 2] and len(errors) == 1 and isinstance(errors[0], BrokerUnreachable)
             assert f"no data from {topic}[0] at offset 3" in str(errors[0])
-            unserved = TaskError(kind=TaskErrorKind.BROKER_UNREACHABLE, message=str(errors[0]))
+            unserved = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message=str(errors[0]))
             [out] = stalls.judge([TaskOutput((), (ReadStats(topic, 0, high, messages=3, error=unserved),))], marks)
             error = out.reads[0].error
             assert error is not None
             if cycle < STALLS_TO_FAIL:
                 assert error == unserved   # waited for, as a broker away
             else:
-                assert error.kind is TaskErrorKind.BROKER
+                assert error.kind is FailureKind.BROKER
                 assert error.message.startswith(f"{topic}[0]: the broker answers its watermark (7) but served none ")
                 assert f"at offset 3 for {STALL:.0f} s" in error.message
         held.abort_transaction(30)

@@ -22,6 +22,7 @@ import pytest
 from deltalake import write_deltalake
 
 from deltanode.config import Conf
+from deltanode.config.sections.pipeline import Limits, PipelineSettings
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
 from deltanode.delta.layout import TABLE_CONFIG, StorageLayout
 from deltanode.etcd.client import EtcdClient
@@ -30,8 +31,7 @@ from deltanode.lake.sql_command import QueryError, _query
 from deltanode.lake.statements import writing_statement
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
-from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-from deltanode.pipeline.plan import Limits
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.state.current_state import current_rows
 from deltanode.wire.etcdpb import DatabaseInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
@@ -76,7 +76,7 @@ def lake(spark, broker, etcd_server, tmp_path_factory) -> Lake:
     stop = threading.Event()
     ticker(producer, [pchannel], stop)
     coll = Collection(cid, "demo", [pchannel], [vchannel], producer, storage, SCHEMA)
-    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(Limits(), trigger_interval=0.2)).start()
+    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(limits=Limits(), trigger_interval=0.2)).start()
     try:
         coll.watch(pipe)
         first = producer.insert(pchannel, vchannel, 11, 3, 40)

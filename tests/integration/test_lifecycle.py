@@ -10,7 +10,8 @@ import time
 import pytest
 
 from deltanode.config import Conf
-from deltanode.config.embedded_settings import EmbeddedSettings
+from deltanode.config.sections.embedded import EmbeddedSettings
+from deltanode.config.settings import embedded_settings
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError, free_port
 
@@ -21,7 +22,7 @@ def _embedded(tmp_path, etcd_port, broker_port, **extra) -> EmbeddedSettings:
                            "etcd.endpoints": f"127.0.0.1:{etcd_port}",
                            "mq.kafka.bootstrap.servers": f"127.0.0.1:{broker_port}", **extra},
                           base_dir=tmp_path)
-    return EmbeddedSettings.of(conf)
+    return embedded_settings(conf)
 
 
 def _listening(port: int) -> bool:
@@ -73,7 +74,7 @@ def test_port_in_use_fails_fast_and_cleans_up(tmp_path):
 
 def test_nothing_embedded(tmp_path):
     conf = Conf.from_dict({"storage.root": "delta"}, base_dir=tmp_path)
-    with ServiceGroup(EmbeddedSettings.of(conf), handle_signals=False) as group:
+    with ServiceGroup(embedded_settings(conf), handle_signals=False) as group:
         assert group.etcd is None and group.broker is None
         group.request_stop("test")
         assert group.stopping

@@ -26,6 +26,7 @@ import pytest
 from google.protobuf import json_format
 
 from deltanode.admin.verify import behind
+from deltanode.config.sections.pipeline import PipelineSettings, SyncSettings
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
 from deltanode.datanode.channel_handler import FlowgraphManager
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
@@ -34,8 +35,7 @@ from deltanode.delta.tables import read_table
 from deltanode.mq import kafka_read
 from deltanode.mq.pulsar_positions import position as pulsar_position
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-from deltanode.pipeline.sync_policy import SyncSettings
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.state import meta
 from deltanode.state.channel_state import SegmentState
 from deltanode.vchannel.flowgraph import FlowgraphStatus

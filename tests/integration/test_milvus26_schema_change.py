@@ -22,15 +22,14 @@ from collections import Counter
 import pytest
 from google.protobuf import json_format
 
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, SyncSettings
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.table_schema import recorded_schema
 from deltanode.delta.tables import open_table, read_table
 from deltanode.lake.tables import lake_tables
 from deltanode.lake.views import register
-from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-from deltanode.pipeline.plan import Limits
-from deltanode.pipeline.sync_policy import SyncSettings
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.state import meta
 from deltanode.state.channel_state import SegmentState
 from deltanode.wire.datapb import VchannelInfo
@@ -142,7 +141,8 @@ def test_fields_added_to_a_live_collection_land_row_for_row_across_a_restart_bet
             """A pipeline from Delta's state, its flowgraphs given the created schema (DeltaNode's catalog's),
             until each vchannel's checkpoint reaches its pchannel's head."""
             pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(
-                Limits(max_messages=12), trigger_interval=0.2, sync=SyncSettings(checkpoint_interval=1.0))).start()
+                limits=Limits(max_messages=12), trigger_interval=0.2,
+                sync=SyncSettings(checkpoint_interval=1.0))).start()
             try:
                 for v in s.v:
                     pipe.add(VchannelInfo(collectionID=cid, channelName=v), created)

@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
+from deltanode.config.sections.pipeline import Limits, PipelineSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import read_table
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
-from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-from deltanode.pipeline.plan import Limits
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import vchannel_name
 from deltanode.wire.positions import pulsar_ledger_entry_at
@@ -51,7 +51,7 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_ledgers_an
 
     def run_until_all_committed() -> None:
         pipe = Pipeline(spark.sparkContext, storage, mq,
-                        PipelineSettings(Limits(max_messages=40), trigger_interval=0.2)).start()
+                        PipelineSettings(limits=Limits(max_messages=40), trigger_interval=0.2)).start()
         try:
             for v in vchannels:
                 pipe.add(VchannelInfo(collectionID=CID, channelName=v), schema)

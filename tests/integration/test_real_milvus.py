@@ -285,7 +285,7 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
 
     # A collection dropped in Milvus is dropped in DeltaNode's tables too.
     mc.drop_collection("late")
-    wait_until(lambda: {c["name"]: c["state"] for c in mirror.admin("show-collections")}.get("late", "dropped")
+    wait_until(lambda: {c["name"]: c["state"] for c in mirror.admin_polled("show-collections")}.get("late", "dropped")
                == "dropped", 120, "the dropped collection to be dropped in Delta")
     assert mirrored(mirror.storage, made["late"]["collection_id"], SHARDED) == []
     assert not mirror.log_errors()

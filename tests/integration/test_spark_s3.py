@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from deltanode.config.keys import env_name
+from deltanode.config.sections.pipeline import Limits, PipelineSettings
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import open_table
 from deltanode.etcd.client import EtcdClient
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
-from deltanode.pipeline.pipeline import Pipeline, PipelineSettings
-from deltanode.pipeline.plan import Limits
+from deltanode.pipeline.pipeline import Pipeline
 from deltanode.state.current_state import current_rows
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
@@ -120,7 +120,7 @@ def _write_collection(spark, mq: Broker, storage: StorageLayout, cid: int, name:
         table = open_table(uri, storage.delta_options(uri))
         return (table.transaction_version(vchannel) or 0) if table else 0
 
-    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(Limits(), trigger_interval=0.2)).start()
+    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(limits=Limits(), trigger_interval=0.2)).start()
     try:
         coll.watch(pipe)
         produced = []

@@ -63,7 +63,8 @@ def test_package_zip_imports_alone(tmp_path):
     assert r.stdout.strip() == str(ZIP)
     names = zipfile.ZipFile(ZIP).namelist()
     assert "deltanode/__init__.py" in names and "deltanode/cli.py" in names
-    assert "deltanode/config.py" in names and "deltanode/standalone/services.py" in names
+    assert "deltanode/config/__init__.py" in names and "deltanode/config/sections/storage.py" in names
+    assert "deltanode/standalone/services.py" in names
     assert not [n for n in names if "__pycache__" in n]
     sources = {n[:-3] for n in names if n.endswith(".py")}
     assert sources == {n[:-4] for n in names if n.endswith(".pyc")}  # bytecode beside each module

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from deltanode.config.sections.pipeline import CompactionSettings
 from deltanode.delta.tables import open_table, read_table
 from deltanode.lake.rows_json import RowRenderer
 from deltanode.lake.tables import LakeTable
 from deltanode.lake.views import register
-from deltanode.state.compaction_plan import CompactionSettings
 from deltanode.state.current_state import current_rows
 from deltanode.wire.schema import CollectionLayout, DataType
 

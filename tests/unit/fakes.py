@@ -26,6 +26,12 @@ class SubmittedJob:
     description: str
     items: list
     slices: int
+    pool: str | None = None
+
+    @property
+    def specs(self) -> list:
+        """The items as the driver planned them (the launcher pickles them: ``jobs.launch``)."""
+        return [pickle.loads(item) if isinstance(item, bytes) else item for item in self.items]
 
 
 class _Rdd:
@@ -39,9 +45,23 @@ class _Rdd:
         return self._sc._run(self._items, self._slices, self._fn)
 
 
+class _FakeJavaContext:
+    """What ``jobs.launch.spark_stopped`` asks of the JVM's SparkContext."""
+
+    def __init__(self, sc: FakeSparkContext) -> None:
+        self._sc = sc
+
+    def sc(self) -> _FakeJavaContext:
+        return self
+
+    def isStopped(self) -> bool:
+        return self._sc.stopped
+
+
 class FakeSparkContext:
-    """The SparkContext calls the driver's stages make to run a job: ``setJobGroup`` and
-    ``parallelize(items, slices).map(fn).collect()``.
+    """The SparkContext calls the driver's launcher (``jobs.launch``) makes to run a job:
+    ``setLocalProperty`` (the pool), ``setJobGroup``, ``parallelize(items, slices).map(fn).collect()``
+    and ``cancelJobGroup``; ``stopped``: what the JVM answers when asked whether Spark stopped.
 
     A job runs ``fn`` over its items here, in order, unless ``executors`` is given (what the
     executors return for ``fn`` and one item: e.g. a broker's reads without a broker), or
@@ -51,7 +71,18 @@ class FakeSparkContext:
         self.executors = executors
         self.failure: Exception | None = None
         self.jobs: list[SubmittedJob] = []
+        self.stopped = False
+        self.cancelled: list[str] = []
         self._group = ("", "")
+        self._pool: str | None = None
+        self._jsc = _FakeJavaContext(self)
+
+    def setLocalProperty(self, key: str, value: str | None) -> None:
+        if key == "spark.scheduler.pool":
+            self._pool = value
+
+    def cancelJobGroup(self, group: str) -> None:
+        self.cancelled.append(group)
 
     def setJobGroup(self, group: str, description: str, interruptOnCancel: bool = False) -> None:
         self._group = (group, description)
@@ -61,7 +92,7 @@ class FakeSparkContext:
 
     def _run(self, items: list, slices: int, fn: Callable | None) -> list:
         assert fn is not None, "a job without a function"
-        self.jobs.append(SubmittedJob(self._group[0], self._group[1], items, slices))
+        self.jobs.append(SubmittedJob(self._group[0], self._group[1], items, slices, self._pool))
         if self.failure is not None:
             raise self.failure
         run = self.executors or (lambda f, item: f(item))
@@ -69,7 +100,7 @@ class FakeSparkContext:
 
 
 class FakeFence:
-    """etcd's ownership check (``pipeline.failures.Fence``): ``lost`` vchannels are no longer this
+    """etcd's ownership check (``pipeline.vchannel_stops.Fence``): ``lost`` vchannels are no longer this
     node's; ``checked`` records each check's vchannels."""
 
     def __init__(self, lost: dict[str, str] | None = None, reachable: bool = True) -> None:

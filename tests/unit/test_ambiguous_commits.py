@@ -26,9 +26,10 @@ from deltanode.delta.delta_log import (
     _LocalLog,
     _version_name,
 )
-from deltanode.delta.space import NO_SPACE, out_of_space
 from deltanode.delta.tables import open_table
-from deltanode.vchannel.failure import FailureKind, failure_of
+from deltanode.failure.causes import NO_SPACE, out_of_space
+from deltanode.failure.classify import classify
+from deltanode.failure.kinds import FailureKind
 
 SCHEMA = pa.schema([("pk", pa.int64())])
 
@@ -307,7 +308,7 @@ def test_a_full_filesystem_refuses_the_commit_at_once_as_out_of_space(full_fs, c
     with caplog.at_level(logging.INFO, logger=delta_log.__name__), pytest.raises(NotLanded) as e:
         log.commit(txns={"v": 7}, expected={"v": None}, info={})
     assert time.monotonic() - started < 0.1 and caplog.records == [] and log.doubtful == {}
-    failure = failure_of(FailureKind.COMMIT_FAILED, e.value, where=uri, step="committing")
+    failure = classify(e.value, kind=FailureKind.COMMIT_FAILED, where=uri, step="committing")
     assert failure.kind is FailureKind.STORAGE_FULL and NO_SPACE in failure.message
     assert [n for n in os.listdir(f"{uri}/_delta_log") if n.startswith(".tmp")] == []   # nothing left behind
     free()

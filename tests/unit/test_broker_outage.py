@@ -13,9 +13,11 @@ import pulsar
 from confluent_kafka import KafkaError, KafkaException
 
 from deltanode import outages
+from deltanode.config.sections.pipeline import Limits, SealSettings
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
 from deltanode.datanode.status import NodeStatus
 from deltanode.delta.layout import StorageLayout
+from deltanode.failure.kinds import FailureKind
 from deltanode.mq import kafka, pulsar_client
 from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq import reachability as reachability_module
@@ -25,13 +27,12 @@ from deltanode.pipeline import cycle
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_apply import Launched
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.failures import FailurePolicy
-from deltanode.pipeline.plan import Limits, Plan
+from deltanode.pipeline.plan import Plan
 from deltanode.pipeline.registry import VchannelRegistry
-from deltanode.records import ReadRange, ReadStats, TaskError, TaskErrorKind, TaskOutput, TaskSpec
+from deltanode.pipeline.vchannel_stops import VchannelStops
+from deltanode.records import ReadRange, ReadStats, TaskError, TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
-from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS
@@ -74,7 +75,7 @@ def _runner(tmp_path) -> tuple[_Runner, VchannelRegistry, _Highs]:
     storage = StorageLayout(str(tmp_path))
     runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                      limits=Limits(), seal=SealSettings(), registry=registry,
-                     failures=FailurePolicy(storage=storage, fence=None, load=lambda fg: None,
+                     failures=VchannelStops(storage=storage, fence=None, load=lambda fg: None,
                                             forget_topic=lambda pchannel: None),
                      flushes=dict, stopping=threading.Event())
     highs = _Highs()
@@ -121,7 +122,7 @@ def test_an_unanswered_pchannel_fails_none_of_its_vchannels_and_the_outage_is_lo
 def test_a_range_the_broker_did_not_serve_leaves_its_vchannels_where_they_stand(tmp_path):
     runner, registry, highs = _runner(tmp_path)
     highs.down = False
-    error = TaskError(kind=TaskErrorKind.BROKER_UNREACHABLE, message="no data from dml_1[0] at offset 1 for 20 s")
+    error = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message="no data from dml_1[0] at offset 1 for 20 s")
     runner.outputs = [TaskOutput((), (ReadStats(AWAY, 1, 6, error=error),
                                       ReadStats(pchannel_name("dml", 0), 1, 6, messages=5, tick=50, tick_offset=5)))]
     try:

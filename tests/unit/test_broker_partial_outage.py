@@ -18,7 +18,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from deltanode.config.sections.pipeline import Limits, SealSettings
 from deltanode.delta.layout import StorageLayout
+from deltanode.failure.kinds import FailureKind
 from deltanode.mq import kafka
 from deltanode.mq import pulsar as pulsar_mq
 from deltanode.mq.broker import Broker, BrokerError, BrokerUnreachable
@@ -27,14 +29,12 @@ from deltanode.pipeline import cycle, read_stalls
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_apply import Launched
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.failures import FailurePolicy
-from deltanode.pipeline.plan import Limits, Plan
+from deltanode.pipeline.plan import Plan
 from deltanode.pipeline.registry import VchannelRegistry
-from deltanode.records import Portion, ReadRange, ReadStats, TaskError, TaskErrorKind, TaskOutput, TaskSpec
+from deltanode.pipeline.vchannel_stops import VchannelStops
+from deltanode.records import Portion, ReadRange, ReadStats, TaskError, TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
-from deltanode.vchannel.failure import FailureKind
 from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
-from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.vchannel.start_state import TopicRecreated
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
@@ -247,7 +247,7 @@ class _Runner(CycleRunner):
                                                          messages=piece.end - piece.first, tick=50,
                                                          tick_offset=piece.end - 1),)))
                 continue
-            error = TaskError(kind=TaskErrorKind.BROKER_UNREACHABLE, message=(
+            error = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message=(
                 f"no data from {STALLED}[0] at offset {piece.first + 2} for 20 s (range ends at {piece.end})"))
             routed = piece.members[0]
             outputs.append(TaskOutput((Portion(routed, piece.first, piece.end, error=error),),
@@ -269,7 +269,7 @@ def _runner(tmp_path) -> tuple[_Runner, VchannelRegistry, _Highs]:
     storage = StorageLayout(str(tmp_path))
     runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                      limits=Limits(), seal=SealSettings(), registry=registry,
-                     failures=FailurePolicy(storage=storage, fence=None, load=lambda fg: None,
+                     failures=VchannelStops(storage=storage, fence=None, load=lambda fg: None,
                                             forget_topic=lambda pchannel: None),
                      flushes=dict, stopping=threading.Event())
     highs = _Highs()

@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from pyarrow import fs as pafs
 
+from deltanode.config.sections.pipeline import CompactionSettings
 from deltanode.delta import deletion_vectors as dv
 from deltanode.delta import delta_log
 from deltanode.delta.delta_log import DeltaLog, FilesRemoved, TxnMoved
@@ -25,8 +26,8 @@ from deltanode.delta.pk_bloom import PkBloom
 from deltanode.delta.tables import open_table
 from deltanode.executor import binlog_writer
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.executor.rewrite import rewrite
-from deltanode.pipeline.compactor import CompactionTarget, Compactor, RoundReport
+from deltanode.executor.rewrite_task import rewrite
+from deltanode.pipeline.compaction_rounds import CompactionTarget, Compactor, RoundReport
 from deltanode.records import Rewrite, SegmentFile
 from deltanode.state.channel_state import ChannelState
 from deltanode.state.commit import (
@@ -35,12 +36,7 @@ from deltanode.state.commit import (
     VchannelSync,
     Watermarks,
 )
-from deltanode.state.compaction_plan import (
-    CompactionSettings,
-    commit_rewrites,
-    plan_segment,
-    segment_files,
-)
+from deltanode.state.compaction_plan import commit_rewrites, plan_segment, segment_files
 
 from .. import dv_files
 from .test_commit_protocol import LAYOUT, committer, pks_in, written

@@ -18,6 +18,7 @@ from deltanode.config import (
     parse_hostports,
     parse_size,
 )
+from deltanode.config.sections.storage import S3Settings
 from deltanode.config.settings import Settings
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.object_store import StoreOptions
@@ -259,8 +260,9 @@ def test_kafka_client_properties_pass_through_and_secrets_come_from_the_environm
     shown = conf.describe()
     assert "mq.kafka.sasl.password = ****  # env DELTANODE_MQ_KAFKA_SASL_PASSWORD" in shown
     assert "s3cret" not in shown and "mq.kafka.sasl.username = milvus" in shown
-    broker = Broker.from_conf(conf)
-    assert broker.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(broker)
+    settings = Settings.of(conf)
+    broker = Broker.of(settings.broker)
+    assert broker.settings["sasl.password"] == "s3cret" and "s3cret" not in repr(broker) + repr(settings)
     assert pickle.loads(pickle.dumps(broker)) == broker            # tasks carry it to executors
 
 
@@ -275,10 +277,11 @@ def test_pulsar_authentication_and_tls_reach_the_broker_seam(tmp_path):
     conf = load(tmp_path, "storage.root = x\nmq.type = pulsar\nmq.pulsar.auth.plugin = token\n"
                           "mq.pulsar.tls.allow.insecure = true\n",
                 {"DELTANODE_MQ_PULSAR_AUTH_PARAMS": "token:eyJhbGciOi"})
-    assert Broker.from_conf(conf).settings == {"auth.plugin": "token", "auth.params": "token:eyJhbGciOi",
-                                               "tls.allow.insecure": "True", "receiver.queue.size": "1000"}
+    assert Broker.of(Settings.of(conf).broker).settings == {
+        "auth.plugin": "token", "auth.params": "token:eyJhbGciOi", "tls.allow.insecure": "True",
+        "receiver.queue.size": "1000"}
     assert "mq.pulsar.auth.params = ****" in conf.describe()
-    options = pulsar_client_options(Broker.from_conf(conf).settings)
+    options = pulsar_client_options(Broker.of(Settings.of(conf).broker).settings)
     assert set(options) == {"authentication", "tls_allow_insecure_connection"}
     assert options["tls_allow_insecure_connection"] is True
 
@@ -287,16 +290,34 @@ def test_storage_root_on_s3_with_its_endpoint_and_credentials(tmp_path):
     conf = load(tmp_path, "storage.root = s3://lake/milvus\nstorage.s3.endpoint = http://127.0.0.1:9000\n"
                           "storage.s3.region = eu-west-1\nstorage.s3.access.key.id = dn\n",
                 {"DELTANODE_STORAGE_S3_SECRET_ACCESS_KEY": "k3y"})
-    storage = StorageLayout.from_conf(conf)
+    settings = Settings.of(conf)
+    storage = StorageLayout.of(settings.storage)
     assert storage.insert_log(7) == "s3://lake/milvus/insert_log/7"
     assert storage.options == StoreOptions("http://127.0.0.1:9000", "eu-west-1", "dn", "k3y")
-    assert "k3y" not in repr(storage.options) and "storage.s3.secret.access.key = ****" in conf.describe()
+    assert "k3y" not in repr(storage.options) + repr(settings)
+    assert "storage.s3.secret.access.key = ****" in conf.describe()
     assert storage.delta_options(storage.insert_log(7)) == {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "dn",
         "AWS_SECRET_ACCESS_KEY": "k3y", "AWS_ALLOW_HTTP": "true"}
     assert StorageLayout(str(tmp_path)).delta_options(str(tmp_path)) is None   # a local root needs none
     msg = error(tmp_path, "storage.root = gs://lake/milvus\n")
     assert msg.startswith("FILE:1: bad value for 'storage.root'") and "put-if-absent" in msg
+
+
+def test_a_mirrored_milvuss_storage_is_a_section_of_its_own_keys(tmp_path):
+    """``milvus.storage.*`` make the mirror's storage section, apart from DeltaNode's ``storage.*``;
+    the layout made of it reaches Milvus's bucket with Milvus's credentials."""
+    conf = load(tmp_path, "storage.root = delta\nstorage.fsync = false\nmilvus.meta.root = by-dev/meta\n"
+                          "etcd.root = deltanode/meta\nmilvus.storage.root = s3://milvus-bucket/files\n"
+                          "milvus.storage.s3.endpoint = http://minio:9000\nmilvus.storage.s3.access.key.id = m\n",
+                {"DELTANODE_MILVUS_STORAGE_S3_SECRET_ACCESS_KEY": "m1n10"})
+    settings = Settings.of(conf)
+    assert settings.storage.root == str(tmp_path / "delta") and settings.storage.s3 == S3Settings()
+    assert settings.mirror.storage is not None and "m1n10" not in repr(settings)
+    milvus = StorageLayout.of(settings.mirror.storage)
+    assert milvus.root == "s3://milvus-bucket/files"
+    assert milvus.options == StoreOptions("http://minio:9000", None, "m", "m1n10", fsync=False)
+    assert Settings.of(load(tmp_path, "storage.root = delta\n")).mirror.storage is None
 
 
 def test_etcd_tls_and_login_become_the_security_of_deltanodes_and_milvuss_etcd(tmp_path):

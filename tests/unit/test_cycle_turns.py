@@ -12,17 +12,15 @@ from dataclasses import dataclass
 
 import pytest
 
+from deltanode.config.sections.pipeline import Limits, SealSettings, SyncSettings
 from deltanode.mq.broker import Broker
 from deltanode.pipeline import turns as turns_module
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
-from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.pipeline.turns import CycleTurns
 from deltanode.state import meta
 from deltanode.vchannel.flowgraph import VchannelFlowgraph
-from deltanode.vchannel.seal_policy import SealSettings
 
 from .fakes import FakeBrokerMetadata, TicksOnlyExecutors
 from .vchannels import Stages, loaded, stages

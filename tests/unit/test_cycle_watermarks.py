@@ -6,17 +6,16 @@ from __future__ import annotations
 import threading
 import time
 
+from deltanode.config.sections.pipeline import Limits, SealSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.mq.broker import Broker, BrokerError
 from deltanode.pipeline.cycle import CycleRunner
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.failures import FailurePolicy
-from deltanode.pipeline.plan import Limits
 from deltanode.pipeline.registry import VchannelRegistry
+from deltanode.pipeline.vchannel_stops import VchannelStops
 from deltanode.records import TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
-from deltanode.vchannel.seal_policy import SealSettings
 from deltanode.wire.datapb import VchannelInfo
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.positions import CODECS
@@ -53,7 +52,7 @@ def test_a_pchannel_without_a_watermark_fails_its_vchannels_and_the_cycle_reads_
     storage = StorageLayout(str(tmp_path))
     runner = _Runner(sc=None, storage=storage, broker=Broker("kafka", "127.0.0.1:1"),  # type: ignore[arg-type]
                      limits=Limits(), seal=SealSettings(), registry=registry,
-                     failures=FailurePolicy(storage=storage, fence=None, load=lambda fg: None,
+                     failures=VchannelStops(storage=storage, fence=None, load=lambda fg: None,
                                             forget_topic=lambda pchannel: None),
                      flushes=dict, stopping=threading.Event())
     runner.watermarks = _Highs()   # type: ignore[assignment]

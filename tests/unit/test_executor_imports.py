@@ -11,19 +11,22 @@ import deltanode.executor
 
 APP = Path(deltanode.executor.__file__).parents[2]
 DRIVER_ONLY = ("deltanode.pipeline", "deltanode.vchannel", "deltanode.datanode", "deltanode.datacoord",
-               "deltanode.etcd", "deltanode.standalone", "deltanode.admin", "deltanode.cli", "deltanode.config",
+               "deltanode.etcd", "deltanode.jobs.launch", "deltanode.standalone", "deltanode.admin", "deltanode.cli",
+               "deltanode.config",
                "deltanode.state.commit", "deltanode.delta.delta_log", "deltanode.delta.tables",
                "deltanode.state.meta", "deltanode.delta.log_replay", "deltanode.state.compaction_plan",
                "deltanode.state.current_state", "deltalake", "pyspark.sql", "aetcd", "boto3", "prometheus_client")
 
 
 def test_the_executor_package_imports_no_driver_module():
-    modules = ["deltanode.records"] + [f"deltanode.executor.{m.name}"
+    """Nor does the executor side of the job contract (``jobs.contract``: every task runs through it)."""
+    modules = ["deltanode.records", "deltanode.jobs.contract"] + [f"deltanode.executor.{m.name}"
                                        for m in pkgutil.iter_modules(deltanode.executor.__path__)]
     code = (f"import sys; sys.path.insert(0, {str(APP)!r}); " + "; ".join(f"import {m}" for m in modules)
             + "; print('\\n'.join(sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert "deltanode.executor.task" in loaded and "deltanode.executor.delete_marks" in loaded
+    assert all(m in loaded for m in ("deltanode.jobs.contract", "deltanode.executor.task",
+                                     "deltanode.executor.delete_mark_task", "deltanode.executor.rewrite_task"))
     driver = sorted(m for m in loaded if m.startswith(DRIVER_ONLY))
     assert not driver, f"the executor package imports driver modules: {driver}"
 
@@ -66,8 +69,8 @@ def test_the_shared_records_load_no_client_library():
 
 
 def test_the_settings_load_no_spark():
-    """Reading the conf into ``Settings`` loads no Spark: the sections of the pipeline live in Spark-free
-    modules (``pipeline.pipeline_settings``, ``pipeline.plan``), apart from the pipeline that runs Spark jobs."""
+    """Reading the conf into ``Settings`` loads no Spark: the sections (``config.sections``) are plain
+    dataclasses, apart from the packages that take them and run Spark jobs."""
     code = (f"import sys; sys.path.insert(0, {str(APP)!r}); import deltanode.config.settings; "
             "print('\\n'.join(sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -4,8 +4,8 @@ import pytest
 
 from deltanode.datanode.channel_handler import FlowgraphManager
 from deltanode.delta.layout import StorageLayout
+from deltanode.jobs.launch import summarize_error
 from deltanode.mq.broker import Broker
-from deltanode.pipeline.cycle import summarize_error
 from deltanode.pipeline.pipeline import Pipeline
 from deltanode.wire.datapb import ChannelWatchInfo, VchannelInfo
 from deltanode.wire.names import UnsafeNameError

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deltanode.config import Conf
+from deltanode.config.settings import Settings
 from deltanode.mq.broker import Broker
 from deltanode.mq.pulsar_client import client_options
 from deltanode.standalone.kafka_server import ForwardedListener, server_properties
@@ -38,7 +39,7 @@ def test_a_pulsar_forwarded_listener_is_advertised_beside_the_internal_one():
 def test_a_pulsar_client_names_the_listener_of_the_conf():
     conf = Conf.from_dict({"storage.root": "/tmp/x", "mq.type": "pulsar", "mq.pulsar.service.url": "pulsar://relay:6650",
                            "mq.pulsar.listener.name": "forwarded"})
-    broker = Broker.from_conf(conf)
+    broker = Broker.of(Settings.of(conf).broker)
     assert broker.settings["listener.name"] == "forwarded"
     assert client_options(broker.settings)["listener_name"] == "forwarded"
     assert "listener_name" not in client_options({})

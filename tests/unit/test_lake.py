@@ -17,6 +17,7 @@ from pyspark.sql import Row, SparkSession
 from pyspark.sql import types as T
 
 from deltanode.config.jars import component_jars
+from deltanode.config.spark_conf import with_delta_jars
 from deltanode.datacoord.catalog import CollectionRecord, CollectionStatus, encode_schema
 from deltanode.delta.layout import StorageLayout
 from deltanode.lake import columns, spark, views
@@ -161,9 +162,9 @@ def test_a_json_field_that_is_not_json_stays_text_and_two_columns_of_one_name_ar
 # --- Spark options -----------------------------------------------------------------------------
 
 def test_the_delta_jars_join_the_confs_and_the_sql_settings_keep_the_users():
-    assert spark.with_delta_jars({}) == {"spark.jars": DELTA_JARS}
-    assert spark.with_delta_jars({"spark.jars": "/a.jar", "x": "1"}) == {"spark.jars": f"/a.jar,{DELTA_JARS}", "x": "1"}
-    assert spark.with_delta_jars({"spark.jars": DELTA_JARS}) == {"spark.jars": DELTA_JARS}   # each once
+    assert with_delta_jars({}) == {"spark.jars": DELTA_JARS}
+    assert with_delta_jars({"spark.jars": "/a.jar", "x": "1"}) == {"spark.jars": f"/a.jar,{DELTA_JARS}", "x": "1"}
+    assert with_delta_jars({"spark.jars": DELTA_JARS}) == {"spark.jars": DELTA_JARS}   # each once
     options = spark.with_delta_sql({"spark.sql.extensions": "my.Ext", "spark.databricks.delta.snapshotPartitions": "8"})
     assert options == {"spark.jars": DELTA_JARS, "spark.sql.extensions": f"my.Ext,{spark.EXTENSION}",
                        "spark.sql.catalog.spark_catalog": spark.CATALOG,

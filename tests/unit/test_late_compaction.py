@@ -13,16 +13,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from deltanode.config.sections.pipeline import CompactionSettings
 from deltanode.delta import deletion_vectors as dv
 from deltanode.delta import delta_log
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import read_table
-from deltanode.executor.rewrite import rewrite
-from deltanode.pipeline.compactor import Compactor, RoundReport
+from deltanode.executor.rewrite_task import rewrite
+from deltanode.pipeline.compaction_rounds import Compactor, RoundReport
 from deltanode.records import FileMark
 from deltanode.state.channel_state import ChannelState
 from deltanode.state.commit import VchannelSync, Watermarks
-from deltanode.state.compaction_plan import CompactionSettings
 
 from .test_commit_protocol import committer, written
 from .test_compaction import OneCollection, commit_batches, enable_deletion_vectors, plan, target

@@ -1,11 +1,11 @@
 """A cycle's ranges: one read per pchannel for its vchannels near the head, a catch-up lane, fair byte caps."""
 
+from deltanode.config.sections.pipeline import Limits
 from deltanode.mq.broker import Broker
 from deltanode.pipeline.plan import (
     MAX_MESSAGE_BYTES,
     UNREAD_FACTOR,
     UNREAD_FLOOR,
-    Limits,
     Position,
     plan_cycle,
     planning_sizes,

@@ -4,14 +4,10 @@ batch whose TimeTick makes the sealed segments Flushed (pure logic)."""
 import math
 from dataclasses import replace
 
+from deltanode.config.sections.pipeline import SealSettings
 from deltanode.records import Portion, PortionStats, SegmentStats
 from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
-from deltanode.vchannel.seal_policy import (
-    SealSettings,
-    first_due_ms,
-    seal_by_policies,
-    seal_for_flush,
-)
+from deltanode.vchannel.seal_policy import first_due_ms, seal_by_policies, seal_for_flush
 from deltanode.vchannel.state_update import advance
 from deltanode.wire.positions import compose_ts, physical_ms
 

@@ -9,8 +9,8 @@ import pytest
 
 from deltanode import cli
 from deltanode.config import load_conf
-from deltanode.config.embedded_settings import EmbeddedPort, EmbeddedSettings
-from deltanode.config.settings import Settings
+from deltanode.config.sections.embedded import EmbeddedPort
+from deltanode.config.settings import Settings, embedded_settings
 from deltanode.standalone.lifecycle import ServiceGroup
 from deltanode.standalone.services import PortInUseError
 
@@ -26,9 +26,9 @@ def test_the_embedded_section_names_each_port_and_the_key_that_chose_it(tmp_path
                                  "etcd.endpoints = 127.0.0.1:12379\nembedded.broker.heap = 256m\n",
                        {"DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092"})
     embedded = Settings.of(conf).embedded
-    assert embedded == EmbeddedSettings.of(conf)
+    assert embedded == embedded_settings(conf)
     assert embedded.etcd and embedded.broker and embedded.data_dir == tmp_path / "var"
-    assert embedded.etcd_port == EmbeddedPort(12379, "etcd.endpoints", f"{path}:4")
+    assert embedded.etcd_port == EmbeddedPort(port=12379, key="etcd.endpoints", source=f"{path}:4")
     assert embedded.broker_port.origin == ("set by mq.kafka.bootstrap.servers at "
                                            "env DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS")
     assert embedded.broker_port.port == 19092 and embedded.broker_kind == "kafka"
@@ -40,7 +40,7 @@ def test_a_pulsar_broker_port_comes_from_its_service_url(tmp_path):
     embedded = Settings.of(conf).embedded
     assert not embedded.etcd and not embedded.broker
     assert embedded.broker_kind == "pulsar"
-    assert embedded.broker_port == EmbeddedPort(6650, "mq.pulsar.service.url", "default")
+    assert embedded.broker_port == EmbeddedPort(port=6650, key="mq.pulsar.service.url", source="default")
 
 
 def test_a_service_group_starts_what_the_embedded_section_says(tmp_path):

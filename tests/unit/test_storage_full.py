@@ -1,6 +1,6 @@
 """A filesystem out of space, as DeltaNode recognises and tells it: by errno or by the words of
-delta-rs, the JVM and Spark's jobs (``storage.space``), as the executor's error kind and the
-driver's failure kind, retried every ``RETRY_WHILE_FULL`` seconds instead of the growing backoff,
+delta-rs, the JVM and Spark's jobs (``failure.causes``), as the kind the executor's classifier
+gives and the driver keeps, retried every ``BACK_OFF_EVERY`` seconds instead of the growing backoff,
 and told once for the node (``pipeline.space_watch``) until every vchannel it stopped commits
 again. On real flowgraphs and Delta tables; Spark is a fake (tests/integration/test_disk_full.py
 fills real filesystems)."""
@@ -14,15 +14,18 @@ import time
 import pyarrow as pa
 import pytest
 
-from deltanode.delta.space import NO_SPACE, QUOTA, condition, describe, out_of_space
-from deltanode.executor.task_errors import task_error
+from deltanode.config.sections.pipeline import SyncSettings
+from deltanode.delta.space import condition
+from deltanode.failure.causes import NO_SPACE, QUOTA, out_of_space
+from deltanode.failure.classify import BACK_OFF_EVERY, Failure, classify, worded
+from deltanode.failure.kinds import Action, FailureKind
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.failures import task_failure
-from deltanode.pipeline.sync_policy import SyncSettings
-from deltanode.records import TaskErrorKind
-from deltanode.vchannel.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, storage_full
 
 from .vchannels import loaded, read_deletes, read_rows, stages
+
+
+def storage_full(*, where: str, reason: str, step: str) -> Failure:
+    return Failure(kind=FailureKind.STORAGE_FULL, message=worded(where, reason, step))
 
 
 def pyarrow_write_error() -> OSError:
@@ -56,20 +59,21 @@ def test_out_of_space_is_found_through_the_chain_of_causes():
 
 
 def test_the_node_line_is_the_place_and_the_reason_whatever_the_step():
-    message = describe("/data/delta", NO_SPACE, "committing")
+    message = worded("/data/delta", NO_SPACE, "committing")
     assert message == "/data/delta: No space left on device (committing)"
     assert condition(message) == "storage full: /data/delta: No space left on device"
-    assert condition(describe("Spark's local directory /tmp (x)", QUOTA, "running the cycle's Spark job")) == \
+    assert condition(worded("Spark's local directory /tmp (x)", QUOTA, "running the cycle's Spark job")) == \
         "storage full: Spark's local directory /tmp (x): Disk quota exceeded"
 
 
 def test_a_task_error_out_of_space_is_storage_full_on_the_driver_and_others_keep_their_kind():
-    full = task_error(TaskErrorKind.ROUTER, pyarrow_write_error(), where="/data/delta", step="writing binlogs")
-    assert full.kind is TaskErrorKind.STORAGE_FULL
-    assert task_failure(full) == storage_full(where="/data/delta", reason=NO_SPACE, step="writing binlogs")
-    other = task_error(TaskErrorKind.ROUTER, ValueError("bad row"), where="/data/delta", step="writing binlogs")
-    assert (other.kind, other.message) == (TaskErrorKind.ROUTER, "ValueError: bad row")
-    assert failure_of(FailureKind.COMMIT_FAILED, OSError(errno.EIO, "I/O error"), where="/d", step="committing") == \
+    full = classify(pyarrow_write_error(), kind=FailureKind.ROUTER, where="/data/delta", step="writing binlogs")
+    assert full.kind is FailureKind.STORAGE_FULL and full.action is Action.BACK_OFF
+    assert full == storage_full(where="/data/delta", reason=NO_SPACE, step="writing binlogs")
+    assert classify(full, where="/data/delta") is full   # the driver keeps the executor's word
+    other = classify(ValueError("bad row"), kind=FailureKind.ROUTER, where="/data/delta", step="writing binlogs")
+    assert (other.kind, other.message) == (FailureKind.ROUTER, "ValueError: bad row")
+    assert classify(OSError(errno.EIO, "I/O error"), kind=FailureKind.COMMIT_FAILED, where="/d", step="committing") == \
         Failure(kind=FailureKind.COMMIT_FAILED, message="OSError: [Errno 5] I/O error")
 
 
@@ -80,7 +84,7 @@ def test_a_full_filesystem_retries_on_a_short_fixed_interval_where_other_failure
     for _ in range(5):
         s.failures.fail(full, storage_full(where=str(tmp_path), reason=NO_SPACE, step="committing"), now)
         s.failures.fail(other, Failure(kind=FailureKind.COMMIT_FAILED, message="OSError: I/O error"), now)
-    assert full.retry_at == now + RETRY_WHILE_FULL and full.failures == 5
+    assert full.retry_at == now + BACK_OFF_EVERY and full.failures == 5
     assert other.retry_at == now + 32.0
 
 
@@ -139,7 +143,7 @@ def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_inter
     s.failures.fail(fg, full, clock[0])
     s.loader.load(fg)                      # reloaded: running, nothing to commit
     watch.check(members.get)
-    clock[0] += RETRY_WHILE_FULL - 1
+    clock[0] += BACK_OFF_EVERY - 1
     watch.check(members.get)
     assert watch.waiting == 1
     s.failures.fail(fg, full, clock[0])    # failed again: the interval starts over
@@ -148,7 +152,7 @@ def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_inter
     watch.check(members.get)
     assert watch.waiting == 1 and watch.condition is not None
     monkeypatch.setattr(space_watch.space, "has_room", lambda path: False)   # still full: no proof
-    clock[0] += RETRY_WHILE_FULL
+    clock[0] += BACK_OFF_EVERY
     watch.check(members.get)
     assert watch.waiting == 1 and watch.condition is not None
     monkeypatch.setattr(space_watch.space, "has_room", lambda path: path == str(tmp_path))   # room again
@@ -158,7 +162,7 @@ def test_a_vchannel_with_nothing_to_write_ends_the_condition_after_a_retry_inter
 
 def test_the_path_a_storage_full_failure_names_is_asked_for_room(tmp_path):
     from deltanode.delta.space import has_room, path_of
-    assert path_of(describe(str(tmp_path), NO_SPACE, "committing")) == str(tmp_path)
-    assert path_of(describe("Spark's local directory /tmp/spark-1 (x)", QUOTA, "running")) == "/tmp/spark-1"
-    assert path_of(describe("s3://bucket/root", NO_SPACE, "committing")) is None
+    assert path_of(worded(str(tmp_path), NO_SPACE, "committing")) == str(tmp_path)
+    assert path_of(worded("Spark's local directory /tmp/spark-1 (x)", QUOTA, "running")) == "/tmp/spark-1"
+    assert path_of(worded("s3://bucket/root", NO_SPACE, "committing")) is None
     assert has_room(str(tmp_path)) and not has_room(None) and not has_room(str(tmp_path / "missing"))

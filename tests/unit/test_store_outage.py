@@ -1,7 +1,7 @@
 """An object store that does not answer, as DeltaNode recognises and tells it: botocore's
 connection, timeout and 5xx errors, delta-rs's and pyarrow's words for them, ``CommitInDoubt``
-(``storage.store_outage``); the driver's failure kind ``STORE_UNREACHABLE``, retried every
-``RETRY_WHILE_FULL`` seconds, told once for the node, and no reason for ``/healthz`` to fail
+(``failure.causes``); the driver's failure kind ``STORE_UNREACHABLE``, retried every
+``BACK_OFF_EVERY`` seconds, told once for the node, and no reason for ``/healthz`` to fail
 while ``/readyz`` does. Errors the store answered definitely (access denied, no such bucket) keep
 their kind. Pure logic and real exceptions; tests/integration/test_object_storage_faults.py breaks
 a real S3 protocol server."""
@@ -17,9 +17,11 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from deltanode.datanode.metrics import NodeView, health, readiness
 from deltanode.delta.delta_log import CommitInDoubt
 from deltanode.delta.layout import StorageLayout
-from deltanode.delta.store_outage import unreachable
-from deltanode.pipeline.failures import FailurePolicy
-from deltanode.vchannel.failure import RETRY_WHILE_FULL, Failure, FailureKind, failure_of, outside_cause
+from deltanode.delta.object_store import is_object_store
+from deltanode.failure.causes import store_unanswered as unreachable
+from deltanode.failure.classify import BACK_OFF_EVERY, Failure, classify
+from deltanode.failure.kinds import Action, FailureKind
+from deltanode.pipeline.vchannel_stops import VchannelStops
 
 from .vchannels import flowgraph
 
@@ -63,27 +65,30 @@ def test_an_answer_the_store_gave_is_not_an_outage(error):
 
 def test_the_kind_is_store_unreachable_only_for_an_object_store_root():
     error = EndpointConnectionError(endpoint_url=URL)
-    on_s3 = failure_of(FailureKind.COMMIT_FAILED, error, where="s3://deltanode/t", step="committing")
-    assert on_s3.kind is FailureKind.STORE_UNREACHABLE and on_s3.outside
+    def commit_failed(where: str) -> Failure:
+        return classify(error, kind=FailureKind.COMMIT_FAILED, where=where, step="committing",
+                        store=is_object_store(where))
+    on_s3 = commit_failed("s3://deltanode/t")
+    assert on_s3.kind is FailureKind.STORE_UNREACHABLE and on_s3.outside and on_s3.action is Action.BACK_OFF
     assert on_s3.message.startswith("s3://deltanode/t: ") and on_s3.message.endswith("(committing)")
-    assert failure_of(FailureKind.COMMIT_FAILED, error, where="/data/delta", step="committing").kind is \
-        FailureKind.COMMIT_FAILED
+    assert commit_failed("/data/delta").kind is FailureKind.COMMIT_FAILED
     task = Failure(kind=FailureKind.ROUTER, message="OSError: AWS Error NETWORK_CONNECTION during PutObject")
-    assert outside_cause(task, "s3://deltanode/t").kind is FailureKind.STORE_UNREACHABLE
-    assert outside_cause(task, "/data/delta") is task
+    on_s3_task = classify(task, where="s3://deltanode/t", store=True)
+    assert on_s3_task.kind is FailureKind.STORE_UNREACHABLE and on_s3_task.message.endswith(f"({FailureKind.ROUTER})")
+    assert classify(task, where="/data/delta", store=False) is task
 
 
 def test_the_outage_is_told_once_retried_every_few_seconds_and_fails_readiness_not_liveness(caplog):
     caplog.set_level(logging.DEBUG, logger="deltanode")
-    policy = FailurePolicy(storage=StorageLayout("s3://deltanode/t"), fence=None, load=lambda fg: None,
+    policy = VchannelStops(storage=StorageLayout("s3://deltanode/t"), fence=None, load=lambda fg: None,
                            forget_topic=lambda p: None)
     members = [flowgraph(1, 0), flowgraph(1, 1), flowgraph(2, 0)]
     now = time.monotonic()
     for _ in range(3):
         for fg in members:
-            policy.fail(fg, failure_of(FailureKind.RESTART_FAILED, EndpointConnectionError(endpoint_url=URL),
-                                       where="s3://deltanode/t", step="loading it from Delta"), now)
-    assert all(fg.retry_at == now + RETRY_WHILE_FULL and fg.failures == 3 for fg in members)
+            policy.fail(fg, classify(EndpointConnectionError(endpoint_url=URL), kind=FailureKind.RESTART_FAILED,
+                                     where="s3://deltanode/t", step="loading it from Delta", store=True), now)
+    assert all(fg.retry_at == now + BACK_OFF_EVERY and fg.failures == 3 for fg in members)
     told = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.levelname for r in told] == ["ERROR"] and "object storage unreachable at s3://deltanode/t" in \
         told[0].getMessage()

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from deltanode.config.sections.pipeline import SyncSettings
 from deltanode.delta.tables import open_table, read_table
+from deltanode.failure.kinds import FailureKind
+from deltanode.jobs.contract import JobGroup
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.jobs import JOB_GROUP
-from deltanode.pipeline.sync_policy import SyncSettings
 from deltanode.state import meta
-from deltanode.vchannel.failure import FailureKind
 from deltanode.vchannel.flowgraph import FlowgraphStatus
 
 from .fakes import FakeFence
@@ -124,8 +124,8 @@ def test_deletes_are_marked_by_one_job_and_committed_as_deletion_vectors(tmp_pat
     read_deletes(a0, s.storage, [2])
     read_deletes(a1, s.storage, [12])
     report = sync(s, a0, a1)
-    assert [(job.group, sorted(t.vchannel for t in job.items)) for job in s.sc.jobs] == [
-        (JOB_GROUP, sorted([a0.vchannel, a1.vchannel]))]
+    assert [(job.group, sorted(t.vchannel for t in job.specs)) for job in s.sc.jobs] == [
+        (JobGroup.PIPELINE, sorted([a0.vchannel, a1.vchannel]))]
     assert (report.marked_rows, report.marked_files, report.commits) == (2, 2, 1)
     assert insert_pks(s.storage, 1) == [1, 3, 11]
     pks = read_table(s.storage, s.storage.delta_log(1)).column("pk").to_pylist()

@@ -1,11 +1,7 @@
 """Which collections a cycle commits: data at once, idle checkpoints at a bounded rate."""
 
-from deltanode.pipeline.sync_policy import (
-    Candidate,
-    SyncSelector,
-    SyncSettings,
-    TokenBucket,
-)
+from deltanode.config.sections.pipeline import SyncSettings
+from deltanode.pipeline.sync_policy import Candidate, SyncSelector, TokenBucket
 
 
 def cand(v, cid, *, urgent=False, data_since=None, pending_bytes=0, committed_at=0.0):

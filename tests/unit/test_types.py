@@ -14,7 +14,7 @@ from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import read_table
 from deltanode.executor import decode
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.executor.rewrite import rewrite
+from deltanode.executor.rewrite_task import rewrite
 from deltanode.mq.broker import Broker
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy
 from deltanode.records import Rewrite, SegmentFile

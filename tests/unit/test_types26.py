@@ -18,7 +18,7 @@ from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import read_table
 from deltanode.executor import decode
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.executor.rewrite import rewrite
+from deltanode.executor.rewrite_task import rewrite
 from deltanode.lake import columns, views
 from deltanode.lake.rows_json import converter
 from deltanode.lake.wkb import NotWkb, to_wkt

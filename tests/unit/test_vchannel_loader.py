@@ -10,11 +10,12 @@ import time
 import pytest
 
 from deltanode.delta.tables import open_table
+from deltanode.failure.classify import Failure
+from deltanode.failure.kinds import FailureKind
 from deltanode.pipeline import loader as loader_module
 from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.state.channel_state import ChannelState, SegmentMeta, SegmentState
 from deltanode.state.commit import VchannelSync, Watermarks
-from deltanode.vchannel.failure import Failure, FailureKind
 from deltanode.vchannel.flowgraph import FlowgraphStatus
 from deltanode.vchannel.start_state import TopicRecreated
 from deltanode.wire.datapb import VchannelInfo

@@ -18,6 +18,6 @@ def test_a_warm_up_task_imports_a_task_s_modules_and_decodes_a_message_in_its_wo
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     rows, loaded = int(out[0]), set(out[1:])
     assert rows == 2
-    wanted = {"deltanode.executor.task", "deltanode.executor.decode", "deltanode.executor.delete_marks",
+    wanted = {"deltanode.executor.task", "deltanode.executor.decode", "deltanode.executor.delete_mark_task",
               "deltanode.executor.binlog_writer", "deltanode.executor.dispatch", "pyarrow", "numpy"}
     assert wanted <= loaded, f"not loaded by the warm-up: {sorted(wanted - loaded)}"

@@ -1,6 +1,6 @@
 """Real vchannel flowgraphs and the driver's stages around them, for the pipeline's unit tests.
 
-``stages`` wires ``SyncManager``, ``VchannelLoader`` and ``FailurePolicy`` as ``Pipeline`` does,
+``stages`` wires ``SyncManager``, ``VchannelLoader`` and ``VchannelStops`` as ``Pipeline`` does,
 on Delta tables under a test's directory; only Spark, etcd and the broker are fakes
 (``tests/unit/fakes.py``). ``read_rows``, ``read_deletes`` and ``read_ticks`` apply to a
 flowgraph what a cycle's task would have returned for it: binlog files really written (by the
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from deltanode.config.sections.pipeline import SyncSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.executor.binlog_writer import BinlogWriter
-from deltanode.pipeline.failures import FailurePolicy, Fence
 from deltanode.pipeline.loader import VchannelLoader
 from deltanode.pipeline.sync_manager import SyncManager
-from deltanode.pipeline.sync_policy import SyncSettings
+from deltanode.pipeline.vchannel_stops import Fence, VchannelStops
 from deltanode.records import Portion, PortionStats
 from deltanode.vchannel.flowgraph import VchannelFlowgraph
 from deltanode.vchannel.state_update import advance
@@ -53,19 +53,19 @@ class Stages:
     sc: FakeSparkContext
     syncs: SyncManager
     loader: VchannelLoader
-    failures: FailurePolicy
+    failures: VchannelStops
 
 
 def stages(root: Path, *, fence: Fence | None = None, settings: SyncSettings = SyncSettings(),
            new_collection_files: int = 0, max_tasks: int = 4, importer: VchannelImporter | None = None) -> Stages:
     """The sync, load and failure stages of a pipeline storing its tables under ``root``."""
     storage, sc = StorageLayout(str(root)), FakeSparkContext()
-    failures: list[FailurePolicy] = []
+    failures: list[VchannelStops] = []
     syncs = SyncManager(sc=sc, storage=storage, settings=settings, fence=fence,   # type: ignore[arg-type]
                         fail=lambda *args, **kwargs: failures[0].fail(*args, **kwargs),
                         new_collection_files=new_collection_files, max_tasks=max_tasks)
     loader = VchannelLoader(syncs=syncs, importer=importer)
-    failures.append(FailurePolicy(storage=storage, fence=fence, load=loader.load, forget_topic=loader.forget))
+    failures.append(VchannelStops(storage=storage, fence=fence, load=loader.load, forget_topic=loader.forget))
     return Stages(storage, sc, syncs, loader, failures[0])
 
 

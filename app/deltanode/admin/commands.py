@@ -26,13 +26,15 @@ from ..datacoord.catalog_of_conf import open_catalog
 from ..datacoord.milvus_catalog import read_gaps
 from ..datanode.status import read_statuses
 from ..delta.delta_log import DeltaLog
+from ..delta.layout import StorageLayout
 from ..etcd import flush_request, keys
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
 from ..etcd.reachability import describe_outage
 from ..etcd.session import list_sessions
+from ..failure.errors import DeltaNodeError
 from ..milvus_import.import_progress import import_progress, summary
-from ..mq.broker import BrokerError
+from ..mq.broker import Broker, BrokerError
 from ..mq.reachability import describe_broker_outage
 from ..state import meta
 from ..state.channel_state import SegmentState
@@ -85,7 +87,7 @@ def create_collection(conf: Conf, args: argparse.Namespace) -> int:
         schema = load_schema_file(args.schema, names[0])
         new = [NewCollection(name=name, schema=_renamed(schema, name), shards=args.shards) for name in names]
         with _client(settings) as client:
-            records = create_collections(client, settings.etcd.root, settings.broker, new,
+            records = create_collections(client, settings.etcd.root, Broker.of(settings.broker), new,
                                          settings.pchannels.prefix, settings.pchannels.count)
     except (SchemaError, CatalogError, EtcdError, ValueError) as e:
         return _fail(str(e))
@@ -117,7 +119,7 @@ def _watch_keys(client: EtcdClient, root: str) -> dict[str, tuple[str, ChannelWa
 
 def show_channels(conf: Conf, args: argparse.Namespace) -> int:
     settings = Settings.of(conf)
-    storage = settings.storage
+    storage = StorageLayout.of(settings.storage)
     try:
         with _client(settings) as client:
             watches = _watch_keys(client, settings.etcd.root)
@@ -143,7 +145,7 @@ def show_channels(conf: Conf, args: argparse.Namespace) -> int:
     return 0
 
 
-class AdminError(RuntimeError):
+class AdminError(DeltaNodeError):
     """A request that cannot be answered; the message goes to stderr."""
 
 
@@ -161,7 +163,7 @@ def _collection(settings: Settings, name_or_id: str) -> CollectionRecord:
 def show_collections(conf: Conf, args: argparse.Namespace) -> int:
     """Every collection of the catalog (in mirror mode: of the Milvus), with what DeltaNode made of it."""
     settings = Settings.of(conf)
-    storage = settings.storage
+    storage = StorageLayout.of(settings.storage)
     try:
         with _client(settings) as client:
             records = _records(settings, client)
@@ -192,7 +194,7 @@ def show_collections(conf: Conf, args: argparse.Namespace) -> int:
 
 def show_segments(conf: Conf, args: argparse.Namespace) -> int:
     settings = Settings.of(conf)
-    storage = settings.storage
+    storage = StorageLayout.of(settings.storage)
     try:
         record = _collection(settings, args.collection)
     except AdminError as e:
@@ -235,7 +237,7 @@ def flush(conf: Conf, args: argparse.Namespace) -> int:
     settings = Settings.of(conf)
     if (why := _refuse_in_mirror_mode(settings, "flush")) is not None:
         return _fail(why)
-    storage = settings.storage
+    storage = StorageLayout.of(settings.storage)
     try:
         record = _collection(settings, args.collection)
         flush_ts = now_ts()
@@ -277,7 +279,7 @@ def produce(conf: Conf, args: argparse.Namespace) -> int:
         record = _collection(settings, args.collection)
     except AdminError as e:
         return _fail(str(e))
-    broker = settings.broker
+    broker = Broker.of(settings.broker)
     producer = MilvusProducer(Proxy(broker), CollectionLayout.from_proto(record.schema), record.collection_id,
                               record.name)
     stop = threading.Event()
@@ -321,7 +323,7 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
     report: dict = {"etcd": "down", "broker": "down", "datanodes": []}
     root = settings.etcd.root
     now = time.time()
-    statuses = read_statuses(settings.storage, now)
+    statuses = read_statuses(StorageLayout.of(settings.storage), now)
     try:
         with _client(settings) as client:
             report["etcd"] = "up"
@@ -350,7 +352,7 @@ def health(conf: Conf, args: argparse.Namespace) -> int:
                       else describe_broker_outage(st.broker_unreachable_since, st.broker_error or "", now)})
         entry["healthy"] = entry.get("healthy", True) and st.persisting(now)
     try:
-        settings.broker.ping(settings.pchannels.names()[0], timeout=5.0)
+        Broker.of(settings.broker).ping(settings.pchannels.names()[0], timeout=5.0)
         report["broker"] = "up"
     except BrokerError as e:
         report["broker_error"] = str(e)

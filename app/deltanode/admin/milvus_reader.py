@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..failure.errors import DeltaNodeError
 from ..wire.schema import DataType, FieldSpec
 
 Key = int | str
@@ -29,7 +30,7 @@ KEYS_PER_QUERY = 1000
 _INT64_MIN = -(1 << 63)
 
 
-class MilvusReadError(RuntimeError):
+class MilvusReadError(DeltaNodeError):
     """Milvus refused or failed a read (the message says which and why)."""
 
 

@@ -37,6 +37,7 @@ from ..delta.delta_log import DeltaLog
 from ..delta.layout import StorageLayout
 from ..etcd.client import EtcdClient
 from ..etcd.errors import EtcdError
+from ..failure.errors import BadInput
 from ..mq.broker import Broker, BrokerError, HighWatermarks
 from ..state import meta
 from ..wire.names import pchannel_of
@@ -58,7 +59,7 @@ PROGRESS_EVERY_S = 5.0
 STALLED_AFTER_S = 15.0   # no checkpoint of a late collection moved for this long: stop waiting
 
 
-class UsageError(ValueError):
+class UsageError(BadInput):
     """A command line that names what cannot be verified (exit 2)."""
 
 
@@ -316,7 +317,8 @@ def run(conf: Conf, args: argparse.Namespace) -> int:
     with MilvusReader(uri=options.milvus_uri, token=options.milvus_token) as reader:
         try:
             for record in records:
-                reports.append(verify_collection(reader, settings.storage, record, options, settings.broker))
+                reports.append(verify_collection(reader, StorageLayout.of(settings.storage), record, options,
+                                                    Broker.of(settings.broker)))
         except MilvusUnreachable as e:
             print(f"admin verify: {e}", file=sys.stderr)
             return 1

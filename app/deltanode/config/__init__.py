@@ -7,7 +7,7 @@ File syntax
   * a key may be set once per file; a line without ``=`` is an error.
 
 Keys
-  Every DeltaNode key is declared in ``KEYS`` (``configuration.keys``: name, type, default or required, doc);
+  Every DeltaNode key is declared in ``KEYS`` (``config.keys``: name, type, default or required, doc);
   an unknown key is an error. Any ``spark.*`` key is passed to Spark untouched
   (``Conf.spark_conf()``).
 
@@ -49,9 +49,18 @@ Errors name where the value came from::
 
 ``python -m deltanode.config`` prints the table of keys (Markdown).
 
-The parts live in ``deltanode.config``: ``values`` (parsers, key types), ``keys`` (the key
-table), ``sources`` (file, environment, secret files), ``checks`` (across keys), ``conf`` (``Conf``,
-``load_conf``) and ``markdown`` (the key table for the docs); this module is their public face.
+The package holds the configuration, each module with one job, and imports none of the layers
+above it (``tests/unit/test_layers.py``); it runs in the launcher and on the driver:
+
+- reading: ``values`` (parsers, key types), ``keys`` (the key table), ``sources`` (file,
+  environment, secret files), ``checks`` (across keys), ``conf`` (``Conf``, ``load_conf``) and
+  ``markdown`` (the key table for the docs); this module is their public face;
+- the typed sections: ``sections`` (one frozen dataclass per concern, a module per area) and
+  ``settings`` (``Settings.of``: the conf read into them, in one place). A package takes its
+  section and makes its own objects of it (``mq.Broker.of``, ``delta.StorageLayout.of``);
+- the Spark/JVM launch options: ``spark_conf`` (a subcommand's Spark conf and the Delta jars),
+  ``jvm_options`` (DeltaNode's JVM defaults, the launcher's options) and ``jars`` (the JVM
+  components bootstrap fetched).
 """
 
 from __future__ import annotations

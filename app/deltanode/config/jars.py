@@ -12,9 +12,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..failure.errors import DeltaNodeError
+from ..failure.kinds import FailureKind
 
-class MissingJars(RuntimeError):
+
+class MissingJars(DeltaNodeError):
     """A JVM component was never fetched into this venv."""
+
+    kind = FailureKind.BAD_CONF
 
 
 def component_dir(name: str) -> Path:

@@ -1,95 +1,36 @@
-"""The conf as typed sections, one per concern, made once at start (``Settings.of``).
+"""The conf read into its typed sections (``config.sections``), once at start: ``Settings.of``.
 
-``config.Conf`` reads and checks a conf file key by key; the components take these frozen
-sections instead, so each knows the few values it uses by name and type, and the conf keys are
-read in this one place (plus the broker's and the storage's own ``from_conf``, which carry
-client settings and credentials that never show in a repr, and ``EmbeddedSettings.of``, which
-the command line uses before any JVM starts). Making them loads no Spark: the sections of the
-pipeline live in Spark-free modules (``pipeline.pipeline_settings``, ``pipeline.plan``).
+``Conf`` reads and checks a conf file key by key; the packages take these frozen sections
+instead, so each knows the few values it uses by name and type. This module is the one place
+where the conf's keys become sections; it makes no object of a higher package (a broker, a
+storage layout, a client): the package or the process that needs one makes it from its section.
+Runs in the launcher (``spark-submit.sh`` checks the embedded ports before any JVM starts) and
+on the driver; it needs the standard library only.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..delta.layout import StorageLayout
-from ..delta.object_store import StoreOptions
-from ..etcd.security import EtcdSecurity
-from ..mq.broker import Broker
-from ..pipeline.pipeline_settings import PipelineSettings
-from ..pipeline.plan import Limits
-from ..pipeline.sync_policy import SyncSettings
-from ..state.compaction_plan import CompactionSettings
-from ..vchannel.seal_policy import SealSettings
-from ..wire.names import pchannel_name
-from . import Conf
-from .embedded_settings import EmbeddedSettings
+from .conf import Conf
+from .sections.broker import BrokerSettings, PchannelSettings
+from .sections.embedded import EmbeddedPort, EmbeddedSettings
+from .sections.etcd import EtcdSecurity, EtcdSettings
+from .sections.mirror import MirrorSettings, MirrorStart
+from .sections.pipeline import CompactionSettings, Limits, PipelineSettings, SealSettings, SyncSettings
+from .sections.processes import DataCoordSettings, NodeSettings
+from .sections.storage import S3Settings, StorageSettings
 
-
-class MirrorStart(enum.StrEnum):
-    """Where a mirrored vchannel that never committed starts (``milvus.start``)."""
-
-    CREATION = "creation"       # right after the collection's CreateCollection message
-    SEGMENTS = "segments"       # import what Milvus persisted, then follow from its channel checkpoint
-    CHECKPOINT = "checkpoint"   # there, else at Milvus's own channel checkpoint (the gap recorded)
-
-
-@dataclass(frozen=True, kw_only=True)
-class EtcdSettings:
-    endpoints: str
-    root: str
-    session_ttl: float
-    security: EtcdSecurity = EtcdSecurity()   # TLS and login (etcd.ssl.*, etcd.auth.*)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MirrorSettings:
-    """The Milvus whose collections are mirrored; ``meta_root`` None: DeltaNode's own catalog."""
-
-    meta_root: str | None = None
-    etcd_endpoints: str | None = None      # None: DeltaNode's etcd
-    etcd_security: EtcdSecurity = EtcdSecurity()   # of etcd_endpoints (milvus.etcd.ssl.*, milvus.etcd.auth.*)
-    start: MirrorStart = MirrorStart.CREATION
-    storage: StorageLayout | None = None   # Milvus's files, read only (None: nothing can be imported)
-    import_batch: int = 8                  # segments a Spark job of an import reads
-
-    @property
-    def enabled(self) -> bool:
-        return self.meta_root is not None
-
-
-@dataclass(frozen=True, kw_only=True)
-class PchannelSettings:
-    """DeltaNode's own catalog's pchannels (a mirrored Milvus's come from its meta)."""
-
-    prefix: str
-    count: int
-
-    def names(self) -> list[str]:
-        return [pchannel_name(self.prefix, i) for i in range(self.count)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeSettings:
-    """A DataNode process: its session, metrics, progress reports and Spark warm-up."""
-
-    address: str
-    metrics_port: int                  # 0: no metrics server
-    metrics_address: str
-    progress_interval: float
-    warmup: bool
-    watch_workers: int                 # channel watches carried out at once (channel_watch.ChannelWatcher)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataCoordSettings:
-    watch_timeout: float
-    balance: bool
+# Pulsar's client settings: mq.pulsar.<name> keys, given to the client without the prefix.
+PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls.allow.insecure",
+                      "tls.validate.hostname", "receiver.queue.size", "listener.name")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
+    """Every section of one conf. Runs on the driver (and in the launcher, for ``embedded``)."""
+
     etcd: EtcdSettings
     mirror: MirrorSettings
     pchannels: PchannelSettings
@@ -98,22 +39,18 @@ class Settings:
     pipeline: PipelineSettings
     datacoord: DataCoordSettings
     timetick_interval: float           # standalone's own TimeTicks (0: none)
-    broker: Broker
-    storage: StorageLayout
+    broker: BrokerSettings
+    storage: StorageSettings
 
     @classmethod
     def of(cls, conf: Conf) -> Settings:
-        mirror = MirrorSettings(meta_root=conf.get("milvus.meta.root"),
-                                etcd_endpoints=conf.get("milvus.etcd.endpoints"),
-                                etcd_security=EtcdSecurity.from_conf(conf, "milvus.etcd."),
-                                start=MirrorStart(conf.get("milvus.start")),
-                                storage=_milvus_storage(conf), import_batch=conf.get("milvus.import.batch"))
+        mirror = _mirror(conf)
         return cls(
             etcd=EtcdSettings(endpoints=conf.get("etcd.endpoints"), root=conf.get("etcd.root"),
-                              session_ttl=conf.get("session.ttl"), security=EtcdSecurity.from_conf(conf)),
+                              session_ttl=conf.get("session.ttl"), security=_etcd_security(conf, "etcd.")),
             mirror=mirror,
             pchannels=PchannelSettings(prefix=conf.get("mq.pchannel.prefix"), count=conf.get("mq.pchannel.count")),
-            embedded=EmbeddedSettings.of(conf),
+            embedded=embedded_settings(conf),
             node=NodeSettings(address=conf.get("datanode.address"), metrics_port=conf.get("metrics.port"),
                               metrics_address=conf.get("metrics.address"),
                               progress_interval=conf.get("standalone.progress.interval"),
@@ -122,14 +59,62 @@ class Settings:
             datacoord=DataCoordSettings(watch_timeout=conf.get("datacoord.watch.timeout"),
                                         balance=conf.get("datacoord.channel.balance")),
             timetick_interval=conf.get("standalone.timetick.interval"),
-            broker=Broker.from_conf(conf),
-            storage=StorageLayout.from_conf(conf),
+            broker=_broker(conf),
+            storage=_storage(conf, "storage.root", "storage.s3."),
         )
 
 
-def _milvus_storage(conf: Conf) -> StorageLayout | None:
-    root = conf.get("milvus.storage.root")
-    return None if root is None else StorageLayout(str(root), StoreOptions.from_conf(conf, "milvus.storage.s3."))
+def embedded_settings(conf: Conf) -> EmbeddedSettings:
+    """The ``embedded`` section alone: the command line checks its ports before any JVM starts."""
+    broker_key = conf.broker_key
+    return EmbeddedSettings(
+        etcd=conf.get("embedded.etcd"), broker=conf.get("embedded.broker"),
+        data_dir=Path(conf.get("embedded.data.dir")),
+        etcd_port=EmbeddedPort(port=conf.hostports("etcd.endpoints")[0][1], key="etcd.endpoints",
+                               source=conf.source("etcd.endpoints")),
+        broker_port=EmbeddedPort(port=conf.broker_hostports()[0][1], key=broker_key, source=conf.source(broker_key)),
+        broker_kind=conf.get("mq.type"), broker_heap=conf.get("embedded.broker.heap"))
+
+
+def _etcd_security(conf: Conf, prefix: str) -> EtcdSecurity:
+    """The ``<prefix>ssl.*`` and ``<prefix>auth.*`` keys (checked together by ``checks``)."""
+    tls, auth = conf.get(prefix + "ssl.enabled"), conf.get(prefix + "auth.enabled")
+    return EtcdSecurity(tls=tls,
+                        ca_cert=conf.get(prefix + "ssl.tls.ca.cert") if tls else None,
+                        cert=conf.get(prefix + "ssl.tls.cert") if tls else None,
+                        key=conf.get(prefix + "ssl.tls.key") if tls else None,
+                        server_name=conf.get(prefix + "ssl.server.name") if tls else None,
+                        username=conf.get(prefix + "auth.username") if auth else None,
+                        password=conf.get(prefix + "auth.password") if auth else None, keys=prefix)
+
+
+def _broker(conf: Conf) -> BrokerSettings:
+    if conf.get("mq.type") == "pulsar":
+        client = tuple((k, str(conf.get(f"mq.pulsar.{k}"))) for k in PULSAR_CLIENT_KEYS
+                       if conf.get(f"mq.pulsar.{k}") not in (None, False))   # False: the client's default
+        return BrokerSettings(kind="pulsar", address=conf.get("mq.pulsar.service.url"),
+                              tenant=conf.get("mq.pulsar.tenant"), namespace=conf.get("mq.pulsar.namespace"),
+                              client=client)
+    return BrokerSettings(kind="kafka", address=conf.get("mq.kafka.bootstrap.servers"),
+                          client=tuple(conf.kafka_client_conf().items()))
+
+
+def _storage(conf: Conf, root_key: str, s3_prefix: str) -> StorageSettings:
+    """The root of ``root_key``, reached with the keys under ``s3_prefix``, and ``storage.fsync``."""
+    s3 = S3Settings(endpoint=conf.get(s3_prefix + "endpoint"), region=conf.get(s3_prefix + "region"),
+                    access_key_id=conf.get(s3_prefix + "access.key.id"),
+                    secret_access_key=conf.get(s3_prefix + "secret.access.key"),
+                    session_token=conf.get(s3_prefix + "session.token"), ca_file=conf.get(s3_prefix + "ca.file"))
+    return StorageSettings(root=str(conf.get(root_key)), s3=s3, fsync=conf.get("storage.fsync") is not False)
+
+
+def _mirror(conf: Conf) -> MirrorSettings:
+    storage = None if conf.get("milvus.storage.root") is None else \
+        _storage(conf, "milvus.storage.root", "milvus.storage.s3.")
+    return MirrorSettings(meta_root=conf.get("milvus.meta.root"), etcd_endpoints=conf.get("milvus.etcd.endpoints"),
+                          etcd_security=_etcd_security(conf, "milvus.etcd."),
+                          start=MirrorStart(conf.get("milvus.start")), storage=storage,
+                          import_batch=conf.get("milvus.import.batch"))
 
 
 def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:

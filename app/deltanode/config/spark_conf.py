@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
-from . import Conf, ConfError
+from .conf import Conf
+from .jars import component_jars
 from .jvm_options import spark_defaults
+from .values import ConfError
 
 
 def spark_options(command: str, conf: Conf) -> dict[str, str]:
     """The Spark conf of a subcommand: every spark.* key of the conf (after environment
-    overrides), then ``jvm.spark_defaults()`` the conf leaves unset, spark.app.name =
+    overrides), then ``jvm_options.spark_defaults()`` the conf leaves unset, spark.app.name =
     deltanode-``command``, and the Delta jars bootstrap fetched after any ``spark.jars`` of the
-    conf (``lake.spark``: every Spark that DeltaNode starts can read its tables with delta-spark)."""
+    conf (every Spark that DeltaNode starts can read its tables with delta-spark, ``lake.spark``)."""
     spark = conf.spark_conf()
     for key, value in spark_defaults().items():
         spark.setdefault(key, value)
@@ -30,10 +33,19 @@ def spark_options(command: str, conf: Conf) -> dict[str, str]:
         # container's directory, deep in the NodeManager's local dirs: past the 107 bytes a socket's
         # path may have ("AF_UNIX path too long"). /tmp is on every host.
         spark.setdefault("spark.python.unix.domain.socket.dir", "/tmp")
-    # Imported here: the command line imports this module, and must start on the standard library
-    # alone (``--help``, conf errors), where lake's S3 settings need pyarrow.
-    from ..lake.spark import with_delta_jars
     return with_delta_jars(spark)
+
+
+def appended(current: str | None, values: list[str]) -> str:
+    """A comma-separated Spark list (``spark.jars``, ``spark.files``, ...) with ``values`` after
+    ``current``'s, each once."""
+    items = [v.strip() for v in (current or "").split(",") if v.strip()]
+    return ",".join(items + [v for v in values if v not in items])
+
+
+def with_delta_jars(options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` with the Delta jars added to ``spark.jars`` (after any the conf lists)."""
+    return {**options, "spark.jars": appended(options.get("spark.jars"), [str(p) for p in component_jars("delta")])}
 
 
 def _check_hadoop_conf_dir() -> None:

@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..failure.errors import BadInput
+from ..failure.kinds import FailureKind
 
-class ConfError(ValueError):
+
+class ConfError(BadInput):
     """A configuration problem; the message names the key and where it was set."""
+
+    kind = FailureKind.BAD_CONF
 
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b)?$", re.IGNORECASE)

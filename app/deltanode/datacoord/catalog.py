@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from ..etcd.client import EtcdClient, PrefixWatch
+from ..failure.errors import DeltaNodeError
 from ..mq.broker import Broker, BrokerError
 from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from ..wire.names import check_safe, pchannel_name, pchannel_of, vchannel_name
@@ -36,7 +37,7 @@ class CollectionStatus(enum.StrEnum):
 
 
 
-class CatalogError(RuntimeError):
+class CatalogError(DeltaNodeError):
     """A catalog request that cannot be carried out (name taken, broker down, ...)."""
 
 

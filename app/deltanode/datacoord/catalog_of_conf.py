@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config.settings import Settings
 from ..etcd.client import EtcdClient
+from ..mq.broker import Broker
 from ..wire.positions import CODECS
 from .catalog import Catalog, OwnCatalog
 from .milvus_catalog import MilvusCatalog
@@ -18,4 +19,4 @@ def open_catalog(settings: Settings, client: EtcdClient) -> Catalog:
     milvus = client if endpoints in (None, settings.etcd.endpoints) else \
         EtcdClient(endpoints, security=mirror.etcd_security)
     return MilvusCatalog(milvus, mirror.meta_root, own_client=client, own_root=settings.etcd.root,
-                         broker=settings.broker, positions=CODECS[settings.broker.kind], start=mirror.start)
+                         broker=Broker.of(settings.broker), positions=CODECS[settings.broker.kind], start=mirror.start)

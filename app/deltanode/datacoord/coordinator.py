@@ -71,7 +71,7 @@ class DataCoord:
     @classmethod
     def of(cls, settings: Settings, client: EtcdClient) -> "DataCoord":
         """The coordinator ``settings`` describe, on DeltaNode's etcd ``client`` (not started)."""
-        return cls(client, settings.etcd.root, settings.storage, CODECS[settings.broker.kind],
+        return cls(client, settings.etcd.root, StorageLayout.of(settings.storage), CODECS[settings.broker.kind],
                    open_catalog(settings, client), watch_timeout=settings.datacoord.watch_timeout,
                    balance=settings.datacoord.balance)
 

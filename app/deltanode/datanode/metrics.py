@@ -35,8 +35,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_a
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..failure.kinds import ACTIONS, Action
 from ..pipeline.cycle_report import CycleReport
-from ..vchannel.failure import FailureKind
 from ..vchannel.flowgraph import FlowgraphStatus, Snapshot
 from ..wire.positions import physical_ms
 
@@ -200,7 +200,7 @@ class CycleMetrics:
         self._lag_labels &= current
 
 
-_OUTSIDE = tuple(f"{kind}:" for kind in (FailureKind.STORAGE_FULL, FailureKind.STORE_UNREACHABLE))
+_OUTSIDE = tuple(f"{kind}:" for kind, action in ACTIONS.items() if action is Action.BACK_OFF)
 
 
 def _waits_outside(snap: Snapshot) -> bool:

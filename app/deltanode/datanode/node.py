@@ -23,11 +23,13 @@ from pyspark import SparkContext
 
 from ..config.settings import Settings
 from ..datanode.channel_watch import ChannelWatcher
+from ..delta.layout import StorageLayout
 from ..etcd.client import EtcdClient, EtcdError
 from ..etcd.fence import OwnershipFence
 from ..etcd.reachability import Reachability
 from ..etcd.session import Session, SessionError
 from ..milvus_import.importer import MilvusSource
+from ..mq.broker import Broker
 from ..pipeline.pipeline import Pipeline
 from ..wire.positions import CODECS
 from .channel_handler import FlowgraphManager
@@ -73,7 +75,8 @@ class DataNode:
                                     security=settings.etcd.security)
         if settings.node.metrics_port:
             self.metrics = MetricsServer(self.view(), settings.node.metrics_address, settings.node.metrics_port).start()
-        self.pipeline = Pipeline(self.sc, settings.storage, settings.broker, settings.pipeline, fence=self.fence,
+        self.pipeline = Pipeline(self.sc, StorageLayout.of(settings.storage), Broker.of(settings.broker),
+                                 settings.pipeline, fence=self.fence,
                                  on_cycle=self.metrics.on_cycle if self.metrics else None, milvus=self._milvus())
         self.flowgraphs = FlowgraphManager(self.pipeline)
         self.pipeline.start()
@@ -94,7 +97,8 @@ class DataNode:
             else self.client
         if client is not self.client:
             self._own_clients.append(client)
-        return MilvusSource(client=client, meta_root=mirror.meta_root, storage=mirror.storage,
+        storage = None if mirror.storage is None else StorageLayout.of(mirror.storage)
+        return MilvusSource(client=client, meta_root=mirror.meta_root, storage=storage,
                             positions=CODECS[self.settings.broker.kind], batch=mirror.import_batch)
 
     def view(self) -> NodeView:

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ..vchannel.failure import FailureKind
+from ..failure.kinds import FailureKind
 
 log = logging.getLogger("deltanode.progress")
 LAGGING = 1000   # messages behind the broker's high watermark

@@ -23,9 +23,9 @@ def check_broker(settings: Settings) -> None:
     """Stop at start when the broker refuses this node (its login, token or certificate): every read
     would fail the same way. A broker that does not answer yet is waited for, as a running node
     waits: it may be starting with the rest of the cluster."""
-    from ..mq.broker import BrokerError, BrokerRefused
+    from ..mq.broker import Broker, BrokerError, BrokerRefused
     try:
-        settings.broker.ping(settings.pchannels.names()[0], timeout=10.0)
+        Broker.of(settings.broker).ping(settings.pchannels.names()[0], timeout=10.0)
     except BrokerRefused:
         raise
     except BrokerError as e:

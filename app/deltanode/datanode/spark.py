@@ -33,7 +33,7 @@ SPARK_STOP_TIMEOUT = 30.0
 def start_spark_context(spark_conf: dict[str, str], app_name: str = "deltanode-datanode") -> Future[SparkContext]:
     """A context with the conf's spark.* keys (spark-submit passes them too), made on a thread of
     its own. Made off the main thread, pyspark leaves SIGINT to the node's own handler. When pyspark
-    launches the JVM itself (not under spark-submit), its launcher gets ``jvm.launcher_options``."""
+    launches the JVM itself (not under spark-submit), its launcher gets ``config.jvm_options.launcher_options``."""
     started: Future[SparkContext] = Future()
     os.environ.setdefault("SPARK_LAUNCHER_OPTS", launcher_options())
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pyarrow.fs import FileSelector
 
 from ..delta.layout import StorageLayout
-from ..delta.space import out_of_space
+from ..failure.causes import out_of_space
 
 STALE_AFTER = 3          # report intervals
 FORGET_AFTER = 3600.0    # seconds: older documents are not shown at all

@@ -32,6 +32,8 @@ import numpy as np
 import numpy.typing as npt
 from pyarrow import fs as pafs
 
+from ..failure.errors import BadInput
+
 MAGIC = 1681511377                # RoaringBitmapArray, portable serialization
 FILE_VERSION = 1                  # first byte of a DV file
 STORAGE_TYPES = ("i", "u", "p")   # inline, relative to the table root (by UUID), absolute path
@@ -50,7 +52,7 @@ _Z85_DIGITS[_Z85_CHARS] = np.arange(85)
 _Z85_POWERS = np.array([85 ** 4, 85 ** 3, 85 ** 2, 85, 1], np.uint64)
 
 
-class CorruptDeletionVector(ValueError):
+class CorruptDeletionVector(BadInput):
     """Bytes that are not a valid deletion vector (bad magic, cookie, checksum, size, count)."""
 
 

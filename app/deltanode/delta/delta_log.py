@@ -48,6 +48,7 @@ from typing import Protocol
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from ..failure.errors import DeltaNodeError
 from . import checkpoints, durable, json_codec, table_schema
 from .actions import AddFile, RemoveFile
 from .log_replay import apply_actions, live_adds
@@ -80,7 +81,7 @@ IN_FLIGHT_WAIT = 0.1
 DELETION_VECTORS = "deletionVectors"
 
 
-class TxnMoved(RuntimeError):
+class TxnMoved(DeltaNodeError):
     """Another writer moved the ``txn`` of some app ids this commit depends on (``moved``: their
     txn now); ``own_late``: those of them whose txn an earlier commit of this object moved, one
     left in doubt that landed after all (``DeltaLog.own_late``)."""
@@ -94,7 +95,7 @@ class TxnMoved(RuntimeError):
         self.moved, self.own_late = moved, own_late
 
 
-class CommitInDoubt(RuntimeError):
+class CommitInDoubt(DeltaNodeError):
     """The store failed every attempt to put a version and to read it back: the commit may have
     landed or not. Files the commit names must be kept; a later ``refresh`` reads the version if it
     landed (its ``txnId`` is in ``DeltaLog.doubtful``)."""
@@ -105,7 +106,7 @@ class CommitInDoubt(RuntimeError):
         self.version, self.txn_id = version, txn_id
 
 
-class FilesRemoved(RuntimeError):
+class FilesRemoved(DeltaNodeError):
     """A commit that removes or rewrites files found some of them removed by a version it did not
     know when it began (or since its ``ReadFiles``): Delta's concurrent-delete conflict. Nothing was
     committed."""
@@ -115,13 +116,13 @@ class FilesRemoved(RuntimeError):
         self.paths = paths
 
 
-class NotLanded(RuntimeError):
+class NotLanded(DeltaNodeError):
     """The store refused a put before it wrote anything of it (the cause: the store's error, e.g.
     a full filesystem's ``ENOSPC``): the version is certainly not this put's. Raised by a log
     store; a commit raises it at once, without reading the version back or trying again."""
 
 
-class NotDurable(RuntimeError):
+class NotDurable(DeltaNodeError):
     """A put's version is in the log but making its name durable failed (the cause: the failed
     directory fsync): a power cut may take it away. The commit raises it; its ``txnId`` is in
     ``DeltaLog.doubtful``, so a ``refresh`` that reads the version knows it as this node's own."""

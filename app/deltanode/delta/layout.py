@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -21,6 +22,9 @@ from .object_store import (
     delta_storage_options,
     filesystem,
 )
+
+if TYPE_CHECKING:   # a task's worker unpickles a StorageLayout and never loads the conf's modules
+    from ..config.sections.storage import StorageSettings
 
 QUARANTINE_SCHEMA = pa.schema([
     pa.field("vchannel", pa.string()), pa.field("pchannel", pa.string()),
@@ -64,8 +68,9 @@ class StorageLayout:
         self.root, self.options = root, options
 
     @classmethod
-    def from_conf(cls, conf) -> StorageLayout:
-        return cls(str(conf.get("storage.root")), StoreOptions.from_conf(conf))
+    def of(cls, settings: StorageSettings) -> StorageLayout:
+        """The layout of a storage section (``config.Settings.storage``, a mirrored Milvus's ``storage``)."""
+        return cls(settings.root, StoreOptions.of(settings.s3, fsync=settings.fsync))
 
     def filesystem(self, uri: str) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem and path of ``uri`` (a table or directory under the root)."""

@@ -19,6 +19,7 @@ import re
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from ..failure.errors import DeltaNodeError
 from . import json_codec
 from .actions import AddFile
 from .deletion_vectors import DeletionVector
@@ -29,7 +30,7 @@ _CHECKPOINT_ADD_COLUMNS = ("path", "size", "stats", "deletionVector", "tags")
 _V2_CHECKPOINT = re.compile(r"^\d{20}\.checkpoint\.[0-9a-f-]{36}\.(parquet|json)$")
 
 
-class UnsupportedCheckpoint(NotImplementedError):
+class UnsupportedCheckpoint(DeltaNodeError):
     """A checkpoint format this replay does not read (V2 checkpoints with sidecars)."""
 
 

@@ -19,14 +19,19 @@ from __future__ import annotations
 import functools
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyarrow import fs as pafs
 
+from ..failure.errors import BadInput
+
+if TYPE_CHECKING:   # a task's worker unpickles StoreOptions and never loads the conf's modules
+    from ..config.sections.storage import S3Settings
+
 OBJECT_STORE_SCHEMES = ("s3",)
-S3_CONF_KEYS = ("endpoint", "region", "access.key.id", "secret.access.key", "session.token", "ca.file")
 
 
-class UnsupportedStorage(ValueError):
+class UnsupportedStorage(BadInput):
     """A storage root this version cannot commit to atomically."""
 
 
@@ -46,11 +51,10 @@ class StoreOptions:
     fsync: bool = True
 
     @classmethod
-    def from_conf(cls, conf, prefix: str = "storage.s3.") -> StoreOptions:
-        """From the keys under ``prefix`` (``milvus.storage.s3.`` for a mirrored Milvus's storage),
-        and ``storage.fsync``."""
-        endpoint, region, key_id, secret, token, ca_file = (conf.get(f"{prefix}{k}") for k in S3_CONF_KEYS)
-        return cls(endpoint, region, key_id, secret, token, ca_file, fsync=conf.get("storage.fsync") is not False)
+    def of(cls, s3: S3Settings, *, fsync: bool) -> StoreOptions:
+        """From the conf's S3 keys (``config.sections.storage``) and ``storage.fsync``."""
+        return cls(s3.endpoint, s3.region, s3.access_key_id, s3.secret_access_key, s3.session_token, s3.ca_file,
+                   fsync=fsync)
 
     def _endpoint_parts(self) -> tuple[str | None, str | None]:
         """(scheme, host:port) of the endpoint."""

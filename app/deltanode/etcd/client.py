@@ -13,11 +13,11 @@ from typing import Any
 import grpc
 from aetcd.utils import prefix_range_end
 
+from deltanode.config.sections.etcd import EtcdSecurity
 from deltanode.etcd.errors import EtcdError, EtcdRefused, EtcdUnavailable
 from deltanode.etcd.keepalive import KeepAlive
 from deltanode.etcd.loop import EtcdLoop
 from deltanode.etcd.reachability import Reachability
-from deltanode.etcd.security import EtcdSecurity
 from deltanode.etcd.watch import PrefixWatch, WatchEvent
 
 __all__ = ["EtcdClient", "EtcdError", "EtcdRefused", "EtcdSecurity", "EtcdUnavailable", "KeepAlive", "PrefixWatch",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..failure.errors import DeltaNodeError
 
-class EtcdError(RuntimeError):
+
+class EtcdError(DeltaNodeError):
     """An etcd request failed."""
 
 

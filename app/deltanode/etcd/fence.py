@@ -26,10 +26,12 @@ from dataclasses import dataclass
 import grpc
 from aetcd import rpc
 
+from deltanode.config.sections.etcd import EtcdSecurity
 from deltanode.etcd import keys
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.reachability import Reachability
-from deltanode.etcd.security import EtcdSecurity
+from deltanode.etcd.security import pem_files
+from deltanode.failure.errors import DeltaNodeError
 from deltanode.wire.varint import read_varint
 
 # datapb.ChannelWatchState values and names, repeated here to keep this module light.
@@ -39,7 +41,7 @@ _STATE_NAMES = {0: "Uncomplete", 1: "Complete", 2: "ToWatch", 3: "WatchSuccess",
 _STATE_FIELD = 3  # ChannelWatchInfo.state
 
 
-class EtcdNoAnswer(Exception):
+class EtcdNoAnswer(DeltaNodeError):
     """etcd could not be asked, or gave an answer that says nothing about ownership."""
 
 
@@ -58,7 +60,7 @@ class OwnershipFence:
                  security: EtcdSecurity = EtcdSecurity()) -> None:
         self.endpoints = endpoints
         self.security = security
-        self._credentials = grpc.ssl_channel_credentials(*security.pem_files()) if security.tls else None
+        self._credentials = grpc.ssl_channel_credentials(*pem_files(security)) if security.tls else None
         self._channels: dict[tuple[str, int], grpc.Channel] = {}   # one per endpoint asked, kept open
         self._token: str | None = None   # the login (security.username), made at the first check
         self.root = root
@@ -230,7 +232,7 @@ class OwnershipFence:
             channel.close()
 
 
-class _Refused(grpc.RpcError):
+class _Refused(DeltaNodeError, grpc.RpcError):
     """A login refused, as the ``grpc.RpcError`` the check reports, with what was refused in front."""
 
     def __init__(self, cause: grpc.RpcError, what: str) -> None:

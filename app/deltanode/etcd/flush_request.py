@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 
+from ..failure.errors import BadInput
 
-class BadFlushRequest(ValueError):
+
+class BadFlushRequest(BadInput):
     """A key or value under the flush prefix that is not a flush request."""
 
 

@@ -21,10 +21,10 @@ from typing import Any, Protocol, TypeVar
 import aetcd
 import grpc
 
+from deltanode.config.sections.etcd import EtcdSecurity
 from deltanode.etcd.endpoints import parse_endpoints
 from deltanode.etcd.errors import EtcdError, EtcdRefused, EtcdUnavailable, describe
 from deltanode.etcd.secured_client import SecuredClient, is_stale_token
-from deltanode.etcd.security import EtcdSecurity
 
 log = logging.getLogger(__name__)
 

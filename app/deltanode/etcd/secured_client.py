@@ -18,8 +18,9 @@ import aetcd
 import grpc
 from aetcd import rpc
 
+from deltanode.config.sections.etcd import EtcdSecurity
 from deltanode.etcd.errors import EtcdRefused
-from deltanode.etcd.security import EtcdSecurity
+from deltanode.etcd.security import pem_files
 
 __all__ = ["SecuredClient", "is_stale_token"]
 
@@ -108,7 +109,7 @@ class SecuredClient(aetcd.Client):
         super().__init__(host, port, timeout=timeout, options=options)
         self.security = security
         try:
-            self._credentials = grpc.ssl_channel_credentials(*security.pem_files()) if security.tls else None
+            self._credentials = grpc.ssl_channel_credentials(*pem_files(security)) if security.tls else None
         except ValueError as exc:
             raise EtcdRefused(str(exc)) from None
         self._login = _Login(security.username, security.password or "", timeout) if security.username else None

@@ -17,6 +17,7 @@ from deltanode.etcd import keys
 from deltanode.etcd.client import EtcdClient, EtcdError, KeepAlive, PrefixWatch
 from deltanode.etcd.reachability import Reachability
 from deltanode.etcd.watch import DELETE, PUT, WatchEvent
+from deltanode.failure.errors import DeltaNodeError
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 SESSION_VERSION = "2.3.0+deltanode"
 
 
-class SessionError(RuntimeError):
+class SessionError(DeltaNodeError):
     """A session could not be registered."""
 
 

@@ -22,6 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf.message import DecodeError
 
+from ..failure.errors import DeltaNodeError
+from ..failure.kinds import FailureKind
 from ..wire.milvus_proto import common_pb2, milvus_pb2, msg_pb2, schema_pb2
 from ..wire.schema import (
     FLOAT_LIST,
@@ -66,8 +68,10 @@ IGNORED = {MsgType.CreateCollection, MsgType.CreatePartition, MsgType.DataNodeTt
            MsgType.Replicate, MsgType.Upsert}
 
 
-class Reject(Exception):
+class Reject(DeltaNodeError):
     """The message cannot be applied; ``str(self)`` is the reason recorded in quarantine."""
+
+    kind = FailureKind.REJECTED
 
 
 def parse(value: bytes | None):

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError, TaskErrorKind
+from ..failure.classify import classify
+from ..failure.kinds import FailureKind
+from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError
 from ..wire import wal_message
 from . import decode, wal_adaptor
 from .contexts import TaskContexts
 from .route import VchannelRouter
-from .task_errors import task_error
 
 # (context, first offset, end offset) -> the vchannel's router over [first, end)
 RouterFactory = Callable[[RouteContext, int, int], VchannelRouter]
@@ -208,7 +209,7 @@ class PchannelDispatcher:
     def broker_failed(self, message: str, unanswered: bool = False) -> None:
         """The broker could not serve the range (``unanswered``: it did not answer): every vchannel of
         it fails, or waits where it stands for an unanswered range."""
-        kind = TaskErrorKind.BROKER_UNREACHABLE if unanswered else TaskErrorKind.BROKER
+        kind = FailureKind.BROKER_UNREACHABLE if unanswered else FailureKind.BROKER
         self.error = TaskError(kind=kind, message=message)
 
     def finish(self) -> tuple[list[Portion], ReadStats]:
@@ -232,4 +233,6 @@ class PchannelDispatcher:
                                    p.partition)
 
     def _router_error(self, e: Exception) -> TaskError:
-        return task_error(TaskErrorKind.ROUTER, e, where=self.where, step="writing binlogs")
+        # Said here, where the exception is: a full filesystem is told apart by its errno, never
+        # guessed from a message on the driver.
+        return classify(e, kind=FailureKind.ROUTER, where=self.where, step="writing binlogs")

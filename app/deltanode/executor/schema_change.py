@@ -19,6 +19,7 @@ import functools
 
 from google.protobuf.message import DecodeError
 
+from ..failure.errors import BadInput
 from ..wire.milvus_proto import schema_pb2
 from ..wire.schema import CollectionLayout, FieldSpec
 
@@ -30,7 +31,7 @@ class Verdict(enum.Enum):
     KNOWN = "known"   # it adds none (the layout has them, or it is older): its flushed segments seal
 
 
-class NotAnAddition(ValueError):
+class NotAnAddition(BadInput):
     """The new schema is not the current one plus nullable fields; ``str(self)`` names the field.
     Raised on executors (a router quarantines the message with it)."""
 

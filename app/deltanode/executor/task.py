@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import pickle
 import time
 from collections.abc import Iterable
 from typing import Generic, TypeVar
@@ -29,19 +28,9 @@ from .worker_gc import collector_for_task
 T = TypeVar("T")
 
 
-def run_pickled_task(spec: bytes) -> bytes:
-    """Runs on an executor: ``run_task`` on a spec pickled with ``pickle``, its output pickled the same way.
-
-    Spark would pickle specs and outputs with cloudpickle, whose pickler runs a Python hook for
-    every object: a task's thousands of routing contexts pickle about twice as fast with ``pickle``
-    (docs/platform.md measures this). Records (``records.py``) are plain classes that ``pickle``
-    handles.
-    """
-    return pickle.dumps(run_task(pickle.loads(spec)), protocol=pickle.HIGHEST_PROTOCOL)
-
-
 def run_task(spec: TaskSpec) -> TaskOutput:
-    """Runs on an executor, the cyclic garbage collector set as ``worker_gc`` says."""
+    """Runs on an executor (the cycle's job kind: ``pipeline.cycle.CYCLE``), the cyclic garbage
+    collector set as ``worker_gc`` says."""
     with collector_for_task():
         return _run(spec)
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..failure.errors import BadInput
 from .columns import member_types, milvus_type
 from .wkb import NotWkb, to_wkt
 
@@ -30,7 +31,7 @@ Convert = Callable[[Any], Any]
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
-class DuplicateColumn(ValueError):
+class DuplicateColumn(BadInput):
     """Two result columns have one name: a JSON object cannot hold both."""
 
 

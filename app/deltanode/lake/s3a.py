@@ -28,13 +28,14 @@ import tempfile
 from pathlib import Path
 
 from ..delta.object_store import StoreOptions, is_object_store
+from ..failure.errors import BadInput
 
 FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 ABSTRACT_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3A"
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 
 
-class BadCaFile(ValueError):
+class BadCaFile(BadInput):
     """``storage.s3.ca.file`` holds no certificate the JVM can trust (raised on the driver)."""
 
 

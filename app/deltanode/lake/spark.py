@@ -24,6 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config.jars import component_jars
+from ..config.settings import Settings
+from ..config.spark_conf import appended, with_delta_jars
+from ..delta.layout import StorageLayout
 from ..delta.object_store import is_object_store
 from .s3a import hand_credentials, s3a_options, trust_options, trust_store
 
@@ -38,22 +41,11 @@ SQL_DEFAULTS = {
 }
 
 
-def _append(current: str | None, values: list[str]) -> str:
-    """A comma-separated Spark list with ``values`` after ``current``'s, each once."""
-    items = [v.strip() for v in (current or "").split(",") if v.strip()]
-    return ",".join(items + [v for v in values if v not in items])
-
-
-def with_delta_jars(options: Mapping[str, str]) -> dict[str, str]:
-    """``options`` with the Delta jars added to ``spark.jars`` (after any the conf lists)."""
-    return {**options, "spark.jars": _append(options.get("spark.jars"), [str(p) for p in component_jars("delta")])}
-
-
 def with_delta_sql(options: Mapping[str, str]) -> dict[str, str]:
     """``options`` with the Delta jars, Delta's extension added to ``spark.sql.extensions``, and
     ``SQL_DEFAULTS`` where ``options`` has no value of its own."""
     out = with_delta_jars(options)
-    out["spark.sql.extensions"] = _append(out.get("spark.sql.extensions"), [EXTENSION])
+    out["spark.sql.extensions"] = appended(out.get("spark.sql.extensions"), [EXTENSION])
     for key, value in SQL_DEFAULTS.items():
         out.setdefault(key, value)
     return out
@@ -66,12 +58,12 @@ def with_storage(options: Mapping[str, str], storage) -> dict[str, str]:
     root needs nothing."""
     if not is_object_store(storage.root):
         return dict(options)
-    out = {**options, "spark.jars": _append(options.get("spark.jars"), [str(p) for p in component_jars("s3a")])}
+    out = {**options, "spark.jars": appended(options.get("spark.jars"), [str(p) for p in component_jars("s3a")])}
     for key, value in s3a_options(storage.options).items():
         out.setdefault(key, value)
     if storage.options.ca_file:
         trust = trust_options(trust_store(storage.options.ca_file))
-        out["spark.files"] = _append(out.get("spark.files"), [trust.pop("spark.files")])
+        out["spark.files"] = appended(out.get("spark.files"), [trust.pop("spark.files")])
         for key, value in trust.items():   # Java options: after the conf's own
             out[key] = " ".join(v for v in (out.get(key), value) if v)
     return out
@@ -81,11 +73,10 @@ def configure(builder, conf=None):
     """``builder`` (a ``SparkSession.Builder``) with the Delta jars and delta-spark's SQL
     settings, kept with the builder's own ``spark.jars`` and ``spark.sql.extensions``; with
     ``conf`` (a ``deltanode.config.Conf``), what reaches its ``storage.root`` (``with_storage``)."""
-    from ..delta.layout import StorageLayout
     own = dict(getattr(builder, "_options", {}))
     wanted = with_delta_sql(own)
     if conf is not None:
-        wanted = with_storage(wanted, StorageLayout.from_conf(conf))
+        wanted = with_storage(wanted, StorageLayout.of(Settings.of(conf).storage))
     for key, value in wanted.items():
         if own.get(key) != value:
             builder = builder.config(key, value)
@@ -100,7 +91,6 @@ def register_tables(spark, conf, names: list[str] | None = None) -> list[str]:
 
     For a ``storage.root`` on S3, ``spark`` must have been made by ``configure`` with ``conf``
     (the S3A jars and endpoint); its Hadoop configuration gets the conf's credentials first."""
-    from ..delta.layout import StorageLayout
     from .tables import catalog_tables
     from .views import register
     tables = catalog_tables(conf)
@@ -110,7 +100,7 @@ def register_tables(spark, conf, names: list[str] | None = None) -> list[str]:
         if missing:
             raise KeyError(f"no collection named {', '.join(missing)} (the tables: {', '.join(sorted(known))})")
         tables = [t for t in tables if t.qualified in names]
-    storage = StorageLayout.from_conf(conf)
+    storage = StorageLayout.of(Settings.of(conf).storage)
     hand_credentials(spark, storage)
     register(spark, storage, tables)
     return [t.qualified for t in tables]

@@ -24,6 +24,8 @@ import sys
 import tempfile
 
 from ..config import Conf
+from ..config.settings import Settings
+from ..failure.errors import DeltaNodeError
 from .results import ResultStream
 from .rows_json import DuplicateColumn, RowRenderer
 from .tables import LakeTable, catalog_tables, mentioned
@@ -32,7 +34,7 @@ PROG = "spark-submit.sh sql"
 SHOWN_TABLES = 20    # an unknown table's message lists this many of the tables there are
 
 
-class QueryError(Exception):
+class QueryError(DeltaNodeError):
     """The query cannot run as written (exit 2); the message says why."""
 
 
@@ -45,7 +47,8 @@ def session_options(conf: Conf, args: argparse.Namespace, warehouse: str) -> dic
     from ..config.spark_conf import spark_options
     from ..delta.layout import StorageLayout
     from .spark import with_delta_sql, with_storage
-    options = with_storage(with_delta_sql(spark_options(args.command, conf)), StorageLayout.from_conf(conf))
+    storage = StorageLayout.of(Settings.of(conf).storage)
+    options = with_storage(with_delta_sql(spark_options(args.command, conf)), storage)
     for key, value in {"spark.ui.enabled": "false", "spark.log.level": "ERROR", "spark.driver.memory": "1g",
                        "spark.sql.warehouse.dir": warehouse}.items():
         options.setdefault(key, value)
@@ -121,7 +124,7 @@ def _query(spark, conf: Conf, tables: list[LakeTable], query: str, results: Resu
     if writes is not None:
         raise QueryError(f"the query would write or change something ({writes}): sql only reads, and "
                          "DeltaNode is the only writer of its tables")
-    storage = StorageLayout.from_conf(conf)
+    storage = StorageLayout.of(Settings.of(conf).storage)
     hand_credentials(spark, storage)   # before the first read of the storage
     register(spark, storage, mentioned(tables, query))
     try:

@@ -75,6 +75,7 @@ def catalog_tables(conf: Conf) -> list[LakeTable]:
     read from etcd."""
     from ..config.settings import Settings
     from ..datacoord.catalog_of_conf import open_catalog
+    from ..delta.layout import StorageLayout
     from ..etcd.client import EtcdClient
     settings = Settings.of(conf)
     with EtcdClient(settings.etcd.endpoints, security=settings.etcd.security) as client:
@@ -83,4 +84,4 @@ def catalog_tables(conf: Conf) -> list[LakeTable]:
             records = catalog.collections()
         finally:
             catalog.close()
-    return lake_tables(records, settings.storage)
+    return lake_tables(records, StorageLayout.of(settings.storage))

@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 import struct
 
+from ..failure.errors import BadInput
+
 _NAMES = {1: "POINT", 2: "LINESTRING", 3: "POLYGON", 4: "MULTIPOINT", 5: "MULTILINESTRING", 6: "MULTIPOLYGON",
           7: "GEOMETRYCOLLECTION"}
 _EWKB_Z, _EWKB_M, _EWKB_SRID = 0x80000000, 0x40000000, 0x20000000
 _MAX_DEPTH = 32   # collections of collections: far more than any geometry Milvus takes
 
 
-class NotWkb(ValueError):
+class NotWkb(BadInput):
     """The bytes are not a geometry in WKB."""
 
 

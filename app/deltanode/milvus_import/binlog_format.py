@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..failure.errors import BadInput
+
 MAGIC = 0xFFFABC
 DESCRIPTOR_EVENT, INSERT_EVENT, DELETE_EVENT = 0, 1, 2
 MULTI_FIELD = "MULTI_FIELD"      # extras["version"] of a deltalog with pk and ts columns
@@ -39,7 +41,7 @@ _EVENT_NAMES = {DESCRIPTOR_EVENT: "descriptor", INSERT_EVENT: "insert", DELETE_E
 _NO_NEXT = -1
 
 
-class BinlogFormatError(ValueError):
+class BinlogFormatError(BadInput):
     """A file that is not a readable Milvus binlog; the message names the file and the fault."""
 
 

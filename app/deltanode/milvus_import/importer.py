@@ -43,7 +43,9 @@ from ..delta.layout import StorageLayout, segment_of
 from ..delta.table_schema import TableSchema, schema_rank
 from ..etcd.client import EtcdClient
 from ..failure.crash_points import crash_point
-from ..spark_jobs import run_tasks
+from ..failure.errors import DeltaNodeError
+from ..jobs.contract import JobGroup, JobKind
+from ..jobs.launch import launch
 from ..state.channel_state import STATES_KEY
 from ..state.commit import CollectionCommitter, add_actions, delete_files
 from ..vchannel.start_state import initial_state
@@ -63,13 +65,17 @@ from .meta import (
 from .segment_task import ImportedSegment, SegmentImport, import_segment
 
 log = logging.getLogger(__name__)
-JOB_GROUP = POOL = "deltanode-milvus-import"
+# Each in the import's pool: the pipeline's cycles keep their share of the cores meanwhile.
+IMPORT_SEGMENTS = JobKind(name="deltanode: import", run=import_segment, group=JobGroup.MILVUS_IMPORT,
+                          pool=JobGroup.MILVUS_IMPORT.value)
+IMPORT_DELETES = JobKind(name="deltanode: import", run=import_deletes, group=JobGroup.MILVUS_IMPORT,
+                         pool=JobGroup.MILVUS_IMPORT.value)
 PROGRESS_EVERY = 30.0      # seconds between progress lines
 RETRY_PAUSE = 1.0          # seconds before the meta is read again after a file went missing
 MAX_ROUNDS = 100           # meta reads in a row that each found something new to import
 
 
-class ImportFailed(RuntimeError):
+class ImportFailed(DeltaNodeError):
     """The vchannel's import cannot go on (a file in a format DeltaNode cannot read, no checkpoint)."""
 
 
@@ -214,12 +220,8 @@ class VchannelImporter:
         tasks = [SegmentImport(storage=self.storage, source=self.source.storage,
                                collection_id=persisted.collection_id, schema=raw, segment=s,
                                deltalogs=persisted.deletes_for(s)) for s in chunk]
-        return self._spark_job(tasks, import_segment, f"{len(tasks)} Milvus segment(s) of {persisted.vchannel}")
-
-    def _spark_job(self, tasks: list, run: Callable, what: str) -> list:
-        """``run`` over ``tasks`` on executors, a task each, in the import's scheduler pool."""
-        return run_tasks(self.sc, tasks, run, group=JOB_GROUP, pool=POOL,
-                         description=f"deltanode: import {what}")
+        return launch(self.sc, IMPORT_SEGMENTS, tasks,
+                      description=f"{len(tasks)} Milvus segment(s) of {persisted.vchannel}")
 
     def _discard(self, collection_id: int, results: list[ImportedSegment]) -> None:
         delete_files(self.storage, self.storage.insert_log(collection_id),
@@ -274,7 +276,7 @@ class VchannelImporter:
         task = DeleteImport(storage=self.storage, source=self.source.storage, collection_id=persisted.collection_id,
                             schema=schema.SerializeToString(), deltalogs=files,
                             after_ts=before["upto_ts"] if before else 0, upto_ts=cp.ts)
-        result = self._spark_job([task], import_deletes, f"the deletes of {vchannel}")[0]
+        (result,) = launch(self.sc, IMPORT_DELETES, [task], description=f"the deletes of {vchannel}")
         if result.gone or result.error:
             delete_files(self.storage, self.storage.delta_log(persisted.collection_id), list(result.entries))
             if result.error:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from ..etcd.client import EtcdClient
+from ..failure.errors import DeltaNodeError
 from ..wire.datapb import FieldBinlog, SegmentInfo
 from ..wire.milvus_proto import msg_pb2
 from ..wire.positions import PositionCodec
@@ -59,7 +60,7 @@ class SegmentLevel(enum.IntEnum):
     L2 = 3
 
 
-class MilvusMetaError(RuntimeError):
+class MilvusMetaError(DeltaNodeError):
     """Milvus's meta for a vchannel cannot be read into an import."""
 
 

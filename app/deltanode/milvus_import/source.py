@@ -8,9 +8,10 @@ them; a file that is not there raises ``FileGone``, which the import's tasks ret
 from __future__ import annotations
 
 from ..delta.layout import StorageLayout
+from ..failure.errors import DeltaNodeError
 
 
-class FileGone(Exception):
+class FileGone(DeltaNodeError):
     """A file the meta listed is no longer in Milvus's storage; the message is its path."""
 
 

@@ -20,9 +20,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .backend import BrokerBackend, HighWatermarks, Sender
 from .types import BrokerError, BrokerRefused, BrokerUnreachable, Chunk, Delivered, Gap, OffsetRange
+
+if TYPE_CHECKING:   # a task's worker unpickles a Broker and never loads the conf's modules
+    from ..config.sections.broker import BrokerSettings
 
 __all__ = ["Broker", "BrokerError", "BrokerKind", "BrokerRefused", "BrokerUnreachable", "Chunk", "Delivered", "Gap",
            "HighWatermarks", "OffsetRange", "Sender", "connect"]
@@ -33,10 +37,6 @@ class BrokerKind(enum.StrEnum):
 
     KAFKA = "kafka"
     PULSAR = "pulsar"
-
-
-PULSAR_CLIENT_KEYS = ("auth.plugin", "auth.params", "tls.trust.certs.file", "tls.allow.insecure",
-                      "tls.validate.hostname", "receiver.queue.size", "listener.name")
 
 
 @dataclass(frozen=True)
@@ -55,15 +55,9 @@ class Broker:
         object.__setattr__(self, "kind", BrokerKind(self.kind))   # frozen: set once, here; an unknown kind fails
 
     @classmethod
-    def from_conf(cls, conf) -> Broker:
-        """The broker of a ``config.Conf``'s ``mq.*`` keys."""
-        if conf.get("mq.type") == BrokerKind.PULSAR:
-            settings = tuple((k, str(conf.get(f"mq.pulsar.{k}"))) for k in PULSAR_CLIENT_KEYS
-                             if conf.get(f"mq.pulsar.{k}") not in (None, False))   # False: the client's default
-            return cls(BrokerKind.PULSAR, conf.get("mq.pulsar.service.url"), conf.get("mq.pulsar.tenant"),
-                       conf.get("mq.pulsar.namespace"), settings)
-        return cls(BrokerKind.KAFKA, conf.get("mq.kafka.bootstrap.servers"),
-                   client=tuple(conf.kafka_client_conf().items()))
+    def of(cls, settings: BrokerSettings) -> Broker:
+        """The broker of the conf's ``mq.*`` keys (``config.Settings.broker``)."""
+        return cls(BrokerKind(settings.kind), settings.address, settings.tenant, settings.namespace, settings.client)
 
     @property
     def settings(self) -> dict[str, str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..failure.errors import DeltaNodeError
+
 __all__ = ["BrokerError", "BrokerRefused", "BrokerUnreachable", "Chunk", "Delivered", "Gap", "OffsetRange",
            "even_cut_points"]
 
@@ -19,7 +21,7 @@ Delivered = Callable[[int, str], None]   # (position, "") once landed; (-1, erro
 Chunk = list[tuple[int, bytes | None, dict[str, str] | None]]
 
 
-class BrokerError(RuntimeError):
+class BrokerError(DeltaNodeError):
     """The broker could not serve a request (unreachable, topic missing, data expired)."""
 
 

@@ -25,8 +25,6 @@ lists and counts.
 from __future__ import annotations
 
 import logging
-import pickle
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -35,27 +33,27 @@ from dataclasses import replace
 
 from pyspark import SparkContext
 
+from ..config.sections.pipeline import Limits, SealSettings
 from ..delta.layout import StorageLayout
-from ..delta.space import out_of_space
-from ..executor.task import run_pickled_task
+from ..executor.task import run_task
+from ..failure.classify import Failure, classify
 from ..failure.crash_points import crash_point
+from ..failure.kinds import FailureKind
+from ..jobs.contract import JobGroup, JobKind
+from ..jobs.launch import launch_isolated, local_dir, summarize_error
 from ..mq.broker import Broker, BrokerError, BrokerUnreachable, HighWatermarks
 from ..mq.reachability import BrokerReachability
 from ..records import RouteContexts, TaskOutput, TaskSpec
-from ..spark_jobs import local_dir, spark_stopped
 from ..state.channel_state import SegmentState
-from ..vchannel.failure import Failure, FailureKind, storage_full
 from ..vchannel.flowgraph import VchannelFlowgraph, align_schemas
-from ..vchannel.seal_policy import SealSettings
 from .cycle_apply import CycleApplier, Launched
 from .cycle_budget import MIN_MESSAGES, CycleBudget, CycleCost
 from .cycle_report import CycleReport
-from .failures import FailurePolicy
-from .jobs import JOB_GROUP, SparkStopped
 from .parking import CursorKey, Parking
-from .plan import Limits, Plan, Position, plan_cycle, planning_sizes, split_tasks
+from .plan import Plan, Position, plan_cycle, planning_sizes, split_tasks
 from .read_stalls import StalledReads
 from .registry import VchannelRegistry
+from .vchannel_stops import VchannelStops
 from .watermark_probe import Answers, ask_highs
 
 log = logging.getLogger(__name__)
@@ -63,6 +61,8 @@ log = logging.getLogger(__name__)
 # watermark of the job's pchannels while it waits (``CycleRunner.finish``), at most ``PROBE_TIMEOUT``.
 PROBE_AFTER = 5.0
 PROBE_TIMEOUT = 5.0
+# The cycle's job: a task's ranges read once, each vchannel's binlogs written (``executor.task``).
+CYCLE = JobKind(name="deltanode cycle", run=run_task, group=JobGroup.PIPELINE)
 
 
 class CycleRunner:
@@ -70,7 +70,7 @@ class CycleRunner:
 
     def __init__(self, *, sc: SparkContext, storage: StorageLayout, broker: Broker,
                  limits: Limits, seal: SealSettings,
-                 registry: VchannelRegistry, failures: FailurePolicy,
+                 registry: VchannelRegistry, failures: VchannelStops,
                  flushes: Callable[[], dict[int, int]], stopping: threading.Event,
                  reachability: BrokerReachability | None = None) -> None:
         """Where it reads and writes (``sc``, ``storage``, ``broker``); its settings sections
@@ -216,50 +216,21 @@ class CycleRunner:
         return highs
 
     def _run_tasks(self, specs: list[TaskSpec]) -> tuple[list[TaskOutput], list[tuple[str, Failure]]]:
-        """The cycle's Spark job (on the job thread): its outputs, and the vchannels of tasks that
-        failed. If the job fails, each task runs as a job of its own, so a range that breaks its
-        task (a worker crash) fails only its own vchannels; unless Spark itself stopped
-        (``SparkStopped``: no vchannel failed)."""
-        sc = self.sc
-        sc.setJobGroup(JOB_GROUP, f"deltanode cycle {specs[0].cycle}: {len(specs)} task(s)", interruptOnCancel=True)
-
-        def run(some: list[TaskSpec]) -> list[TaskOutput]:
-            pickled = [pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL) for spec in some]
-            return [pickle.loads(out) for out in sc.parallelize(pickled, len(pickled)).map(run_pickled_task).collect()]
-
-        try:
-            return run(specs), []
-        except Exception as e:  # isolated below
-            # Asked first, stopping or not: a SIGTERM that reaches the JVM beside the driver's own
-            # stop has Spark's shutdown hook stop the context under the job, which fails no vchannel.
-            if spark_stopped(sc):
-                raise SparkStopped(summarize_error(str(e))) from e
-            if self.stopping.is_set():
-                raise
-            # a full local directory fails every job alike: its vchannels' failures say it (once)
-            log.log(logging.DEBUG if out_of_space(e) else logging.WARNING,
-                    "cycle %d: its Spark job failed (%s); running its tasks one by one", specs[0].cycle,
-                    str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
-        outputs, failed = [], []
-        for spec in specs:
-            try:
-                outputs += run([spec])
-            except Exception as e:  # this task's vchannels fail, alone (unless Spark stopped)
-                if spark_stopped(sc):
-                    raise SparkStopped(summarize_error(str(e))) from e
-                why = self._task_failure(e)
-                failed += [(v, why) for v in sorted({v for p in spec.pieces for v in p.members})]
-        return outputs, failed
+        """The cycle's Spark job (on the job thread, which unpickles its outputs): its outputs, and
+        the vchannels of tasks that failed; each task's alone (``launch_isolated``), unless Spark
+        itself stopped (``SparkStopped``: no vchannel failed)."""
+        ran = launch_isolated(self.sc, CYCLE, specs, description=f"cycle {specs[0].cycle}: {len(specs)} task(s)",
+                              stopping=self.stopping.is_set)
+        failed = [(v, self._task_failure(e)) for spec, e in ran.failed
+                  for v in sorted({v for p in spec.pieces for v in p.members})]
+        return ran.results, failed
 
     def _task_failure(self, e: Exception) -> Failure:
         """Why a task's vchannels fail when its Spark job failed: a full filesystem there is
         Spark's local directory (the tasks' own writes to the storage root fail in the task, as
         the vchannel's own failure, not the job's)."""
-        reason = out_of_space(e)
-        if reason is not None:
-            return storage_full(where=f"Spark's local directory {local_dir(self.sc)}", reason=reason,
-                                step="running the cycle's Spark job")
-        return Failure(kind=FailureKind.TASK, message=summarize_error(str(e)))
+        return classify(e, kind=FailureKind.TASK, where=f"Spark's local directory {local_dir(self.sc)}",
+                        step="running the cycle's Spark job", message=summarize_error(str(e)))
 
     def _seal(self, readable: list[VchannelFlowgraph], flushes: dict[int, int]) -> None:
         """Flush requests and seal policies, before the cycle reads (its batches seal the segments
@@ -302,14 +273,3 @@ def log_cycle(r: CycleReport) -> None:
              r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.commits,
              r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s, r.job_s,
              r.apply_s, r.sync_s, r.task_s, r.task_cpu_s, r.task_read_s)
-
-
-_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$", re.MULTILINE)
-_JVM_PREFIXES = ("org.", "java.", "scala.", "py4j.", "pyspark.errors")
-
-
-def summarize_error(text: str) -> str:
-    """The Python exception behind a failed Spark job, not the JVM stack around it."""
-    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(_JVM_PREFIXES)]
-    line = f"{found[-1].group(1)}: {found[-1].group(2)}" if found else (text.strip().splitlines() or ["?"])[0]
-    return line[:500]

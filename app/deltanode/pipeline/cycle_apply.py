@@ -1,7 +1,7 @@
 """Applying a cycle's job output on the driver (``CycleRunner.finish``): each vchannel's portions
 move its working state (``flowgraph.state_update``), idle reads move it by ticks or park it, and
 what a vchannel no longer owns is discarded. A vchannel whose range the broker did not serve
-(``TaskErrorKind.BROKER_UNREACHABLE``) waits where it stands: its portions' files are deleted and
+(``FailureKind.BROKER_UNREACHABLE``: a retry) waits where it stands: its portions' files are deleted and
 a later cycle reads the range again. A portion that ends before a schema change of its collection
 (a field added to the live collection: ``Portion.schema``) has every flowgraph of the collection
 on this node take the new schema, with which the next cycle reads on."""
@@ -13,18 +13,19 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..delta.layout import StorageLayout
+from ..failure.classify import Failure
+from ..failure.kinds import Action, FailureKind
 from ..mq.reachability import BrokerReachability
-from ..records import Portion, RangeKey, ReadStats, SchemaChange, TaskErrorKind, TaskOutput
+from ..records import Portion, RangeKey, ReadStats, SchemaChange, TaskOutput
 from ..state.commit import discard
-from ..vchannel.failure import Failure, FailureKind
 from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from ..vchannel.state_update import BatchRangeError, advance, cut_after_short, retract_after_drops
 from ..wire.milvus_proto import schema_pb2
 from .cycle_report import CycleReport
-from .failures import FailurePolicy, task_failure
 from .parking import CursorKey, Parking
 from .plan import Plan
 from .registry import VchannelRegistry
+from .vchannel_stops import VchannelStops
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class CycleApplier:
     """Runs on the driver, in the pipeline's loop (``CycleRunner.finish``); learns the bytes per
     DML message of each pchannel from the reads it applies (``averages``, which the runner plans by)."""
 
-    def __init__(self, *, storage: StorageLayout, registry: VchannelRegistry, failures: FailurePolicy,
+    def __init__(self, *, storage: StorageLayout, registry: VchannelRegistry, failures: VchannelStops,
                  parking: Parking, reachability: BrokerReachability) -> None:
         self.storage, self.registry, self.failures, self.parking = storage, registry, failures, parking
         self.reachability = reachability
@@ -105,13 +106,13 @@ class CycleApplier:
             discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
             return
         error = next((p.error for p in portions if p.error is not None), None)
-        if error is not None and error.kind is TaskErrorKind.BROKER_UNREACHABLE:
+        if error is not None and error.action is Action.RETRY:
             discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
             self.reachability.failed(error.message)
             return
         if error is not None:
             discard(self.storage, fg.collection_id, [f for p in portions for f in p.files])
-            self.failures.fail(fg, task_failure(error), applying.now, applying.report)
+            self.failures.fail(fg, error, applying.now, applying.report)
             return
         tickless = sum(p.tickless for p in portions)
         if tickless:
@@ -119,9 +120,8 @@ class CycleApplier:
             fg.read_without_tick(tickless)
             return
         portions, unread = cut_after_short(portions)
-        discard(self.storage, fg.collection_id, [f for p in unread for f in p.files])
         portions, retracted = retract_after_drops(portions)
-        discard(self.storage, fg.collection_id, retracted)
+        discard(self.storage, fg.collection_id, [f for p in unread for f in p.files] + retracted)
         try:
             outcome = advance(fg.working, portions)
         except BatchRangeError as e:

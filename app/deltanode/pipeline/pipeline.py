@@ -27,29 +27,32 @@ from collections.abc import Callable
 
 from pyspark import SparkContext
 
+from ..config.sections.pipeline import PipelineSettings
 from ..delta.layout import StorageLayout
+from ..delta.object_store import is_object_store
+from ..failure.classify import Failure, classify
+from ..failure.kinds import FailureKind
+from ..jobs.contract import JobGroup
+from ..jobs.launch import SparkStopped, cancel
 from ..milvus_import.importer import MilvusSource, VchannelImporter
 from ..mq.broker import Broker
 from ..mq.reachability import BrokerReachability
 from ..state.channel_state import SegmentState
 from ..state.commit import discard
-from ..vchannel.failure import Failure, FailureKind, failure_of
 from ..vchannel.flowgraph import FlowgraphStatus, Snapshot, VchannelFlowgraph
 from ..wire.datapb import VchannelInfo
 from ..wire.milvus_proto import schema_pb2
 from ..wire.positions import CODECS
-from .compactor import CompactionTarget, Compactor
+from .compaction_rounds import CompactionTarget, Compactor
 from .cycle import CycleRunner
 from .cycle_report import CycleReport
-from .failures import FailurePolicy, Fence, store_outage
-from .jobs import JOB_GROUP, SparkStopped
 from .loader import VchannelLoader
-from .pipeline_settings import PipelineSettings
 from .registry import VchannelRegistry
 from .space_watch import SpaceWatch
 from .sync_manager import SyncManager
 from .trigger import Trigger
 from .turns import CycleObserver, CycleTurns
+from .vchannel_stops import Fence, VchannelStops, store_outage
 
 log = logging.getLogger(__name__)
 MAX_LOOP_BACKOFF = 60.0
@@ -74,7 +77,7 @@ class Pipeline:
                                       importer=VchannelImporter(sc, storage, milvus) if milvus else None)
         self._space = SpaceWatch()
         self.store_reachability = store_outage(storage.root)
-        self._failures = FailurePolicy(storage=storage, fence=fence, load=self._loader.load,
+        self._failures = VchannelStops(storage=storage, fence=fence, load=self._loader.load,
                                        forget_topic=self._loader.forget, space=self._space,
                                        store=self.store_reachability)
         self._stopping = threading.Event()
@@ -215,7 +218,7 @@ class Pipeline:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                self.sc.cancelJobGroup(JOB_GROUP)
+                cancel(self.sc, JobGroup.PIPELINE)
                 self._thread.join(timeout)
         self._cycle.close()
         for fg in self.registry.members().values():
@@ -243,7 +246,8 @@ class Pipeline:
                 failures += 1
                 log.exception("cycle failed (%d in a row); every vchannel restarts from Delta", failures)
                 now = time.monotonic()
-                why = failure_of(FailureKind.CYCLE_FAILED, e, where=self.storage.root, step="running a cycle")
+                why = classify(e, kind=FailureKind.CYCLE_FAILED, where=self.storage.root, step="running a cycle",
+                               store=is_object_store(self.storage.root))
                 for fg in self.registry.members().values():
                     self._fail(fg, why, now)
                 self._turns.abandon()

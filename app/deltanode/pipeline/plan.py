@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from ..config.sections.pipeline import Limits
 from ..records import Lane, ReadRange
 
 # The largest message a Milvus producer sends (docs/milvus-facts.md §1): the size a pchannel's
@@ -73,16 +74,6 @@ class Position(NamedTuple):
     next_offset: int
     replaying: bool = False   # seeking or its replay filter active: its ranges are not split (order matters)
     min_messages: int = 0     # its range must hold this many messages, limits allowing (to reach a TimeTick)
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_messages: int = 1000          # per range
-    max_bytes: int = 256 << 20        # main-lane ranges of one cycle together
-    catchup_bytes: int = 64 << 20     # catch-up ranges of one cycle together
-    splits: int = 2                   # tasks per cycle
-    cycle_seconds: float = 0.0        # how long a cycle's job may take (``cycle_budget``; 0: no bound)
-    cycle_messages: int | None = None  # all ranges of one cycle together, from ``cycle_seconds``; None: no bound
 
 
 @dataclass(frozen=True)

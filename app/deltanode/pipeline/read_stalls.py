@@ -1,13 +1,14 @@
 """Reads the broker leaves unserved while it answers their partitions' watermarks (driver).
 
 A read the broker did not serve (nothing for its stall timeout although the broker said the range
-holds messages, or a connection lost under it) leaves its vchannels waiting where they stand, as
-the broker not answering (``TaskErrorKind.BROKER_UNREACHABLE``), and a later cycle reads the range
-again. A broker can, though, answer a partition's watermark and still deliver none of its messages,
-for as long as it likes: Kafka's readers (``read_committed``) stop at the last stable offset,
-below the first message of a transaction that is still open, and a transaction its producer never
-ends holds it there until the broker aborts it; a Pulsar topic whose ledger the bookies do not
-serve. Waiting would never end, with the node telling of an outage of a broker that answers.
+holds messages, or a connection lost under it) leaves its vchannels waiting where they stand, as the
+broker not answering (``FailureKind.BROKER_UNREACHABLE``, whose action is a retry), and a later
+cycle reads the range again. A broker can, though, answer a partition's watermark and still deliver
+none of its messages, for as long as it likes: Kafka's readers (``read_committed``) stop at the last
+stable offset, below the first message of a transaction that is still open, and a transaction its
+producer never ends holds it there until the broker aborts it; a Pulsar topic whose ledger the
+bookies do not serve. Waiting would never end, with the node telling of an outage of a broker that
+answers.
 
 So after a job, the broker is asked for the watermark of each partition some read of it left
 unserved, within ``PROBE_TIMEOUT``. A partition that is answered counts one more cycle; after
@@ -24,8 +25,9 @@ import logging
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
+from ..failure.kinds import Action, FailureKind
 from ..mq.broker import BrokerError, HighWatermarks
-from ..records import ReadStats, TaskError, TaskErrorKind, TaskOutput
+from ..records import ReadStats, TaskError, TaskOutput
 from .watermark_probe import ask_highs
 
 __all__ = ["PROBE_TIMEOUT", "STALLS_TO_FAIL", "StalledReads"]
@@ -63,7 +65,7 @@ class StalledReads:
                 continue
             for read in reads:
                 assert read.error is not None
-                failing[read.error] = TaskError(kind=TaskErrorKind.BROKER, message=(
+                failing[read.error] = TaskError(kind=FailureKind.BROKER, message=(
                     f"{key[0]}[{key[1]}]: the broker answers its watermark ({high}) but served none of the reads "
                     f"of it in {count} cycles in a row (this one from offset {read.first}): {read.error.message}"))
         if not failing:
@@ -77,7 +79,7 @@ def _unserved(outputs: list[TaskOutput]) -> dict[tuple[str, int], list[ReadStats
     found: dict[tuple[str, int], list[ReadStats]] = {}
     for out in outputs:
         for read in out.reads:
-            if read.error is not None and read.error.kind is TaskErrorKind.BROKER_UNREACHABLE:
+            if read.error is not None and read.error.action is Action.RETRY:
                 found.setdefault((read.pchannel, read.partition), []).append(read)
     return found
 

@@ -1,9 +1,9 @@
 """The node's storage-full condition (driver): told once, however many vchannels it stops.
 
 A filesystem out of space (the storage root, or Spark's local directory) fails every vchannel
-that writes there, again at each of its retries (``flowgraph.failure.RETRY_WHILE_FULL``): at a
+that writes there, again at each of its retries (``failure.classify.BACK_OFF_EVERY``): at a
 thousand vchannels a line per failure would bury the log. Each such failure comes here
-(``failures.FailurePolicy.fail``): a place found full for the first time logs one ERROR line, the
+(``vchannel_stops.VchannelStops.fail``): a place found full for the first time logs one ERROR line, the
 vchannels' own failures go to DEBUG. The condition holds until every vchannel it stopped has
 committed again (its checkpoint moved past where it stood when it failed), or has run again for a
 whole retry interval without failing while the filesystem it found full has room again (a
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from ..delta import space
-from ..vchannel.failure import RETRY_WHILE_FULL, Failure
+from ..failure.classify import BACK_OFF_EVERY, Failure
 from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,8 @@ class SpaceWatch:
             self.condition = "; ".join(self._places)
             log.error("%s: the vchannels that write there stop committing and retry every %.0f s until space "
                       "returns; nothing is lost (what they did not commit is read again from the broker)",
-                      line, RETRY_WHILE_FULL)
-        log.debug("%s: flowgraph failed, retried in %.0f s: %s", fg.vchannel, RETRY_WHILE_FULL, failure)
+                      line, BACK_OFF_EVERY)
+        log.debug("%s: flowgraph failed, retried in %.0f s: %s", fg.vchannel, BACK_OFF_EVERY, failure)
         return True
 
     def check(self, member: Callable[[str], VchannelFlowgraph | None]) -> None:
@@ -72,7 +72,7 @@ class SpaceWatch:
             fg = member(vchannel)
             if fg is not None and fg.status == FlowgraphStatus.RUNNING:
                 self._running.setdefault(vchannel, now)
-            idle_long = now - self._running.get(vchannel, now) >= RETRY_WHILE_FULL and \
+            idle_long = now - self._running.get(vchannel, now) >= BACK_OFF_EVERY and \
                 space.has_room(self._where.get(vchannel))
             if fg is None or _offset(fg) > offset or idle_long:
                 del self._waiting[vchannel]

@@ -2,7 +2,7 @@
 
 After a cycle's batches are applied, the sync policies (``sync_policy``) pick collections;
 one fence check (one etcd read) covers every vchannel about to commit; the rows their deletes
-remove are marked (``delete_marking``: one Spark job), and each chosen collection gets one
+remove are marked (``delete_mark_job``: one Spark job), and each chosen collection gets one
 Delta commit for all its vchannels on this node (``storage.commit.CollectionCommitter``, one
 per collection, kept here). A vchannel refused by the fence or by Delta, or whose deletes
 could not be marked, fails alone, through the pipeline's failure callback.
@@ -18,16 +18,19 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark import SparkContext
 
+from ..config.sections.pipeline import SyncSettings
 from ..delta.layout import StorageLayout
+from ..delta.object_store import is_object_store
+from ..failure.classify import Failure, classify
+from ..failure.kinds import FailureKind
 from ..records import TableKind
 from ..state.commit import CollectionCommitter, QuarantineLog, VchannelSync
-from ..vchannel.failure import Failure, FailureKind, failure_of
 from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from ..wire.positions import physical_ms
 from .cycle_report import CycleReport
-from .delete_marking import DeleteMarker, with_marks
-from .failures import Fence, task_failure
-from .sync_policy import Candidate, SyncSelector, SyncSettings
+from .delete_mark_job import DeleteMarker, with_marks
+from .sync_policy import Candidate, SyncSelector
+from .vchannel_stops import Fence
 
 # Commits of one sync logged at INFO, the rest at DEBUG (the cycle's line counts them all): a line
 # per commit took a sixth of the driver's time at 1,000 vchannels (500 commits a cycle, py-spy).
@@ -39,7 +42,7 @@ log = logging.getLogger(__name__)
 class FailVchannel(Protocol):
     def __call__(self, fg: VchannelFlowgraph, failure: Failure, now: float, report: CycleReport | None = None,
                  at_once: bool = False, keep_files: bool = False) -> None:
-        """Fail ``fg`` (``failures.FailurePolicy.fail``)."""
+        """Fail ``fg`` (``vchannel_stops.VchannelStops.fail``)."""
 
 
 class SyncManager:
@@ -103,7 +106,7 @@ class SyncManager:
         for fg in syncing:
             result = marked.get(fg.vchannel)
             if result is not None and result.error is not None:
-                self._fail(fg, task_failure(result.error), now, report)
+                self._fail(fg, result.error, now, report)
             elif result is not None and result.stale:
                 log.info("%s: commit waits for the next cycle: %s", fg.vchannel, result.stale)
         stale = {v for v, r in marked.items() if r.stale}
@@ -129,7 +132,8 @@ class SyncManager:
             # the files stay, and the reload from Delta resumes after whatever landed. Files no
             # version names are the compactor's sweep's orphans.
             for fg in group:
-                self._fail(fg, failure_of(FailureKind.COMMIT_FAILED, e, where=self.storage.root, step="committing"),
+                self._fail(fg, classify(e, kind=FailureKind.COMMIT_FAILED, where=self.storage.root, step="committing",
+                                        store=is_object_store(self.storage.root)),
                            now, report, keep_files=True)
             return
         if result.version is not None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..config.sections.pipeline import SyncSettings
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -30,14 +32,6 @@ class Candidate:
     data_since: float | None     # monotonic time the oldest uncommitted data was read, None if only ticks
     pending_bytes: int
     committed_at: float          # monotonic time of the vchannel's last commit
-
-
-@dataclass(frozen=True)
-class SyncSettings:
-    max_delay: float = 0.0
-    max_bytes: int = 64 << 20
-    checkpoint_interval: float = 10.0
-    idle_rate: float = 20.0      # idle-checkpoint commits per second, across the node
 
 
 Policy = Callable[[Candidate, float], bool]

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from pyspark import SparkContext
 
-from ..spark_jobs import spark_stopped
+from ..jobs.contract import JobGroup, JobKind
+from ..jobs.launch import SparkStopped, launch
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class WarmUp:
 def _load_task_modules(_task: int) -> WarmedWorker:
     """Runs on executors: import what a cycle's task and delete marking import, and decode a
     small InsertRequest, in the worker that will run them."""
-    from ..executor import decode, delete_marks, task  # noqa: F401 - imported for the worker's sake
+    from ..executor import decode, delete_mark_task, task  # noqa: F401 - imported for the worker's sake
     from ..wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
     from ..wire.schema import CollectionLayout, schema_from_json
 
@@ -79,12 +80,16 @@ def _load_task_modules(_task: int) -> WarmedWorker:
     return WarmedWorker(host=socket.gethostname(), pid=os.getpid(), rows=n)
 
 
+# Each task imports and decodes as a cycle's task would (``_load_task_modules``): a task number -> its worker.
+WARM_UP = JobKind(name="deltanode warm-up", run=_load_task_modules, group=JobGroup.WARM_UP)
+
+
 def warm_up(sc: SparkContext, splits: int = 2) -> WarmUp:
     """Run one job through fresh Python workers: ``splits`` tasks, or as many as Spark's default
     parallelism (its cores) when that is more."""
     t0 = time.monotonic()
     tasks = max(splits, sc.defaultParallelism)
-    workers = sc.parallelize(range(tasks), tasks).map(_load_task_modules).collect()
+    workers = launch(sc, WARM_UP, list(range(tasks)), description=f"{tasks} task(s)")
     return WarmUp(seconds=time.monotonic() - t0, workers=len({(w.host, w.pid) for w in workers}))
 
 
@@ -99,12 +104,11 @@ def warm_up_in_background(sc: SparkContext, splits: int = 2,
             seconds = result.seconds
             log.info("warm-up done in %.1f s: %d Python worker(s) imported a task's modules and decoded an "
                      "InsertRequest", seconds, result.workers)
+        except SparkStopped:
+            log.info("warm-up ended: Spark stopped (the node is stopping)")
         except Exception as e:  # noqa: BLE001 - an optimisation: the pipeline reports real failures
-            if spark_stopped(sc):
-                log.info("warm-up ended: Spark stopped (the node is stopping)")
-            else:
-                log.warning("warm-up failed, going on without it: %s",
-                            str(e).splitlines()[0] if str(e) else type(e).__name__)
+            log.warning("warm-up failed, going on without it: %s",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
         if done is not None:
             done(seconds)
 

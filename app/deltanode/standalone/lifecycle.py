@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from deltanode.config.embedded_settings import EmbeddedPort, EmbeddedSettings
+from deltanode.config.sections.embedded import EmbeddedPort, EmbeddedSettings
 from deltanode.standalone.kafka_server import EmbeddedKafka
 from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
 from deltanode.standalone.services import EmbeddedEtcd, PortInUseError, ServiceError

@@ -19,7 +19,7 @@ from ..datanode.spark import SPARK_STOP_TIMEOUT, spark_context, start_spark_cont
 from ..driver_gc import tune_for_driver
 from ..etcd import keys
 from ..etcd.client import EtcdClient
-from ..mq.broker import BrokerError
+from ..mq.broker import Broker, BrokerError
 from .lifecycle import ServiceGroup
 from .services import ServiceError
 from .timeticks import TimeTicker
@@ -69,7 +69,7 @@ def run(conf: Conf) -> int:
     settings = Settings.of(conf)
     mirror = settings.mirror.enabled
     with ServiceGroup(settings.embedded) as group:
-        broker = settings.broker
+        broker = Broker.of(settings.broker)
         pchannels = settings.pchannels.names()
         client = EtcdClient(settings.etcd.endpoints, security=settings.etcd.security)
         group.add("etcd client", client.close)

@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..failure.errors import DeltaNodeError
 
-class ServiceError(RuntimeError):
+
+class ServiceError(DeltaNodeError):
     """An embedded service could not be started."""
 
 

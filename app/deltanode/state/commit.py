@@ -9,7 +9,7 @@ read since its last commit: their binlog files and the ChannelState after them. 
    replays the batches, and the replay skips deletes/quarantine below those tables' txn;
 3. ONE commit to insert_log: the insert binlogs (``add``), the committed files of segments
    dropped by these batches (``remove``), the deletion vectors of the rows the batches' deletes
-   remove (``delete_marks``: a ``remove`` of each marked file with its old DV and an ``add`` with
+   remove (``delete_mark_task``: a ``remove`` of each marked file with its old DV and an ``add`` with
    the new one; a new file is added with its DV), ``txn(vchannel, end)`` and the new
    ChannelState of every synced vchannel in the commit metadata, and, when the files may have
    columns the table lacks (a field added to the live collection), the table's schema widened by

@@ -37,7 +37,7 @@ log), which only grow. Compaction rewrites files with a Delta commit that only r
 
 Pure planning is here (``plan_segment``), the executor's rewrite (``rewrite``), the driver's
 commit (``commit_rewrites``) and the bloom filters a sweep deletes (``orphaned_filters``);
-``pipeline.compactor`` schedules them.
+``pipeline.compaction_rounds`` schedules them.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 from pyarrow import fs as pafs
 
+from ..config.sections.pipeline import CompactionSettings
 from ..delta.actions import AddFile
 from ..delta.deletion_vectors import inline, positions
 from ..delta.delta_log import DeltaLog, FilesRemoved, ReadFiles
@@ -59,16 +59,6 @@ from ..failure.crash_points import crash_point
 from ..records import FileEntry, Rewrite, SegmentFile
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompactionSettings:
-    interval: float = 600.0          # seconds between rounds; 0: no compaction
-    min_files: int = 16              # small files a segment needs before it is rewritten
-    target_bytes: int = 64 << 20     # size of the rewritten files; larger files are left alone
-    retention: float = 3 * 3600.0    # seconds rewritten files stay on disk
-    orphan_retention: float = 86400.0  # seconds a file no commit added stays on disk (a crash between write and commit)
-    deleted_ratio: float = 0.2       # a file whose DV deletes this share of its rows is rewritten; above 1: never
 
 
 def segment_file(add: AddFile) -> SegmentFile:

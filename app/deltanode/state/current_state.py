@@ -10,7 +10,7 @@ a function of the two (docs/milvus-facts.md §8):
   expression, or any delete of a partition-key collection);
 - of the rows of one key still standing, a query returns the newest (largest ``_ts``).
 
-The insert_log's deletion vectors apply the first rule as deletes arrive (``delete_marks``), so
+The insert_log's deletion vectors apply the first rule as deletes arrive (``delete_mark_task``), so
 Delta readers see the current state without this module. It computes the same from the two
 tables independently, from every row ever inserted and every delete recorded: the reference
 the tests compare Milvus's ``query`` and every Delta reader with.

@@ -13,7 +13,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..config.sections.pipeline import SealSettings
 from ..delta.table_schema import TableSchema, schema_rank
+from ..failure.classify import MAX_BACKOFF, Failure, restart_delay
 from ..records import FileEntry, RouteRow
 from ..state.channel_state import ChannelState
 from ..state.commit import VchannelSync, Watermarks
@@ -23,15 +25,11 @@ from ..wire.names import check_safe, pchannel_of
 from ..wire.positions import CODECS, PositionCodec
 from ..wire.schema import CollectionLayout
 from .batches import Batches, Consumed
-from .failure import RETRY_WHILE_FULL, Failure
 from .route_rows import RouteRows
-from .seal_policy import SealSettings
 from .sealing import Sealing
 from .start_state import check_topic, initial_state
 from .state_update import BatchOutcome
 from .tick_cursor import TickCursor
-
-MAX_BACKOFF = 60.0
 
 
 class FlowgraphStatus(enum.StrEnum):
@@ -142,11 +140,11 @@ class VchannelFlowgraph:
         self.status = FlowgraphStatus.DROPPED if state.collection_dropped else FlowgraphStatus.RUNNING
 
     def fail(self, failure: Failure, now: float) -> list[FileEntry]:
-        """Stop until the backoff is over (``RETRY_WHILE_FULL`` for a cause outside the process); returns the
+        """Stop until the wait ``failure`` calls for is over (``classify.restart_delay``); returns the
         uncommitted files to delete."""
         self.unpark()
         self.failures += 1
-        self.retry_at = now + (RETRY_WHILE_FULL if failure.outside else min(MAX_BACKOFF, 2.0 ** self.failures))
+        self.retry_at = now + restart_delay(failure, self.failures)
         self.last_failure, self.status, self.claim = failure, FlowgraphStatus.FAILED, False
         return self.batches.drop()
 

@@ -25,25 +25,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..config.sections.pipeline import SealSettings
 from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.positions import physical_ms
 
 FLUSH_REQUEST, FLUSH_MESSAGE, MANUAL_FLUSH = "flush", "flush message", "manual flush"
 SCHEMA_CHANGE = "schema change"   # a Milvus 2.6 schema change: its streaming node flushed the segment for it
-
-
-@dataclass(frozen=True)
-class SealSettings:
-    # False in mirror mode: Milvus's DataCoord seals the segments its proxies write to, and a
-    # segment DeltaNode sealed on its own would quarantine the rows Milvus still sends it.
-    by_policies: bool = True
-    max_size: int = 1024 << 20            # dataCoord.segment.maxSize (1024 MB)
-    seal_proportion: float = 0.12         # dataCoord.segment.sealProportion
-    max_life: float = 86400.0             # dataCoord.segment.maxLife (s)
-    max_idle: float = 600.0               # dataCoord.segment.maxIdleTime (s)
-    min_size_from_idle: int = 16 << 20    # dataCoord.segment.minSizeFromIdleToSealed (16 MB)
 
 
 def _seconds(later_ts: int, earlier_ts: int) -> float:

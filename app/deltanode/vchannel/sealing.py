@@ -3,9 +3,10 @@ may be due (worked out again only when its segments change)."""
 
 from __future__ import annotations
 
+from ..config.sections.pipeline import SealSettings
 from ..wire.positions import physical_ms
 from .batches import Batches
-from .seal_policy import SealSettings, first_due_ms, seal_by_policies, seal_for_flush
+from .seal_policy import first_due_ms, seal_by_policies, seal_for_flush
 
 
 class Sealing:

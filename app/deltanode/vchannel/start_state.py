@@ -8,17 +8,18 @@ a VchannelInfo may be older than the last commit of the previous owner.
 from __future__ import annotations
 
 from ..executor.replay_filter import ReplayFilter
+from ..failure.errors import BadInput, DeltaNodeError
 from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from ..wire.datapb import VchannelInfo
 from ..wire.names import pchannel_of
 from ..wire.positions import CODECS, PositionCodec
 
 
-class UnknownSegments(ValueError):
+class UnknownSegments(BadInput):
     """The VchannelInfo names segments by id only and Delta has no meta for them."""
 
 
-class TopicRecreated(RuntimeError):
+class TopicRecreated(DeltaNodeError):
     """The pchannel topic is not the one the committed offsets are in (deleted and created again)."""
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from ..failure.errors import DeltaNodeError
 from ..records import ControlEvent, EventKind, FileEntry, Portion, PortionStats, ReplayState, TableKind
 from ..state.channel_state import ChannelState, SegmentMeta, SegmentState
 from .seal_policy import FLUSH_MESSAGE, FLUSH_REQUEST, MANUAL_FLUSH, SCHEMA_CHANGE
 
 
-class BatchRangeError(RuntimeError):
+class BatchRangeError(DeltaNodeError):
     """The portions of a batch do not continue the vchannel's offsets contiguously."""
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 
+from ..failure.errors import BadInput
+
 # Letters, digits, '-', '_' and '.' (not leading): what Milvus generates, and nothing
 # that can climb out of a directory ('..', '/', '\\', NUL, ':').
 _SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}$")
 _VCHANNEL = re.compile(r"^(?P<pchannel>.+)_(?P<collection>\d+)v(?P<shard>\d+)$")
 
 
-class UnsafeNameError(ValueError):
+class UnsafeNameError(BadInput):
     """A channel or collection name that could escape storage.root as a path."""
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..failure.errors import BadInput
 from .milvus_proto import schema_pb2
 
 DataType = schema_pb2.DataType
@@ -67,7 +68,7 @@ DYNAMIC_FIELD = "$meta"       # the name Milvus gives the dynamic field
 MAX_CAPACITY = 4096           # the largest Array max_capacity Milvus accepts
 
 
-class SchemaError(ValueError):
+class SchemaError(BadInput):
     """A schema file or message that does not describe a supported collection."""
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from ..failure.errors import BadInput
 from . import messagespb
 
 VERSION, TYPE, TIME_TICK, VCHANNEL, HEADER = "_v", "_t", "_tt", "_vc", "_h"
@@ -59,7 +60,7 @@ INFINITE_KEEPALIVE_MS = -1000
 _MAX_UINT64 = (1 << 64) - 1
 
 
-class WalFormatError(ValueError):
+class WalFormatError(BadInput):
     """A property does not decode as Milvus writes it; ``str(self)`` names the property."""
 
 

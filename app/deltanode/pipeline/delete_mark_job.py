@@ -1,4 +1,5 @@
-"""Marking a sync's deletes in the insert binlogs they hit, before its commits (driver side).
+"""The delete-marking job's driver side: a sync's deletes marked in the insert binlogs they hit,
+before its commits (runs on the driver; the executor side is ``executor.delete_mark_task``).
 
 For each vchannel about to commit whose batches read deletes (recorded now, or replayed after
 a crash: ``records.TableKind.REPLAYED_DELETES``), one ``records.MarkTask``: its
@@ -6,8 +7,8 @@ delete binlogs and the insert binlogs that could hold a row they remove, the liv
 its segments (the committer's log knows them, with their deletion vectors) and the sync's new
 files, kept when their partition, key range and ``_ts`` range allow it (from the files'
 stats: a delete of ts T only removes rows below T). The tasks run as one Spark job on the
-executors (``executor.delete_marks``), which read the files; each vchannel's marks go into its
-sync, and its commit writes them (``storage.commit``). The driver sees paths, stats and deletion vectors, never rows.
+executors (``executor.delete_mark_task``), which read the files; each vchannel's marks go into its
+sync, and its commit writes them (``state.commit``). The driver sees paths, stats and deletion vectors, never rows.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ from pyspark import SparkContext
 
 from ..delta.actions import AddFile
 from ..delta.layout import StorageLayout, segment_of
-from ..delta.space import describe, out_of_space
-from ..executor.delete_marks import ALL_PARTITIONS, mark
-from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError, TaskErrorKind
-from ..spark_jobs import local_dir
+from ..executor.delete_mark_task import ALL_PARTITIONS, mark
+from ..failure.classify import classify
+from ..failure.kinds import FailureKind
+from ..jobs.contract import JobGroup, JobKind
+from ..jobs.launch import SparkStopped, launch, local_dir
+from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError
 from ..state.commit import CollectionCommitter, VchannelSync
 from .cycle_report import CycleReport
-from .jobs import JOB_GROUP
+
+# One task per vchannel with deletes; the pipeline's group: its stop cancels them with the cycle's.
+MARK_DELETES = JobKind(name="deltanode: marking deletes", run=mark, group=JobGroup.PIPELINE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,14 +113,15 @@ class DeleteMarker:
 
     def run(self, tasks: list[MarkTask], report: CycleReport) -> dict[str, MarkResult]:
         """The tasks as one Spark job; each vchannel's result. A failed job fails its vchannels
-        (their results carry the error)."""
+        (their results carry the error); a stopped Spark raises ``SparkStopped`` (none fails)."""
         if not tasks:
             return {}
         started = time.monotonic()
-        sc = self.sc
-        sc.setJobGroup(JOB_GROUP, f"deltanode: marking the deletes of {len(tasks)} vchannel(s)", interruptOnCancel=True)
         try:
-            results = sc.parallelize(tasks, min(len(tasks), self.max_tasks)).map(mark).collect()
+            results = launch(self.sc, MARK_DELETES, tasks, description=f"the deletes of {len(tasks)} vchannel(s)",
+                             slices=min(len(tasks), self.max_tasks))
+        except SparkStopped:
+            raise
         except Exception as e:  # noqa: BLE001 - these vchannels fail, alone; the next cycle reloads them
             why = self._job_failure(e)
             results = [MarkResult(vchannel=t.vchannel, error=why) for t in tasks]
@@ -129,12 +135,9 @@ class DeleteMarker:
     def _job_failure(self, e: Exception) -> TaskError:
         """Why the vchannels of a failed marking job fail: out of space there is Spark's local
         directory (a task's own errors come back in its result)."""
-        reason = out_of_space(e)
-        if reason is not None:
-            return TaskError(kind=TaskErrorKind.STORAGE_FULL, message=describe(
-                f"Spark's local directory {local_dir(self.sc)}", reason, "marking deletes"))
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        return TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"its Spark job failed: {first_line}")
+        return classify(e, kind=FailureKind.MARK_FAILED, where=f"Spark's local directory {local_dir(self.sc)}",
+                        step="marking deletes", message=f"its Spark job failed: {first_line}")
 
 
 def with_marks(sync: VchannelSync, result: MarkResult | None) -> VchannelSync:

@@ -1,15 +1,16 @@
-"""The DataNode's compactor: a driver thread that has its segments' binlog files rewritten.
+"""The DataNode's compaction rounds: a driver thread (the compactor) that has its segments' binlog
+files rewritten, the driver side of the rewrite job (its executor side: ``executor.rewrite_task``).
 
 Every ``interval`` it looks at the collections into which this node committed ``min_files``
 insert files or more since it last looked (and at every collection once after the start), takes
 their insert_log tables' live files with their deletion vectors from the committer's log
 (``DeltaLog.live_files``, under the collection's commit lock: delta-rs lists no DVs), plans
-each live segment's rewrites (``storage.compaction.plan_segment``: small files, and files with
+each live segment's rewrites (``state.compaction_plan.plan_segment``: small files, and files with
 many deleted rows), runs them on executors as Spark jobs in a scheduler pool of their own
 (``POOL``: the pipeline's cycles keep their share of the cores), and commits each collection's
 rewrites under the collection's commit lock, so that in this process the pipeline's commits and
 the compaction's never interleave (rows deleted meanwhile are carried over to the output:
-``storage.compaction.commit_rewrites``); other writers, and a compaction commit left in doubt
+``state.compaction_plan.commit_rewrites``); other writers, and a compaction commit left in doubt
 that lands after the lock was released, are kept out by the commits' own checks. A refused or
 failed rewrite deletes what it wrote and stops nothing: the files stay and are tried again in a
 later round; a commit that raised (it may have landed) keeps what it wrote. Files replaced by a
@@ -41,16 +42,17 @@ from typing import Protocol
 import pyarrow as pa
 from pyspark import SparkContext
 
+from ..config.sections.pipeline import CompactionSettings
 from ..delta.delta_log import FilesRemoved, TxnMoved
 from ..delta.layout import StorageLayout, pk_bloom_path
 from ..delta.table_schema import TableSchema
 from ..delta.tables import open_table
-from ..executor.rewrite import rewrite
+from ..executor.rewrite_task import rewrite
+from ..jobs.contract import JobGroup, JobKind
+from ..jobs.launch import cancel, launch
 from ..records import FileEntry, Rewrite, TableKind
-from ..spark_jobs import run_tasks
 from ..state.commit import CollectionCommitter, delete_files, delete_paths
 from ..state.compaction_plan import (
-    CompactionSettings,
     commit_rewrites,
     orphaned_filters,
     plan_segment,
@@ -58,8 +60,8 @@ from ..state.compaction_plan import (
 )
 
 log = logging.getLogger(__name__)
-JOB_GROUP = "deltanode-compaction"
-POOL = "deltanode-compaction"
+# Rewrites in a pool of their own: the pipeline's cycles keep their share of the cores.
+REWRITE = JobKind(name="deltanode compaction", run=rewrite, group=JobGroup.COMPACTION, pool=JobGroup.COMPACTION.value)
 REWRITES_PER_TASK = 8
 TASKS_PER_JOB = 8
 SWEEP_EVERY = 3600.0   # seconds between sweeps, at least (``retention`` if longer)
@@ -141,7 +143,7 @@ class Compactor:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                self.sc.cancelJobGroup(JOB_GROUP)
+                cancel(self.sc, JobGroup.COMPACTION)
                 self._thread.join(timeout)
 
     def _run(self) -> None:
@@ -204,8 +206,7 @@ class Compactor:
         never committed: the sweep's orphans)."""
         try:
             slices = max(1, min(TASKS_PER_JOB, -(-len(rewrites) // REWRITES_PER_TASK)))
-            files = run_tasks(self.sc, rewrites, rewrite, group=JOB_GROUP, pool=POOL, slices=slices,
-                              description=f"deltanode compaction: {len(rewrites)} segment rewrite(s)")
+            files = launch(self.sc, REWRITE, rewrites, slices=slices, description=f"{len(rewrites)} segment rewrite(s)")
         except Exception as e:  # noqa: BLE001 - tried again next round
             report.failed += len(rewrites)
             log.warning("compaction: a rewrite job failed (%s); next round tries again",

@@ -1,7 +1,7 @@
 """Marking the rows a vchannel's deletes remove, as deletion vectors on its insert binlogs.
 
 Runs on executors (``mark``); the driver plans the tasks and commits their deletion vectors
-with the sync that recorded the deletes (``pipeline.delete_marking``).
+with the sync that recorded the deletes (``pipeline.delete_mark_job``).
 
 Milvus's rule (docs/milvus-facts.md §8): a delete of key K at ts T removes the rows of K whose
 ``_ts`` is below T, in the delete's partition, or in every partition when it is -1. Milvus
@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from ..delta.deletion_vectors import inline, positions
 from ..delta.layout import StorageLayout, pk_bloom_path
 from ..delta.pk_bloom import PkBloom
-from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TaskError, TaskErrorKind
+from ..failure.kinds import FailureKind
+from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TaskError
 
 ALL_PARTITIONS = -1
 # Kept per Python worker, by file (files never change): the same files are candidates cycle after
@@ -165,7 +166,7 @@ def mark(task: MarkTask) -> MarkResult:
         return _mark(task, started)
     except Exception as e:  # noqa: BLE001 - the vchannel fails alone, with the reason
         return MarkResult(vchannel=task.vchannel, seconds=time.monotonic() - started,
-                          error=TaskError(kind=TaskErrorKind.MARK_FAILED, message=f"{type(e).__name__}: {e}"))
+                          error=TaskError(kind=FailureKind.MARK_FAILED, message=f"{type(e).__name__}: {e}"))
 
 
 def _mark(task: MarkTask, started: float) -> MarkResult:

@@ -1,4 +1,4 @@
-"""Marking a sync's deletes (``pipeline.delete_marking.DeleteMarker``), its driver side on real Delta
+"""Marking a sync's deletes (``pipeline.delete_mark_job.DeleteMarker``), its driver side on real Delta
 tables: which syncs get a task, which insert binlogs are their candidates (their segments' live
 files and new ones, kept by partition, key and ``_ts`` range), and the one job that runs the tasks
 (a fake Spark job runner: the executors' ``mark`` runs here)."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from deltanode.executor.delete_marks import ALL_PARTITIONS
+from deltanode.executor.delete_mark_task import ALL_PARTITIONS
+from deltanode.jobs.contract import JobGroup
 from deltanode.pipeline.cycle_report import CycleReport
-from deltanode.pipeline.delete_marking import DeleteMarker, with_marks
-from deltanode.pipeline.jobs import JOB_GROUP
+from deltanode.pipeline.delete_mark_job import DeleteMarker, with_marks
 from deltanode.records import MarkResult, TableKind
 
 from .fakes import FakeSparkContext
@@ -88,7 +88,7 @@ def test_the_tasks_run_as_one_job_and_each_vchannel_gets_its_marks(tmp_path):
     tasks = marker.plan(s.loader.committer(fgs[0]), "pk", [fg.sync() for fg in fgs])
     report = CycleReport(1)
     results = marker.run(tasks, report)
-    assert [(job.group, len(job.items), job.slices) for job in sc.jobs] == [(JOB_GROUP, 3, 2)]
+    assert [(job.group, len(job.items), job.slices) for job in sc.jobs] == [(JobGroup.PIPELINE, 3, 2)]
     assert set(results) == {fg.vchannel for fg in fgs} and not any(r.error for r in results.values())
     assert results[fgs[0].vchannel].marks == ()
     for i in (1, 2):

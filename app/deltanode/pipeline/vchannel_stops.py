@@ -1,13 +1,15 @@
-"""Why a vchannel's flowgraph stopped, and what happens then (driver).
+"""The driver's reaction to a vchannel's failure (``failure.classify`` says what it is and what to do):
+stop the vchannel, tell it, and load it again from Delta once its wait is over. Runs on the driver.
 
-A vchannel that fails drops what it did not commit (unless the refused commit already deleted
-exactly what it had not committed) and is loaded again from Delta after a backoff (2, 4, ... 60 s:
-``VchannelFlowgraph.fail``), alone: the cycle goes on for the others. Two kinds are special: a
-commit Delta refused while etcd confirms this node owns the vchannel restarts at once (the other
-writer is a node cut off from etcd, refused at its next commit), and one refused while etcd cannot
-be asked waits until it can (restarting would only take turns with the other writer). A full
-filesystem and an object store that does not answer retry on a short fixed interval, each told
-once for the node (``space_watch``; ``store``, an ``Outage``).
+A vchannel that stops drops what it did not commit (unless the refused commit already deleted
+exactly what it had not committed) and is loaded again from Delta after its wait
+(``classify.restart_delay``: 2, 4, ... 60 s, or a short fixed interval for a cause outside the
+process), alone: the cycle goes on for the others. A refused commit is refined here, where etcd
+is: while etcd confirms this node owns the vchannel it restarts at once (the other writer is a
+node cut off from etcd, refused at its next commit), and while etcd cannot be asked it waits
+until it can (restarting would only take turns with the other writer). A full filesystem and an
+object store that does not answer are each told once for the node (``space_watch``; ``store``,
+an ``Outage``).
 """
 
 from __future__ import annotations
@@ -17,21 +19,17 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..delta.layout import StorageLayout
+from ..delta.object_store import is_object_store
+from ..failure.classify import Failure, classify
+from ..failure.kinds import FailureKind
 from ..outages import Outage
-from ..records import TaskError
 from ..state.commit import discard
-from ..vchannel.failure import Failure, FailureKind, failure_of, outside_cause
 from ..vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from .cycle_report import CycleReport
 from .space_watch import SpaceWatch
 
 log = logging.getLogger(__name__)
 STORE_SETTLED_AFTER = 5.0   # seconds of answers from the object store that end its outage
-
-
-def task_failure(error: TaskError) -> Failure:
-    """The failure of a vchannel a task failed: the ``FailureKind`` named as the task's error kind."""
-    return Failure(kind=FailureKind[error.kind.name], message=error.message)
 
 
 def store_outage(root: str) -> Outage:
@@ -54,7 +52,7 @@ class Fence(Protocol):
         """The vchannels this node may no longer write, each with the reason."""
 
 
-class FailurePolicy:
+class VchannelStops:
     """Runs on the driver, in the pipeline's loop (``fail`` also from the sync step)."""
 
     def __init__(self, *, storage: StorageLayout, fence: Fence | None, load: Callable[[VchannelFlowgraph], None],
@@ -66,6 +64,7 @@ class FailurePolicy:
         self.storage, self.fence, self._load, self._forget_topic = storage, fence, load, forget_topic
         self.space = space if space is not None else SpaceWatch()
         self.store = store if store is not None else store_outage(storage.root)
+        self._store = is_object_store(storage.root)
 
     def _waits_for_etcd(self, failure: Failure | None) -> bool:
         return (failure is not None and failure.kind is FailureKind.COMMIT_REFUSED and self.fence is not None
@@ -75,7 +74,7 @@ class FailurePolicy:
              at_once: bool = False, keep_files: bool = False) -> None:
         """Stop ``fg``: its uncommitted files are deleted unless ``keep_files``; it restarts after
         its backoff, or ``at_once``."""
-        failure = outside_cause(failure, self.storage.root)   # a task's error says it in its text only
+        failure = classify(failure, where=self.storage.root, store=self._store)   # a task's says it in its text only
         files = fg.fail(failure, now)
         if not keep_files:
             discard(self.storage, fg.collection_id, files)
@@ -104,5 +103,5 @@ class FailurePolicy:
                 log.log(logging.DEBUG if fg.last_failure is not None and fg.last_failure.outside else logging.INFO,
                         "%s: flowgraph restarted from Delta at offset %d", fg.vchannel, fg.next_offset)
             except Exception as e:  # noqa: BLE001 - retried after the next backoff
-                self.fail(fg, failure_of(FailureKind.RESTART_FAILED, e, where=self.storage.root,
-                                         step="loading it from Delta"), now, report)
+                self.fail(fg, classify(e, kind=FailureKind.RESTART_FAILED, where=self.storage.root,
+                                       step="loading it from Delta", store=self._store), now, report)

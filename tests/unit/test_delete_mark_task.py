@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from deltanode.executor.delete_marks import (
+from deltanode.executor.delete_mark_task import (
     ALL_PARTITIONS,
     SortedKeys,
     deleted_positions,
