@@ -127,7 +127,7 @@ def test_a_pulsar_range_is_cut_only_inside_one_ledger():
 
 
 def test_a_vchannel_whose_range_held_no_tick_to_end_at_gets_a_longer_one():
-    """Pack order (flowgraph/pack_order.py): the range must reach a TimeTick, past the byte cap
+    """Pack order (executor/pack_order.py): the range must reach a TimeTick, past the byte cap
     if need be, never past the high watermark."""
     limits = Limits(max_messages=10)
     short = plan_cycle([pos("a", "p0", 100, replaying=True)], {P0: 200}, {"p0": 1000.0}, limits)

@@ -1,4 +1,4 @@
-"""The replay filter, rule by rule (the recovery design: flowgraph/replay_filter.py)."""
+"""The replay filter, rule by rule (the recovery design: executor/replay_filter.py)."""
 
 from deltanode.executor.replay_filter import ReplayFilter
 

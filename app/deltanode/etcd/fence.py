@@ -12,7 +12,7 @@ whose certificate has a common name, which a certificate for Milvus's etcd.ssl h
 The fence refuses a commit only on etcd's answer: the session is gone, the watch key is
 gone or says the channel is being taken away. When etcd cannot be asked, it passes: the
 single-writer guarantee is the Delta commit's, a compare-and-swap on the vchannel's ``txn``
-that refuses a writer which did not start from the latest checkpoint (``storage.commit``).
+that refuses a writer which did not start from the latest checkpoint (``state.commit``).
 The fence only makes a node that etcd has told to stop stop sooner.
 """
 

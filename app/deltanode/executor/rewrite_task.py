@@ -1,4 +1,4 @@
-"""Compaction's rewrite of a segment's files (runs on an executor; ``storage.compaction`` plans
+"""Compaction's rewrite of a segment's files (runs on an executor; ``state.compaction_plan`` plans
 and commits it on the driver)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 After a cycle's batches are applied, the sync policies (``sync_policy``) pick collections;
 one fence check (one etcd read) covers every vchannel about to commit; the rows their deletes
 remove are marked (``delete_mark_job``: one Spark job), and each chosen collection gets one
-Delta commit for all its vchannels on this node (``storage.commit.CollectionCommitter``, one
+Delta commit for all its vchannels on this node (``state.commit.CollectionCommitter``, one
 per collection, kept here). A vchannel refused by the fence or by Delta, or whose deletes
 could not be marked, fails alone, through the pipeline's failure callback.
 """

@@ -1,7 +1,7 @@
 """Where a collection's written files live by table, and removing one that no commit will add.
 
 Executors write binlog files under these roots (``executor.binlog_writer``); the driver's commit
-removes the files of a batch it refuses or abandons (``storage.commit``). Runs on either.
+removes the files of a batch it refuses or abandons (``state.commit``). Runs on either.
 """
 
 from __future__ import annotations
