@@ -49,7 +49,7 @@ from ..delta.table_schema import TableSchema
 from ..delta.tables import open_table
 from ..executor.rewrite_task import rewrite
 from ..jobs.contract import JobGroup, JobKind
-from ..jobs.launch import cancel, launch
+from ..jobs.launch import SparkStopped, cancel, launch
 from ..records import FileEntry, Rewrite, TableKind
 from ..state.commit import CollectionCommitter, delete_files, delete_paths
 from ..state.compaction_plan import (
@@ -150,6 +150,9 @@ class Compactor:
         while not self._stopping.wait(self.settings.interval):
             try:
                 self.run_once()
+            except SparkStopped as e:   # the node is stopping: the pipeline says so, once
+                log.info("compaction stops: Spark stopped under a round (%s)", e)
+                return
             except Exception:  # compaction is an optimisation: log and try next round
                 log.exception("compaction round failed; the next one tries again")
             self.vacuum(time.time())
@@ -207,6 +210,8 @@ class Compactor:
         try:
             slices = max(1, min(TASKS_PER_JOB, -(-len(rewrites) // REWRITES_PER_TASK)))
             files = launch(self.sc, REWRITE, rewrites, slices=slices, description=f"{len(rewrites)} segment rewrite(s)")
+        except SparkStopped:
+            raise
         except Exception as e:  # noqa: BLE001 - tried again next round
             report.failed += len(rewrites)
             log.warning("compaction: a rewrite job failed (%s); next round tries again",
