@@ -9,7 +9,7 @@ process (Spark reuses Python workers across tasks).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -100,13 +100,16 @@ def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: in
     done = False
     try:
         reader.know({r.topic for _, r in todo}, timeout=5.0)
+        stalled = False
         while todo:
             round_, todo = _one_per_partition(todo)
-            yield from _read_round(reader.consumer, round_, chunk_messages, chunk_bytes, stall_timeout)
-        done = True
+            stalled |= yield from _read_round(reader.consumer, round_, chunk_messages, chunk_bytes, stall_timeout)
+        done = not stalled
     finally:
         # Kept (nothing assigned) for the next read of this process, unless another thread's read
         # kept one first; a read given up halfway closes its own: its assignment and queues are unknown.
+        # So does a read with a stalled range: a consumer whose connection outlived a paused broker
+        # can stay stalled on its partition, and the next read connects afresh instead.
         if not (done and _idle_readers.setdefault(key, reader) is reader):
             reader.consumer.close()
 
@@ -170,9 +173,11 @@ def _first_offset(consumer: Consumer, key: tuple[str, int]) -> str:
 
 
 def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk_messages: int, chunk_bytes: int,
-                stall_timeout: float) -> Iterator[tuple[int, Chunk | BrokerError]]:
-    """Read ``ranges``, at most one per partition, to their ends with ``consumer`` assigned to them."""
+                stall_timeout: float) -> Generator[tuple[int, Chunk | BrokerError], None, bool]:
+    """Read ``ranges``, at most one per partition, to their ends with ``consumer`` assigned to them;
+    return whether a range stalled."""
     round_ = _Round(consumer, ranges)
+    stalled = False
     consumer.assign([TopicPartition(r.topic, r.partition, r.start) for _, r in ranges])
     last_progress = time.monotonic()
     while round_.next_offset:
@@ -186,10 +191,12 @@ def _read_round(consumer: Consumer, ranges: list[tuple[int, OffsetRange]], chunk
         elif round_.next_offset:
             round_.finish_past_ends()
             if round_.next_offset and time.monotonic() - last_progress > stall_timeout:
+                stalled = True
                 yield from round_.fail_stalled(stall_timeout)
     # A paused partition stays paused when assigned again (librdkafka): resume before the next round.
     consumer.resume([TopicPartition(r.topic, r.partition) for _, r in ranges])
     consumer.unassign()
+    return stalled
 
 
 class _Round:
