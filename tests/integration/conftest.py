@@ -19,10 +19,17 @@ from deltanode.standalone.pulsar_server import EmbeddedApachePulsar
 from deltanode.wire.names import pchannel_name, vchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
-from .support import SCHEMA, Collection
+from .support import SCHEMA, Collection, close_kept_clients
 
 APP = os.path.join(os.path.dirname(__file__), "..", "..", "app")
 _ids = itertools.count(int(time.time()) % 100000 * 100)
+
+
+@pytest.fixture(autouse=True)
+def no_client_outlives_its_test():
+    """The broker clients a test's own reads left in this process, closed at its end."""
+    yield
+    close_kept_clients()
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -111,6 +112,26 @@ def wait_for_checkpoints(producer: MilvusProducer, storage: StorageLayout, colle
         return table is not None and all((table.transaction_version(v) or 0) >= targets[p]
                                          for v, p in zip(vchannels, pchannels))
     wait_until(reached, timeout, what)
+
+
+def close_kept_clients() -> int:
+    """Close the broker clients this process keeps between reads (``read_ranges``' idle Kafka
+    consumers, the Pulsar client of each service URL); how many. The product keeps them for the
+    next read of a Spark worker; a test that read in its own process closes them at its end, so that
+    none is left reconnecting to a broker a later fixture stops. Only modules already imported are
+    looked at: a test that never read loads no client library here."""
+    closed = 0
+    kafka_read = sys.modules.get("deltanode.mq.kafka_read")
+    if kafka_read is not None:
+        while kafka_read._idle_readers:
+            kafka_read._idle_readers.popitem()[1].consumer.close()
+            closed += 1
+    pulsar_read = sys.modules.get("deltanode.mq.pulsar_read")
+    if pulsar_read is not None:
+        while pulsar_read._clients:
+            pulsar_read._clients.popitem()[1].close()
+            closed += 1
+    return closed
 
 
 def duplicated(keys: list) -> list:

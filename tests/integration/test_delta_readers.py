@@ -13,7 +13,7 @@ from deltanode.state.current_state import current_rows
 
 from ..delta_readers import READERS, by_spark
 from .support import settled_watermark
-from .test_crash_recovery import run_node
+from .test_crash_recovery import restart, run_node
 
 pytestmark = pytest.mark.spark
 PARTITIONS = (11, 12)
@@ -59,7 +59,7 @@ class Model:
         return {v: settled_watermark(self.coll, p) for p, v in zip(self.coll.pchannels, self.coll.vchannels)}
 
 
-def test_every_reader_sees_the_current_state_through_a_sigkill(spark, make_collection, tmp_path):
+def test_every_reader_sees_the_current_state_through_a_sigkill(spark, make_collection, pipelines, tmp_path):
     coll = make_collection(shards=2)
     model = Model(coll)
     keys = {(s, p): model.insert(s, p, 100) for s in (0, 1) for p in PARTITIONS}
@@ -74,8 +74,7 @@ def test_every_reader_sees_the_current_state_through_a_sigkill(spark, make_colle
     model.insert(0, 11, 50)
     model.delete(keys[(0, 11)][50:55] + keys[(1, 11)][60:70], None)   # upserted rows among them
     model.drop_partition(12)
-    restarted = run_node([coll], tmp_path, model.settle(), crash=None, max_messages=4)
-    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    restart(pipelines, [coll], model.settle(), max_messages=4)
 
     uri = coll.storage.insert_log(coll.collection_id)
     reference = current_rows(coll.storage, coll.collection_id, "pk")

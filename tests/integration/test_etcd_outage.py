@@ -94,7 +94,9 @@ def test_the_datanode_keeps_committing_while_etcd_is_away(mq, tmp_path, outage):
         normal_p99, outage_p99 = p99(down_at - 6, down_at), p99(down_at, down_at + OUTAGE / 2)
         assert node.poll() is None and coord.poll() is None, "a process exited because etcd was away"
 
-        time.sleep(3)
+        # Traffic goes on after etcd is back, until a row produced since is committed.
+        wait_until(lambda: any(t > back_at and pk in seen for t, pk in list(traffic.produced)), 60,
+                   "a row produced after etcd came back to be committed")
         traffic.stop()
         every_pk = {pk for _, pk in traffic.produced}
         wait_until(lambda: every_pk <= set(pks()), 120, "every row to be committed after etcd came back")

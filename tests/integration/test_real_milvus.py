@@ -202,16 +202,19 @@ def test_a_real_milvus_is_mirrored_row_for_row_through_a_restart(spark, mc, mirr
             written[0] += 50
             time.sleep(0.1)
 
+    def writes_past(rows: int) -> bool:
+        return written[0] >= rows or not thread.is_alive()
+
     thread = threading.Thread(target=writer)
     thread.start()
-    time.sleep(3)
+    wait_until(lambda: writes_past(500), 60, "the writer's rows before the kill")
     killed_subscriptions = deltanode_subscriptions(milvus) if milvus.mq == "pulsar" else set()
     mirror.stop(signal.SIGKILL)
     at_kill = written[0]
-    time.sleep(2)
+    wait_until(lambda: writes_past(at_kill + 200), 60, "the writer's rows while DeltaNode is down")
     at_restart = written[0]
     mirror.start()
-    time.sleep(3)
+    wait_until(lambda: writes_past(at_restart + 500), 60, "the writer's rows as DeltaNode starts again")
     stop_writing.set()
     thread.join()
     assert 0 < at_kill < written[0], (at_kill, written[0])   # the kill fell amid the writes
