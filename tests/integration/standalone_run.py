@@ -5,25 +5,41 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
-
-from deltanode.standalone.services import free_port
 
 from .admin_in_process import admin_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def service_port() -> int:
+    """A loopback port free now and below the kernel's ephemeral range, for a service a test starts
+    again on the same port: a port of that range (``free_port``) can meanwhile be taken as the source
+    port of some outgoing connection, and the restarted service then finds it in use."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(20000, max(20001, low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
 def _env(tmp_path: Path, mq: str, metrics_port: int) -> dict[str, str]:
-    """A standalone run of its own: free ports, data and tables under ``tmp_path``."""
+    """A standalone run of its own: free ports (each started again on the same port by the tests
+    that restart it), data and tables under ``tmp_path``."""
     return dict(os.environ, DELTANODE_METRICS_PORT=str(metrics_port),
-                DELTANODE_ETCD_ENDPOINTS=f"127.0.0.1:{free_port()}",
+                DELTANODE_ETCD_ENDPOINTS=f"127.0.0.1:{service_port()}",
                 DELTANODE_MQ_TYPE=mq,
-                DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port()}",
-                DELTANODE_MQ_PULSAR_SERVICE_URL=f"pulsar://127.0.0.1:{free_port()}",
+                DELTANODE_MQ_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{service_port()}",
+                DELTANODE_MQ_PULSAR_SERVICE_URL=f"pulsar://127.0.0.1:{service_port()}",
                 DELTANODE_EMBEDDED_DATA_DIR=str(tmp_path / "var"), DELTANODE_STORAGE_ROOT=str(tmp_path / "delta"),
                 DELTANODE_MQ_PCHANNEL_COUNT="2",
                 DELTANODE_STANDALONE_PROGRESS_INTERVAL="2s", DELTANODE_DATANODE_TRIGGER_INTERVAL="300ms")

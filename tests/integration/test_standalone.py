@@ -19,7 +19,6 @@ import pytest
 
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import open_table, read_table
-from deltanode.standalone.services import free_port
 
 from ..row_multisets import assert_same_keys
 from .standalone_run import (
@@ -28,6 +27,7 @@ from .standalone_run import (
     admin,
     create_collection,
     leftovers,
+    service_port,
     start,
     stop,
     wait_for_rows,
@@ -58,7 +58,7 @@ def metric(text: str, name: str, **labels) -> float:
 
 @pytest.mark.parametrize("mq", ["kafka", "pulsar"])
 def test_standalone_serves_a_collection_end_to_end(tmp_path, mq):
-    metrics_port = free_port()
+    metrics_port = service_port()
     env = _env(tmp_path, mq, metrics_port)
     proc = start(env, tmp_path / "standalone.log")
     try:
@@ -166,7 +166,7 @@ def test_standalone_on_kafka_sigkilled_with_its_whole_tree_mid_traffic_resumes_e
     collection's messages; the same command started again brings every row in exactly once."""
     # At most 256 KB read a cycle (two or three of the 105 KB inserts): the DataNode takes some 120
     # cycles over the 300, longer than admin produce takes to write them.
-    env = dict(_env(tmp_path, "kafka", free_port()), DELTANODE_DATANODE_BATCH_MAX_BYTES="256k",
+    env = dict(_env(tmp_path, "kafka", service_port()), DELTANODE_DATANODE_BATCH_MAX_BYTES="256k",
                DELTANODE_DATANODE_CATCHUP_MAX_BYTES="256k")
     proc = start(env, tmp_path / "standalone.log")
     try:
