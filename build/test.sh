@@ -17,7 +17,12 @@ TARGET=(tests)
 for arg in "$@"; do
     case "$arg" in -*) ;; *) [ -e "${arg%%::*}" ] && TARGET=() ;; esac
 done
-.venv/bin/python -m pytest "${TARGET[@]}" -q -rs "$@"   # -rs: every skip prints its reason
+# Two workers, each given whole test files (their module fixtures start once); most of a test's time
+# is spent waiting on brokers, processes and clocks, so two overlap well on two cores.
+# DELTANODE_TEST_WORKERS=0 runs everything in this one process.
+WORKERS=(-n "${DELTANODE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
+[ "${DELTANODE_TEST_WORKERS:-2}" = 0 ] && WORKERS=()
+.venv/bin/python -m pytest "${TARGET[@]}" -q -rs "${WORKERS[@]}" "$@"   # -rs: every skip prints its reason
 rc=$?
 if [ "$rc" -eq 5 ]; then
     echo "build/test.sh: pytest collected no tests (exit 5): treating that as a failure" >&2

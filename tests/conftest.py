@@ -33,3 +33,23 @@ def broker(tmp_path_factory):
 def etcd_root(request) -> str:
     """A fresh etcd key root per test, so tests sharing one etcd never see each other's keys."""
     return f"test/{request.node.name}/{os.urandom(3).hex()}/meta"
+
+
+# The suite's longest files (of tests/integration), longest first. build/test.sh hands whole files
+# to two workers (pytest-xdist's ``--dist loadfile``, so a module's fixtures start once);
+# starting the long ones first keeps both workers busy to the end. Every other file follows, in order.
+LONGEST_FIRST = (
+    "test_broker_faults", "test_nemesis", "test_crash_recovery", "test_milvus_history", "test_real_milvus",
+    "test_standalone", "test_lake", "test_datanode_process", "test_etcd_outage", "test_secured_pulsar",
+    "test_yarn", "test_admin_verify", "test_secured_etcd", "test_compaction", "test_secured_kafka",
+    "test_pipeline_isolation", "test_milvus26_reorder", "test_milvus26_idle", "test_delta_readers",
+    "test_object_storage_faults", "test_disk_full", "test_structured_streaming_reference",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def place(item: pytest.Item) -> int:
+        return rank.get(item.path.stem, len(rank)) if item.path.parent.name == "integration" else len(rank)
+    items.sort(key=place)   # stable: a file's tests keep their order
