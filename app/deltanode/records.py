@@ -60,11 +60,6 @@ class Lane(enum.StrEnum):
     CATCH_UP = "catch-up"
 
 
-# Why a task failed a vchannel: a ``failure.classify.Failure``, its kind the executor's word (said
-# where the exception is), never guessed from the message on the driver.
-TaskError: TypeAlias = Failure
-
-
 @dataclass(frozen=True, kw_only=True)
 class ReplayState:
     """The replay filter's sets while it is active (``executor.replay_filter``): S, the flushed
@@ -315,7 +310,7 @@ class Portion:
     events: tuple[ControlEvent, ...] = ()
     stats: PortionStats = PortionStats()
     replay: ReplayState | None = None   # the replay filter at ``end`` while it is active
-    error: TaskError | None = None   # the vchannel failed in this task; nothing of it is kept
+    error: Failure | None = None   # the vchannel failed in this task; nothing of it is kept
     # Messages read without a point to end at (pack order: no clean TimeTick; a transaction open
     # from the first message on); nothing done, a longer range read in one piece next.
     tickless: int = 0
@@ -344,7 +339,7 @@ class ReadStats:
     bytes: int = 0
     dml_messages: int = 0
     dml_bytes: int = 0
-    error: TaskError | None = None   # the broker could not serve the range; its vchannels fail (or wait)
+    error: Failure | None = None   # the broker could not serve the range; its vchannels fail (or wait)
     next_position: int | None = None   # past ``end``: the pchannel has no message in [end, next_position)
     tick: int = 0                  # the ts of the range's last TimeTick (0: none)
     tick_offset: int = -1          # and its offset
@@ -428,7 +423,7 @@ class MarkResult:
     files_read: int = 0
     files_skipped: int = 0                     # by their key range or bloom filter
     seconds: float = 0.0
-    error: TaskError | None = None             # marking failed: the vchannel fails
+    error: Failure | None = None             # marking failed: the vchannel fails
     stale: str | None = None                   # a candidate file was gone (compacted): marked again next cycle
 
 

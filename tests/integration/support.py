@@ -120,18 +120,8 @@ def close_kept_clients() -> int:
     next read of a Spark worker; a test that read in its own process closes them at its end, so that
     none is left reconnecting to a broker a later fixture stops. Only modules already imported are
     looked at: a test that never read loads no client library here."""
-    closed = 0
-    kafka_read = sys.modules.get("deltanode.mq.kafka_read")
-    if kafka_read is not None:
-        while kafka_read._idle_readers:
-            kafka_read._idle_readers.popitem()[1].consumer.close()
-            closed += 1
-    pulsar_read = sys.modules.get("deltanode.mq.pulsar_read")
-    if pulsar_read is not None:
-        while pulsar_read._clients:
-            pulsar_read._clients.popitem()[1].close()
-            closed += 1
-    return closed
+    reads = (sys.modules.get(f"deltanode.mq.{name}") for name in ("kafka_read", "pulsar_read"))
+    return sum(module.close_idle() for module in reads if module is not None)
 
 
 def duplicated(keys: list) -> list:

@@ -10,11 +10,12 @@ import time
 
 from confluent_kafka import Producer
 
+from deltanode.failure.classify import Failure
 from deltanode.failure.kinds import FailureKind
 from deltanode.mq.kafka import Watermarks, create_topics, read_ranges
 from deltanode.mq.types import BrokerError, BrokerUnreachable, OffsetRange
 from deltanode.pipeline.read_stalls import STALLS_TO_FAIL, StalledReads
-from deltanode.records import ReadStats, TaskError, TaskOutput
+from deltanode.records import ReadStats, TaskOutput
 
 STALL = 2.0   # seconds a read may deliver nothing (the node's 20, shortened)
 
@@ -57,7 +58,7 @@ def test_a_partition_held_by_an_open_transaction_fails_its_vchannels_after_a_few
             offsets, errors = _read(bootstrap, topic, high)
             assert offsets == [0, 1, 2] and len(errors) == 1 and isinstance(errors[0], BrokerUnreachable)
             assert f"no data from {topic}[0] at offset 3" in str(errors[0])
-            unserved = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message=str(errors[0]))
+            unserved = Failure(kind=FailureKind.BROKER_UNREACHABLE, message=str(errors[0]))
             [out] = stalls.judge([TaskOutput((), (ReadStats(topic, 0, high, messages=3, error=unserved),))], marks)
             error = out.reads[0].error
             assert error is not None

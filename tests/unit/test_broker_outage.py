@@ -17,6 +17,7 @@ from deltanode.config.sections.pipeline import Limits, SealSettings
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
 from deltanode.datanode.status import NodeStatus
 from deltanode.delta.layout import StorageLayout
+from deltanode.failure.classify import Failure
 from deltanode.failure.kinds import FailureKind
 from deltanode.mq import kafka, pulsar_client
 from deltanode.mq import pulsar as pulsar_mq
@@ -30,7 +31,7 @@ from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.plan import Plan
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.vchannel_stops import VchannelStops
-from deltanode.records import ReadRange, ReadStats, TaskError, TaskOutput, TaskSpec
+from deltanode.records import ReadRange, ReadStats, TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from deltanode.wire.datapb import VchannelInfo
@@ -122,7 +123,7 @@ def test_an_unanswered_pchannel_fails_none_of_its_vchannels_and_the_outage_is_lo
 def test_a_range_the_broker_did_not_serve_leaves_its_vchannels_where_they_stand(tmp_path):
     runner, registry, highs = _runner(tmp_path)
     highs.down = False
-    error = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message="no data from dml_1[0] at offset 1 for 20 s")
+    error = Failure(kind=FailureKind.BROKER_UNREACHABLE, message="no data from dml_1[0] at offset 1 for 20 s")
     runner.outputs = [TaskOutput((), (ReadStats(AWAY, 1, 6, error=error),
                                       ReadStats(pchannel_name("dml", 0), 1, 6, messages=5, tick=50, tick_offset=5)))]
     try:

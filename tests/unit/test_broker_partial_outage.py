@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from deltanode.config.sections.pipeline import Limits, SealSettings
 from deltanode.delta.layout import StorageLayout
+from deltanode.failure.classify import Failure
 from deltanode.failure.kinds import FailureKind
 from deltanode.mq import kafka
 from deltanode.mq import pulsar as pulsar_mq
@@ -32,7 +33,7 @@ from deltanode.pipeline.cycle_report import CycleReport
 from deltanode.pipeline.plan import Plan
 from deltanode.pipeline.registry import VchannelRegistry
 from deltanode.pipeline.vchannel_stops import VchannelStops
-from deltanode.records import Portion, ReadRange, ReadStats, TaskError, TaskOutput, TaskSpec
+from deltanode.records import Portion, ReadRange, ReadStats, TaskOutput, TaskSpec
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import FlowgraphStatus, VchannelFlowgraph
 from deltanode.vchannel.start_state import TopicRecreated
@@ -247,7 +248,7 @@ class _Runner(CycleRunner):
                                                          messages=piece.end - piece.first, tick=50,
                                                          tick_offset=piece.end - 1),)))
                 continue
-            error = TaskError(kind=FailureKind.BROKER_UNREACHABLE, message=(
+            error = Failure(kind=FailureKind.BROKER_UNREACHABLE, message=(
                 f"no data from {STALLED}[0] at offset {piece.first + 2} for 20 s (range ends at {piece.end})"))
             routed = piece.members[0]
             outputs.append(TaskOutput((Portion(routed, piece.first, piece.end, error=error),),

@@ -9,9 +9,10 @@ from deltanode.delta.layout import StorageLayout
 from deltanode.executor.contexts import TaskContexts
 from deltanode.executor.dispatch import PchannelDispatcher
 from deltanode.executor.route import VchannelRouter
+from deltanode.failure.classify import Failure
 from deltanode.failure.kinds import FailureKind
 from deltanode.mq.milvus_producer import field_data
-from deltanode.records import Portion, PortionStats, ReadRange, RouteContext, TaskError
+from deltanode.records import Portion, PortionStats, ReadRange, RouteContext
 from deltanode.wire.milvus_proto import common_pb2, msg_pb2
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
@@ -68,6 +69,6 @@ def test_a_broker_error_fails_the_idle_vchannels_too(tmp_path):
     dispatcher = dispatch(tmp_path, [tick(100)])
     dispatcher.broker_failed("partition gone")
     portions, read = dispatcher.finish()
-    gone = TaskError(kind=FailureKind.BROKER, message="partition gone")
+    gone = Failure(kind=FailureKind.BROKER, message="partition gone")
     assert portions == [] and read.error == gone
     assert read.idle_portion(IDLE, 10) == Portion(IDLE, 10, 11, error=gone)

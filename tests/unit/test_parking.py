@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from deltanode.config.sections.pipeline import Limits, SealSettings
+from deltanode.failure.classify import Failure
 from deltanode.failure.kinds import FailureKind
 from deltanode.pipeline.parking import GROUP, CursorSpan, Parking
 from deltanode.pipeline.plan import Position, plan_cycle
-from deltanode.records import RangeKey, ReadStats, TaskError
+from deltanode.records import RangeKey, ReadStats
 from deltanode.state.channel_state import SegmentMeta, SegmentState
 from deltanode.state.commit import Watermarks
 from deltanode.vchannel.flowgraph import VchannelFlowgraph
@@ -34,7 +35,7 @@ def ticks(first: int, end: int, tick: int = 0, tick_offset: int = -1, routed: fr
           error: str | None = None) -> ReadStats:
     return ReadStats(PCHANNEL, first, end, messages=end - first, bytes=60 * (end - first), tick=tick,
                      tick_offset=tick_offset, routed=routed,
-                     error=TaskError(kind=FailureKind.BROKER, message=error) if error is not None else None)
+                     error=Failure(kind=FailureKind.BROKER, message=error) if error is not None else None)
 
 
 def range_key(first: int, end: int) -> RangeKey:

@@ -31,8 +31,9 @@ import pyarrow.parquet as pq
 from ..delta.deletion_vectors import inline, positions
 from ..delta.layout import StorageLayout, pk_bloom_path
 from ..delta.pk_bloom import PkBloom
+from ..failure.classify import Failure
 from ..failure.kinds import FailureKind
-from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TaskError
+from ..records import FileMark, MarkCandidate, MarkResult, MarkTask, PrimaryKey
 
 ALL_PARTITIONS = -1
 # Kept per Python worker, by file (files never change): the same files are candidates cycle after
@@ -166,7 +167,7 @@ def mark(task: MarkTask) -> MarkResult:
         return _mark(task, started)
     except Exception as e:  # noqa: BLE001 - the vchannel fails alone, with the reason
         return MarkResult(vchannel=task.vchannel, seconds=time.monotonic() - started,
-                          error=TaskError(kind=FailureKind.MARK_FAILED, message=f"{type(e).__name__}: {e}"))
+                          error=Failure(kind=FailureKind.MARK_FAILED, message=f"{type(e).__name__}: {e}"))
 
 
 def _mark(task: MarkTask, started: float) -> MarkResult:

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..failure.classify import classify
+from ..failure.classify import Failure, classify
 from ..failure.kinds import FailureKind
-from ..records import Portion, ReadRange, ReadStats, RouteContext, TaskError
+from ..records import Portion, ReadRange, ReadStats, RouteContext
 from ..wire import wal_message
 from . import decode, wal_adaptor
 from .contexts import TaskContexts
@@ -66,10 +66,10 @@ class PchannelDispatcher:
         # The routers that need every TimeTick, by vchannel: made at once for those seeking or replaying.
         self._ticked = {r.ctx.vchannel: r for r in map(self._router, (v for v in self._first if v in contexts.ticked))
                         if r.needs_ticks}
-        self._failed: dict[str, TaskError] = {}
+        self._failed: dict[str, Failure] = {}
         self.messages = self.bytes = self.dml_messages = self.dml_bytes = 0
         self._tick = (0, -1)          # (ts, offset) of the last TimeTick
-        self.error: TaskError | None = None   # the broker could not serve the range
+        self.error: Failure | None = None   # the broker could not serve the range
         self.next_position: int | None = None   # the broker's next message, past a gap after the range
 
     def _router(self, vchannel: str) -> VchannelRouter:
@@ -210,7 +210,7 @@ class PchannelDispatcher:
         """The broker could not serve the range (``unanswered``: it did not answer): every vchannel of
         it fails, or waits where it stands for an unanswered range."""
         kind = FailureKind.BROKER_UNREACHABLE if unanswered else FailureKind.BROKER
-        self.error = TaskError(kind=kind, message=message)
+        self.error = Failure(kind=kind, message=message)
 
     def finish(self) -> tuple[list[Portion], ReadStats]:
         """The portions of the routed vchannels, and the range's stats (the others' portions: see
@@ -232,7 +232,7 @@ class PchannelDispatcher:
                                    self.dml_bytes, self.error, self.next_position, ts, at, frozenset(self._routers),
                                    p.partition)
 
-    def _router_error(self, e: Exception) -> TaskError:
+    def _router_error(self, e: Exception) -> Failure:
         # Said here, where the exception is: a full filesystem is told apart by its errno, never
         # guessed from a message on the driver.
         return classify(e, kind=FailureKind.ROUTER, where=self.where, step="writing binlogs")

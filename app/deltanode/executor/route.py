@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..delta.layout import StorageLayout
+from ..failure.classify import Failure
 from ..records import (
     ControlEvent,
     EventKind,
@@ -53,7 +54,6 @@ from ..records import (
     ReplayState,
     RouteContext,
     SchemaChange,
-    TaskError,
 )
 from ..wire.schema import CollectionLayout
 from ..wire.wal_message import WalMessage
@@ -404,7 +404,7 @@ class VchannelRouter:
                        dict(self._writer.segments) if self._writer is not None else {}, tuple(self.events), stats,
                        clean.replay, sealed=tuple(self.newly_sealed), cut=True, schema=self._new_schema)
 
-    def fail(self, error: TaskError) -> Portion:
+    def fail(self, error: Failure) -> Portion:
         """The vchannel failed in this task: its files are deleted, its portion carries the error."""
         if self._writer is not None:
             self._writer.abort()

@@ -62,6 +62,17 @@ class _Reader:
 _idle_readers: dict[tuple, _Reader] = {}   # read_ranges' consumers between reads, per process
 
 
+def close_idle() -> int:
+    """Close the consumers this process keeps between reads; how many. A process that reads once and
+    goes on (a test, a one-off command) calls it, so no consumer is left reconnecting to a broker
+    that later goes away."""
+    closed = 0
+    while _idle_readers:
+        _idle_readers.popitem()[1].consumer.close()
+        closed += 1
+    return closed
+
+
 def read_ranges(bootstrap: str, ranges: list[OffsetRange], *, chunk_messages: int = 64, chunk_bytes: int = 8 << 20,
                 fetch_bytes: int = 32 << 20, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | BrokerError]]:

@@ -58,6 +58,15 @@ def client(service_url: str, settings: Settings | None = None) -> pulsar.Client:
     return found
 
 
+def close_idle() -> int:
+    """Close this process's clients; how many. The next read makes a client afresh (``client``)."""
+    closed = 0
+    while _clients:
+        _clients.popitem()[1].close()
+        closed += 1
+    return closed
+
+
 def read_ranges(service_url: str, ranges: list[OffsetRange], *, tenant: str = "public", namespace: str = "default",
                 chunk_messages: int = 64, stall_timeout: float = STALL_TIMEOUT,
                 settings: Settings | None = None) -> Iterator[tuple[int, Chunk | Gap | BrokerError]]:

@@ -22,11 +22,11 @@ from pyspark import SparkContext
 from ..delta.actions import AddFile
 from ..delta.layout import StorageLayout, segment_of
 from ..executor.delete_mark_task import ALL_PARTITIONS, mark
-from ..failure.classify import classify
+from ..failure.classify import Failure, classify
 from ..failure.kinds import FailureKind
 from ..jobs.contract import JobGroup, JobKind
 from ..jobs.launch import SparkStopped, launch, local_dir
-from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind, TaskError
+from ..records import FileEntry, MarkCandidate, MarkResult, MarkTask, PrimaryKey, TableKind
 from ..state.commit import CollectionCommitter, VchannelSync
 from .cycle_report import CycleReport
 
@@ -132,7 +132,7 @@ class DeleteMarker:
             report.marked_dv_bytes += sum(m.deletion_vector.size_in_bytes for m in r.marks)
         return {r.vchannel: r for r in results}
 
-    def _job_failure(self, e: Exception) -> TaskError:
+    def _job_failure(self, e: Exception) -> Failure:
         """Why the vchannels of a failed marking job fail: out of space there is Spark's local
         directory (a task's own errors come back in its result)."""
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]

@@ -25,9 +25,10 @@ import logging
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
+from ..failure.classify import Failure
 from ..failure.kinds import Action, FailureKind
 from ..mq.broker import BrokerError, HighWatermarks
-from ..records import ReadStats, TaskError, TaskOutput
+from ..records import ReadStats, TaskOutput
 from .watermark_probe import ask_highs
 
 __all__ = ["PROBE_TIMEOUT", "STALLS_TO_FAIL", "StalledReads"]
@@ -54,7 +55,7 @@ class StalledReads:
         if not unserved:
             return outputs
         highs = _ask(watermarks, sorted(unserved))
-        failing: dict[TaskError, TaskError] = {}   # the reads' errors -> what they fail with
+        failing: dict[Failure, Failure] = {}   # the reads' errors -> what they fail with
         for key, reads in unserved.items():
             high = highs.get(key)
             if not isinstance(high, int):
@@ -65,7 +66,7 @@ class StalledReads:
                 continue
             for read in reads:
                 assert read.error is not None
-                failing[read.error] = TaskError(kind=FailureKind.BROKER, message=(
+                failing[read.error] = Failure(kind=FailureKind.BROKER, message=(
                     f"{key[0]}[{key[1]}]: the broker answers its watermark ({high}) but served none of the reads "
                     f"of it in {count} cycles in a row (this one from offset {read.first}): {read.error.message}"))
         if not failing:
@@ -94,7 +95,7 @@ def _ask(watermarks: HighWatermarks | None, keys: list[tuple[str, int]]) -> dict
         return {}
 
 
-def _failed(out: TaskOutput, failing: dict[TaskError, TaskError]) -> TaskOutput:
+def _failed(out: TaskOutput, failing: dict[Failure, Failure]) -> TaskOutput:
     """``out`` with the errors of ``failing`` replaced, in its reads and in its portions (a read's
     vchannels that saw messages of their own carry its error in theirs)."""
     if not any(r.error in failing for r in out.reads):
