@@ -234,7 +234,8 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        min=0.0001),
     _k("datanode.warmup", KeyType.BOOL, "true",
        "run one throw-away Spark job at start, beside registering and loading vchannels, that starts Spark's "
-       "Python workers and imports and decodes as a cycle's tasks do, so the first cycle does not pay for it"),
+       "Python workers and imports and decodes as a cycle's tasks do, so the first cycle does not pay for it; "
+       "and again after 40 s without a job, before Spark stops idle workers at a minute"),
     _k("datanode.watch.workers", KeyType.INT, "32",
        "channel watches the DataNode carries out at once (they mostly wait on storage and etcd; the more "
        "wait together, the more answers share one etcd transaction)", min=1),

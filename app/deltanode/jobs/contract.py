@@ -32,7 +32,7 @@ class JobGroup(enum.StrEnum):
     PIPELINE = "deltanode-pipeline"            # the cycle's and delete marking's: the pipeline's stop cancels them
     COMPACTION = "deltanode-compaction"        # the compactor's rewrites: its stop cancels them
     MILVUS_IMPORT = "deltanode-milvus-import"  # a vchannel's import from Milvus's storage
-    WARM_UP = "deltanode-warm-up"              # the start's throw-away job
+    WARM_UP = "deltanode-warm-up"              # the throw-away job at the start and of an idle driver
 
 
 @dataclass(frozen=True, kw_only=True)

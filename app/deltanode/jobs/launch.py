@@ -10,6 +10,7 @@ import logging
 import os
 import pickle
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -23,6 +24,7 @@ from .contract import JobGroup, JobKind, Outcome, run_pickled
 log = logging.getLogger(__name__)
 S = TypeVar("S")
 R = TypeVar("R")
+_last_job_end = time.monotonic()   # when this driver's last job ended (``idle_seconds``)
 
 
 class SparkStopped(DeltaNodeError):
@@ -44,6 +46,7 @@ def launch(sc: SparkContext, kind: JobKind[S, R], specs: Sequence[S], *, descrip
     sc.setLocalProperty("spark.scheduler.pool", kind.pool)
     sc.setJobGroup(kind.group, f"{kind.name}: {description}", interruptOnCancel=True)
     pickled = [pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL) for spec in specs]
+    global _last_job_end
     try:
         out = sc.parallelize(pickled, slices or len(pickled)).map(functools.partial(run_pickled, kind.run)).collect()
     except Exception as e:
@@ -52,6 +55,8 @@ def launch(sc: SparkContext, kind: JobKind[S, R], specs: Sequence[S], *, descrip
         if spark_stopped(sc):
             raise SparkStopped(summarize_error(str(e))) from e
         raise
+    finally:
+        _last_job_end = time.monotonic()
     return [pickle.loads(result) for result in out]
 
 
@@ -82,6 +87,11 @@ def launch_isolated(sc: SparkContext, kind: JobKind[S, R], specs: Sequence[S], *
         except Exception as e:  # noqa: BLE001 - this spec's task fails, alone
             failed.append((spec, e))
     return Outcome(results=results, failed=failed)
+
+
+def idle_seconds() -> float:
+    """Seconds since this driver's last Spark job ended (since the module loaded, before any)."""
+    return time.monotonic() - _last_job_end
 
 
 def cancel(sc: SparkContext, group: JobGroup) -> None:

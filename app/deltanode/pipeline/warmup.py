@@ -14,6 +14,13 @@ schema and file formats, made once per worker), which no warm-up can know in adv
 The job runs beside the node's start (``warm_up_in_background``): registering in etcd, loading
 vchannels' state from Delta and planning the first cycle need no worker, and a cycle's job that
 comes before the warm-up's end waits for the same workers it would have started itself.
+
+Then the workers are kept warm: Spark stops every idle Python worker of an executor after a minute
+without a worker taken or given back (``PythonWorkerFactory``: fixed, not a setting, looked at every
+10 s). A node with no channel, or whose channels are all silent, would lose its warm workers, each
+stopped worker's daemon would print a ``BrokenPipeError`` traceback on the console, and the next
+cycle would pay the start-up again. So after ``KEEP_WARM_AFTER`` seconds without a job the warm-up
+runs again (``keep_warm``), a job of a few milliseconds.
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ from dataclasses import dataclass
 from pyspark import SparkContext
 
 from ..jobs.contract import JobGroup, JobKind
-from ..jobs.launch import SparkStopped, launch
+from ..jobs.launch import SparkStopped, idle_seconds, launch, spark_stopped
 
 log = logging.getLogger(__name__)
+# Below Spark's minute, with the 10 s it takes to look and this module's own look every few seconds.
+KEEP_WARM_AFTER = 40.0
+_KEEP_WARM_LOOK = 5.0
 
 WARM_SCHEMA = {"fields": [{"name": "pk", "data_type": "Int64", "is_primary_key": True},
                           {"name": "vec", "data_type": "FloatVector", "dim": 4},
@@ -111,7 +121,25 @@ def warm_up_in_background(sc: SparkContext, splits: int = 2,
                         str(e).splitlines()[0] if str(e) else type(e).__name__)
         if done is not None:
             done(seconds)
+        if seconds is not None:
+            keep_warm(sc, splits)
 
     thread = threading.Thread(target=run, name="deltanode-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def keep_warm(sc: SparkContext, splits: int = 2, *, after: float = KEEP_WARM_AFTER, look: float = _KEEP_WARM_LOOK,
+              stop: threading.Event | None = None) -> None:
+    """Run ``warm_up`` whenever the driver has run no job for ``after`` seconds, until Spark stops
+    or ``stop`` is set (on the calling thread). A failed warm-up is logged at DEBUG and tried again
+    ``after`` seconds later: the cycles report real failures."""
+    while not (stop is not None and stop.is_set()) and not spark_stopped(sc):
+        if idle_seconds() >= after:
+            try:
+                warm_up(sc, splits)
+            except SparkStopped:
+                return
+            except Exception as e:  # noqa: BLE001 - an optimisation, as the first warm-up
+                log.debug("keeping the Python workers warm failed: %s", e)
+        time.sleep(look)
