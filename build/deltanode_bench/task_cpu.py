@@ -34,9 +34,11 @@ from .workload import bench_schema
 PCHANNELS, ROWS, DIM = 8, 50, 128
 
 
-def messages(collections: int, inserts: int) -> tuple[dict[int, list[bytes]], dict[str, tuple[int, RouteContext]],
-                                                       dict[int, CollectionLayout]]:
-    """Per pchannel its messages; per vchannel its pchannel and routing context; the layouts."""
+def messages(collections: int, inserts: int, busy: int | None = None
+             ) -> tuple[dict[int, list[bytes]], dict[str, tuple[int, RouteContext]], dict[int, CollectionLayout]]:
+    """Per pchannel its messages; per vchannel its pchannel and routing context; the layouts.
+    ``busy``: only the first ``busy`` collections have inserts (default all), the others are read
+    for their TimeTicks only."""
     doc = bench_schema(DIM)
     del doc["fields"][1]   # pk and the vector, as the scale benchmark's collections
     rng = np.random.default_rng(1)
@@ -53,7 +55,7 @@ def messages(collections: int, inserts: int) -> tuple[dict[int, list[bytes]], di
             pchannel = pchannel_name("by-dev-rootcoord-dml", p)
             v = vchannel_name(pchannel, cid, k)
             contexts[v] = (p, RouteContext(v, cid, f"scale{c}", pchannel, 0, 0))
-            for i in range(inserts):
+            for i in range(inserts if busy is None or c < busy else 0):
                 ts += ROWS
                 req = msg_pb2.InsertRequest(
                     base=common_pb2.MsgBase(msg_type=common_pb2.Insert, msgID=1, timestamp=ts, sourceID=1),

@@ -1,0 +1,320 @@
+"""The floor: the least CPU a cycle's inserts can cost on this machine, beside DeltaNode's own.
+
+``PYTHONPATH=app:build .venv/bin/python -m deltanode_bench.floor [--shape 1000|10000] [--runs 3]``
+builds the messages of one task's cycle at a scale point (``task_cpu.messages``: collections of 2
+shards over 8 pchannels, InsertRequests of 50 rows x 128-dim, TimeTicks) and handles them twice,
+alternating, in this one process:
+
+- **DeltaNode**: the executor's path, as ``pipeline.task`` runs it (``task_cpu.run``: dispatcher,
+  routers, binlog files).
+- **The floor**: only what any design must do with the same bytes, written as tightly as Python,
+  numpy and pyarrow allow here. Each message's bytes are read once, straight from the protobuf
+  wire format: its type, vchannel and columns, the varints decoded in bulk by numpy, and the
+  vector's packed floats taken where they lie. Then one Parquet file per vchannel with inserts,
+  holding DeltaNode's columns (pk, vec, _ts, _row_id, _segment_id, _partition_id), encoded by the
+  tightest encoder here (DeltaNode's own ``executor.plain_parquet``: a page a column, PLAIN, no
+  compression, no statistics) and written with one system call. Then one commit file per
+  collection, naming its files. When DeltaNode fsyncs (``storage.fsync``, its default), the floor
+  fsyncs its files, their directories and its commit files too.
+
+It prints the CPU of each per insert and their ratio, DeltaNode / floor: the figure to drive down.
+The floor's commits are a driver's work, printed apart: DeltaNode's column here is its tasks only.
+The floor leaves out what DeltaNode does beyond that: statistics and the bloom filter, checkpoints,
+the replay filter and the time-tick rules, the commit's conditions. So "DeltaNode / floor" is the
+price of all of those at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from deltanode.delta.layout import StorageLayout
+from deltanode.delta.object_store import StoreOptions
+from deltanode.executor.plain_parquet import PlainEncoder, for_schema
+from deltanode.records import RouteContext
+from deltanode.wire.milvus_proto import common_pb2
+from deltanode.wire.schema import CollectionLayout
+
+from . import task_cpu
+
+# The scale points' shapes, as one task of the two a cycle runs sees them: at 1,000 vchannels every
+# vchannel has an insert a second and a cycle takes about 2 s; at 10,000 the load is capped at 1,000
+# inserts a second, so in a 2-s cycle 2,000 of a task's 5,000 vchannels have one insert each.
+SHAPES = {1000: (250, 2, 250), 10000: (2500, 1, 1000)}   # collections, inserts a vchannel, collections with inserts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wire:
+    """The field numbers the floor reads (msg.proto, schema.proto, common.proto of Milvus)."""
+
+    base: int = 1
+    msg_type: int = 1
+    shard_name: int = 2
+    collection_id: int = 7
+    partition_id: int = 8
+    segment_id: int = 9
+    timestamps: int = 10
+    row_ids: int = 11
+    fields_data: int = 13
+    field_scalars: int = 3
+    field_vectors: int = 4
+    long_data: int = 3
+    float_vector: int = 2
+    array_data: int = 1
+
+
+WIRE = Wire()
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int] | int]:
+    """A message's fields between ``start`` and ``end``: number -> varint value, or the (start, end)
+    of a length-delimited one. Repeated length-delimited fields are not merged: the floor reads
+    messages whose repeated fields are packed scalars, or (``fields_data``) walked by ``_each``."""
+    out: dict[int, tuple[int, int] | int] = {}
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            out[number], pos = _varint(buf, pos)
+        elif kind == 2:
+            n, pos = _varint(buf, pos)
+            if number not in out:
+                out[number] = (pos, pos + n)
+            pos += n
+        elif kind == 1:
+            pos += 8
+        elif kind == 5:
+            pos += 4
+        else:
+            raise ValueError(f"wire type {kind} at {pos}")
+    return out
+
+
+def _each(buf: bytes, start: int, end: int, wanted: int) -> list[tuple[int, int]]:
+    """Every occurrence of the length-delimited field ``wanted`` between ``start`` and ``end``."""
+    out = []
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            _, pos = _varint(buf, pos)
+        elif kind == 2:
+            n, pos = _varint(buf, pos)
+            if number == wanted:
+                out.append((pos, pos + n))
+            pos += n
+        else:
+            pos += 8 if kind == 1 else 4
+    return out
+
+
+def varints(buf: bytes, start: int, end: int) -> np.ndarray:
+    """The packed varints between ``start`` and ``end``, decoded at once (int64)."""
+    b = np.frombuffer(buf, np.uint8, end - start, start)
+    last = np.flatnonzero(b < 0x80)
+    firsts = np.empty_like(last)
+    firsts[0] = 0
+    firsts[1:] = last[:-1] + 1
+    shifts = (np.arange(len(b)) - np.repeat(firsts, last - firsts + 1)).astype(np.uint64) * np.uint64(7)
+    return np.add.reduceat((b & 0x7F).astype(np.uint64) << shifts, firsts).view(np.int64)
+
+
+@dataclass
+class _Batch:
+    """One vchannel's inserts of the cycle, as columns."""
+
+    pk: list[np.ndarray]
+    vec: list[np.ndarray]
+    ts: list[np.ndarray]
+    row_id: list[np.ndarray]
+    segment: list[int]
+    partition: list[int]
+    rows: list[int]
+
+
+def _read(value: bytes, batches: dict[str, _Batch], collection_of: dict[str, int], w: Wire = WIRE) -> None:
+    top = _fields(value, 0, len(value))
+    base = top[w.base]
+    assert isinstance(base, tuple)
+    if _fields(value, *base).get(w.msg_type) != common_pb2.Insert:
+        return   # a TimeTick: read, nothing to write
+    s, e = top[w.shard_name]  # type: ignore[misc]
+    vchannel = value[s:e].decode()
+    batch = batches.get(vchannel)
+    if batch is None:
+        batch = batches[vchannel] = _Batch([], [], [], [], [], [], [])
+        collection_of[vchannel] = int(top[w.collection_id])  # type: ignore[arg-type]
+    ts = varints(value, *top[w.timestamps])  # type: ignore[misc]
+    batch.ts.append(ts)
+    batch.row_id.append(varints(value, *top[w.row_ids]))  # type: ignore[misc]
+    batch.segment.append(int(top[w.segment_id]))  # type: ignore[arg-type]
+    batch.partition.append(int(top[w.partition_id]))  # type: ignore[arg-type]
+    batch.rows.append(len(ts))
+    for fs, fe in _each(value, 0, len(value), w.fields_data):
+        field = _fields(value, fs, fe)
+        if w.field_scalars in field:
+            longs = _fields(value, *field[w.field_scalars])[w.long_data]  # type: ignore[misc]
+            batch.pk.append(varints(value, *_fields(value, *longs)[w.array_data]))  # type: ignore[misc]
+        else:
+            floats = _fields(value, *field[w.field_vectors])[w.float_vector]  # type: ignore[misc]
+            ds, de = _fields(value, *floats)[w.array_data]  # type: ignore[misc]
+            batch.vec.append(np.frombuffer(value, np.float32, (de - ds) // 4, ds))
+
+
+def _sync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+SCHEMA = pa.schema([("pk", pa.int64()), ("vec", pa.list_(pa.float32())), ("_ts", pa.int64()), ("_row_id", pa.int64()),
+                    ("_segment_id", pa.int64()), ("_partition_id", pa.int64())])
+
+
+@functools.cache
+def _encoder() -> PlainEncoder:
+    encoder = for_schema(SCHEMA)
+    assert encoder is not None
+    return encoder
+
+
+def _write(root: str, rel: str, batch: _Batch, dim: int, fsync: bool) -> dict:
+    """The batch as one Parquet file at ``rel``: the tightest encoder here (DeltaNode's own
+    ``plain_parquet``, a third of pyarrow's writer for a small file), one write; its add action."""
+    rows = sum(batch.rows)
+    columns = [pa.array(np.concatenate(batch.pk)),
+               pa.ListArray.from_arrays(pa.array(np.arange(0, rows * dim + 1, dim, dtype=np.int32)),
+                                        pa.array(np.concatenate(batch.vec))),
+               pa.array(np.concatenate(batch.ts)), pa.array(np.concatenate(batch.row_id)),
+               pa.array(np.repeat(np.array(batch.segment, np.int64), batch.rows)),
+               pa.array(np.repeat(np.array(batch.partition, np.int64), batch.rows))]
+    data = _encoder().encode_columns(columns, rows)
+    assert data is not None
+    fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"add": {"path": rel, "size": len(data), "dataChange": True, "stats": json.dumps({"numRecords": rows})}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FloorCpu:
+    """CPU seconds of a floor cycle: reading and writing files (a task's share), and committing (a driver's)."""
+
+    files: float
+    commits: float
+
+
+def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, CollectionLayout], version: int,
+              fsync: bool = True) -> FloorCpu:
+    """The floor's cycle over ``msgs``: read, one file per vchannel with inserts, one commit per collection."""
+    started = time.process_time()
+    batches: dict[str, _Batch] = {}
+    collection_of: dict[str, int] = {}
+    for values in msgs.values():
+        for value in values:
+            _read(value, batches, collection_of)
+    adds: dict[int, list[dict]] = defaultdict(list)
+    dirs: list[str] = []
+    for vchannel, batch in batches.items():
+        collection = collection_of[vchannel]
+        rel_dir = f"insert_log/{collection}/{vchannel}"
+        if version == 0:
+            os.makedirs(os.path.join(root, rel_dir), exist_ok=True)
+        adds[collection].append(_write(root, f"{rel_dir}/part-{uuid.uuid4().hex}.parquet", batch,
+                                       layouts[collection].fields[1].dim or 0, fsync))
+        dirs.append(os.path.join(root, rel_dir))
+    if fsync:
+        for d in dirs:
+            _sync(d)
+    files = time.process_time()
+    for collection, actions in adds.items():
+        log_dir = os.path.join(root, "insert_log", str(collection), "_delta_log")
+        if version == 0:
+            os.makedirs(log_dir, exist_ok=True)
+        body = "\n".join(json.dumps(a) for a in [*actions, {"commitInfo": {"operation": "WRITE"}}]).encode()
+        fd = os.open(os.path.join(log_dir, f"{version:020d}.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, body)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fsync:
+            _sync(log_dir)
+    return FloorCpu(files=files - started, commits=time.process_time() - files)
+
+
+def shaped(shape: int) -> tuple[dict[int, list[bytes]], dict[str, tuple[int, RouteContext]],
+                                dict[int, CollectionLayout], int]:
+    """One task's messages of a cycle at the ``shape`` point; and its inserts."""
+    collections, inserts, busy = SHAPES[shape]
+    msgs, contexts, layouts = task_cpu.messages(collections, inserts, busy=busy)
+    return msgs, contexts, layouts, busy * 2 * inserts
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m deltanode_bench.floor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", type=int, choices=sorted(SHAPES), action="append",
+                   help="the scale point's shape (repeatable; default both)")
+    p.add_argument("--runs", type=int, default=3, help="warm runs of each, alternating (default 3)")
+    p.add_argument("--no-fsync", action="store_true", help="neither fsyncs (storage.fsync = false)")
+    args = p.parse_args(argv)
+    print("One task's cycle at each scale point's shape, in this process; CPU ms an insert, best of the runs: "
+          "DeltaNode's executor path (task_cpu) and the floor's reading and files beside it, then the floor's "
+          "commits (a driver's work, not in DeltaNode's column)")
+    print("shape  inserts  DeltaNode tasks  floor files  tasks / floor files  floor commits")
+    for shape in args.shape or sorted(SHAPES):
+        msgs, contexts, layouts, inserts = shaped(shape)
+        work = tempfile.mkdtemp(prefix="deltanode-floor-")
+        try:
+            storage = StorageLayout(os.path.join(work, "deltanode"), StoreOptions(fsync=not args.no_fsync))
+            floor_root = os.path.join(work, "floor")
+            task_cpu.run(storage, msgs, contexts, layouts)   # cold passes: imports, caches, directories
+            floor_run(floor_root, msgs, layouts, 0, fsync=not args.no_fsync)
+            ours: list[float] = []
+            floors: list[FloorCpu] = []
+            for i in range(args.runs):
+                ours.append(task_cpu.run(storage, msgs, contexts, layouts))
+                floors.append(floor_run(floor_root, msgs, layouts, i + 1, fsync=not args.no_fsync))
+            best = min(ours) * 1e3 / inserts
+            low = min(f.files for f in floors) * 1e3 / inserts
+            commits = min(f.commits for f in floors) * 1e3 / inserts
+            print(f"{shape:>5}  {inserts:>7}  {best:>15.3f}  {low:>11.3f}  {best / low:>19.2f}  {commits:>13.3f}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
