@@ -49,10 +49,20 @@ from deltanode.wire.schema import CollectionLayout
 
 from . import task_cpu
 
-# The scale points' shapes, as one task of the two a cycle runs sees them: at 1,000 vchannels every
-# vchannel has an insert a second and a cycle takes about 2 s; at 10,000 the load is capped at 1,000
-# inserts a second, so in a 2-s cycle 2,000 of a task's 5,000 vchannels have one insert each.
-SHAPES = {1000: (250, 2, 250), 10000: (2500, 1, 1000)}   # collections, inserts a vchannel, collections with inserts
+SHAPES = (1000, 10000)   # the scale points the issue's targets name
+CYCLE_S = 2.0            # a cycle's length at those points on this machine (docs/benchmarks.md)
+
+
+def shape_of(vchannels: int, rate_cap: float = 1000.0, cycle_s: float = CYCLE_S) -> tuple[int, int, int]:
+    """One task's cycle at a scale point (two tasks a cycle, collections of 2 shards, an insert a
+    second per vchannel up to ``rate_cap`` in all): its collections, the inserts of each busy
+    vchannel, and its collections with inserts. At 1,000 vchannels: 250, 2, 250; at 10,000, where
+    each vchannel has an insert every 10 s: 2,500, 1, 500."""
+    collections = max(1, vchannels // 4)
+    per_cycle = min(1.0, rate_cap / vchannels) * cycle_s   # inserts a vchannel in a cycle
+    if per_cycle >= 1:
+        return collections, round(per_cycle), collections
+    return collections, 1, max(1, round(collections * per_cycle))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,18 +285,33 @@ def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, Collec
     return FloorCpu(files=files - started, commits=time.process_time() - files)
 
 
-def shaped(shape: int) -> tuple[dict[int, list[bytes]], dict[str, tuple[int, RouteContext]],
-                                dict[int, CollectionLayout], int]:
-    """One task's messages of a cycle at the ``shape`` point; and its inserts."""
-    collections, inserts, busy = SHAPES[shape]
+Messages = dict[int, list[bytes]]   # per pchannel, its messages' bytes in offset order
+
+
+def shaped(vchannels: int, rate_cap: float = 1000.0
+           ) -> tuple[Messages, dict[str, tuple[int, RouteContext]], dict[int, CollectionLayout], int]:
+    """One task's messages of a cycle at the ``vchannels`` point (``shape_of``); and its inserts."""
+    collections, inserts, busy = shape_of(vchannels, rate_cap)
     msgs, contexts, layouts = task_cpu.messages(collections, inserts, busy=busy)
     return msgs, contexts, layouts, busy * 2 * inserts
 
 
+def ms_per_insert(vchannels: int, rate_cap: float = 1000.0, runs: int = 3, fsync: bool = True) -> float:
+    """The floor's CPU an insert at the ``vchannels`` point, files and commits: best of ``runs`` warm
+    cycles (the scale benchmark prints it beside the DataNode's)."""
+    msgs, _contexts, layouts, inserts = shaped(vchannels, rate_cap)
+    work = tempfile.mkdtemp(prefix="deltanode-floor-")
+    try:
+        cycles = [floor_run(work, msgs, layouts, i, fsync=fsync) for i in range(runs + 1)][1:]
+        return min(c.files + c.commits for c in cycles) * 1e3 / inserts
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m deltanode_bench.floor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--shape", type=int, choices=sorted(SHAPES), action="append",
-                   help="the scale point's shape (repeatable; default both)")
+    p.add_argument("--shape", type=int, action="append", metavar="VCHANNELS",
+                   help="the scale point's shape (repeatable; default 1000 and 10000)")
     p.add_argument("--runs", type=int, default=3, help="warm runs of each, alternating (default 3)")
     p.add_argument("--no-fsync", action="store_true", help="neither fsyncs (storage.fsync = false)")
     args = p.parse_args(argv)
@@ -294,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
           "DeltaNode's executor path (task_cpu) and the floor's reading and files beside it, then the floor's "
           "commits (a driver's work, not in DeltaNode's column)")
     print("shape  inserts  DeltaNode tasks  floor files  tasks / floor files  floor commits")
-    for shape in args.shape or sorted(SHAPES):
+    for shape in args.shape or SHAPES:
         msgs, contexts, layouts, inserts = shaped(shape)
         work = tempfile.mkdtemp(prefix="deltanode-floor-")
         try:

@@ -40,7 +40,7 @@ from deltanode.wire.datapb import ChannelWatchInfo, ChannelWatchState
 from deltanode.wire.names import pchannel_name
 from deltanode.wire.schema import CollectionLayout, schema_from_json
 
-from . import compaction
+from . import compaction, floor
 from . import latency as lat
 from .neighbour import Neighbour
 from .procs import TreeSampler, window
@@ -477,6 +477,21 @@ def _label(r: ScaleResult) -> str:
     return f"{r.broker} [{r.conf}]" if r.conf else r.broker
 
 
+def render_floor(results: list[ScaleResult], floors: dict[int, float]) -> str:
+    """Each point's DataNode CPU an insert beside the floor's for its shape (``floor``)."""
+    rows = []
+    for r in results:
+        ours = r.cores * r.seconds * 1e3 / r.inserts if r.inserts else math.nan
+        rows.append([r.vchannels, _label(r), f"{ours:.3f}", f"{floors[r.vchannels]:.3f}",
+                     f"{ours / floors[r.vchannels]:.2f}"])
+    return "\n".join([
+        "The floor (deltanode_bench.floor): the least CPU an insert costs here, one task's cycle of the point's "
+        "shape read from the wire, one Parquet file a vchannel, one commit a collection, fsynced, in the "
+        "benchmark's process before the points; DataNode = its process tree's CPU during the load over the "
+        "inserts produced (driver, JVM, Python workers; TimeTicks and idle vchannels included)",
+        table(["vchannels", "broker", "DataNode CPU ms / insert", "floor ms / insert", "DataNode / floor"], rows)])
+
+
 def render(results: list[ScaleResult], argv: list[str], rate_cap: float) -> str:
     out = ["DeltaNode scale benchmark", f"command : build/bench.sh {' '.join(argv)}",
            f"traffic : InsertRequests of {ROWS} rows x {DIM}-dim, one a second per vchannel up to {rate_cap:.0f} a "
@@ -555,6 +570,8 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
     from . import structured_streaming
     results = []
     references = []
+    say("the floor of each point's shape (deltanode_bench.floor)")
+    floors = {n: floor.ms_per_insert(n, rate_cap) for n in sorted(set(points))}
     for i, n in enumerate(points):
         for k in range(repeat):
             for mq in mqs:
@@ -575,7 +592,7 @@ def main(points: list[int], work: str, seconds: float, drain: float, argv: list[
     say(f"{points[largest]} vchannel(s): compacting the tables the load left")
     figures = compaction.measure(os.path.join(work, last, "delta"))
     peers_table = ("\n\n" + render_peers(results, references)) if references else ""
-    return (render(results, argv, rate_cap) + peers_table
+    return (render(results, argv, rate_cap) + "\n\n" + render_floor(results, floors) + peers_table
             + f"\n\nAfter the {points[largest]}-vchannel point on {mqs[-1]}. " + compaction.render(figures))
 
 

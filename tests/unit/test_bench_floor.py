@@ -51,3 +51,9 @@ def test_the_floor_writes_each_insert_once_and_the_rows_deltanode_writes(tmp_pat
     expected = _rows(ours)
     assert sum(expected.values()) == 2 * 2 * 2 * task_cpu.ROWS   # busy collections x shards x inserts x rows
     assert _rows(files) == expected
+
+
+def test_the_scale_points_shapes_are_one_task_s_cycle_of_them():
+    assert floor.shape_of(1000) == (250, 2, 250)      # every vchannel an insert a second, 2-s cycles
+    assert floor.shape_of(10000) == (2500, 1, 500)    # 1,000 inserts a second over both tasks
+    assert floor.shape_of(16) == (4, 2, 4)
