@@ -27,6 +27,8 @@ price of all of those at once.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import enum
 import functools
 import json
 import os
@@ -48,6 +50,15 @@ from deltanode.wire.milvus_proto import common_pb2
 from deltanode.wire.schema import CollectionLayout
 
 from . import task_cpu
+
+
+class Durability(enum.Enum):
+    """How the floor makes its files durable."""
+
+    NONE = "none"       # storage.fsync = false
+    FSYNC = "fsync"     # each file, then each directory once, then each commit file and its directory: DeltaNode's way
+    SYNCFS = "syncfs"   # one syncfs(2) of the filesystem for the cycle's files, one for its commits
+
 
 SHAPES = (1000, 10000)   # the scale points the issue's targets name
 CYCLE_S = 2.0            # a cycle's length at those points on this machine (docs/benchmarks.md)
@@ -204,6 +215,17 @@ def _sync(path: str) -> None:
         os.close(fd)
 
 
+def _syncfs(path: str) -> None:
+    """syncfs(2) of the filesystem holding ``path``: every dirty page and name on it made durable at
+    once (it reports a writeback error since Linux 5.8). Python has no binding: libc's, by ctypes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), f"syncfs {path}")
+    finally:
+        os.close(fd)
+
+
 SCHEMA = pa.schema([("pk", pa.int64()), ("vec", pa.list_(pa.float32())), ("_ts", pa.int64()), ("_row_id", pa.int64()),
                     ("_segment_id", pa.int64()), ("_partition_id", pa.int64())])
 
@@ -246,8 +268,9 @@ class FloorCpu:
 
 
 def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, CollectionLayout], version: int,
-              fsync: bool = True) -> FloorCpu:
+              durability: Durability = Durability.FSYNC) -> FloorCpu:
     """The floor's cycle over ``msgs``: read, one file per vchannel with inserts, one commit per collection."""
+    fsync = durability is Durability.FSYNC
     started = time.process_time()
     batches: dict[str, _Batch] = {}
     collection_of: dict[str, int] = {}
@@ -267,6 +290,8 @@ def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, Collec
     if fsync:
         for d in dirs:
             _sync(d)
+    elif durability is Durability.SYNCFS:
+        _syncfs(root)
     files = time.process_time()
     for collection, actions in adds.items():
         log_dir = os.path.join(root, "insert_log", str(collection), "_delta_log")
@@ -282,6 +307,8 @@ def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, Collec
             os.close(fd)
         if fsync:
             _sync(log_dir)
+    if durability is Durability.SYNCFS:
+        _syncfs(root)
     return FloorCpu(files=files - started, commits=time.process_time() - files)
 
 
@@ -296,13 +323,14 @@ def shaped(vchannels: int, rate_cap: float = 1000.0
     return msgs, contexts, layouts, busy * 2 * inserts
 
 
-def ms_per_insert(vchannels: int, rate_cap: float = 1000.0, runs: int = 3, fsync: bool = True) -> float:
+def ms_per_insert(vchannels: int, rate_cap: float = 1000.0, runs: int = 3,
+                  durability: Durability = Durability.FSYNC) -> float:
     """The floor's CPU an insert at the ``vchannels`` point, files and commits: best of ``runs`` warm
     cycles (the scale benchmark prints it beside the DataNode's)."""
     msgs, _contexts, layouts, inserts = shaped(vchannels, rate_cap)
     work = tempfile.mkdtemp(prefix="deltanode-floor-")
     try:
-        cycles = [floor_run(work, msgs, layouts, i, fsync=fsync) for i in range(runs + 1)][1:]
+        cycles = [floor_run(work, msgs, layouts, i, durability) for i in range(runs + 1)][1:]
         return min(c.files + c.commits for c in cycles) * 1e3 / inserts
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -314,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the scale point's shape (repeatable; default 1000 and 10000)")
     p.add_argument("--runs", type=int, default=3, help="warm runs of each, alternating (default 3)")
     p.add_argument("--no-fsync", action="store_true", help="neither fsyncs (storage.fsync = false)")
+    p.add_argument("--syncfs", action="store_true",
+                   help="the floor makes a cycle's files durable with one syncfs(2), and its commits with another")
     args = p.parse_args(argv)
     print("One task's cycle at each scale point's shape, in this process; CPU ms an insert, best of the runs: "
           "DeltaNode's executor path (task_cpu) and the floor's reading and files beside it, then the floor's "
@@ -326,12 +356,14 @@ def main(argv: list[str] | None = None) -> int:
             storage = StorageLayout(os.path.join(work, "deltanode"), StoreOptions(fsync=not args.no_fsync))
             floor_root = os.path.join(work, "floor")
             task_cpu.run(storage, msgs, contexts, layouts)   # cold passes: imports, caches, directories
-            floor_run(floor_root, msgs, layouts, 0, fsync=not args.no_fsync)
+            durability = (Durability.NONE if args.no_fsync else Durability.SYNCFS if args.syncfs
+                          else Durability.FSYNC)
+            floor_run(floor_root, msgs, layouts, 0, durability)
             ours: list[float] = []
             floors: list[FloorCpu] = []
             for i in range(args.runs):
                 ours.append(task_cpu.run(storage, msgs, contexts, layouts))
-                floors.append(floor_run(floor_root, msgs, layouts, i + 1, fsync=not args.no_fsync))
+                floors.append(floor_run(floor_root, msgs, layouts, i + 1, durability))
             best = min(ours) * 1e3 / inserts
             low = min(f.files for f in floors) * 1e3 / inserts
             commits = min(f.commits for f in floors) * 1e3 / inserts

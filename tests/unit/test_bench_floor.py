@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from deltanode.delta.layout import StorageLayout
 from deltanode_bench import floor, task_cpu
@@ -35,9 +36,10 @@ def test_varints_decode_in_bulk_as_protobuf_encodes_them():
     assert floor.varints(body, start, start + length).tolist() == values
 
 
-def test_the_floor_writes_each_insert_once_and_the_rows_deltanode_writes(tmp_path):
+@pytest.mark.parametrize("durability", list(floor.Durability))
+def test_the_floor_writes_each_insert_once_and_the_rows_deltanode_writes(tmp_path, durability):
     msgs, contexts, layouts = task_cpu.messages(3, 2, busy=2)
-    cpu = floor.floor_run(str(tmp_path / "floor"), msgs, layouts, 0)
+    cpu = floor.floor_run(str(tmp_path / "floor"), msgs, layouts, 0, durability)
     assert cpu.files > 0 and cpu.commits > 0
     files = sorted(glob.glob(str(tmp_path / "floor" / "insert_log" / "*" / "*" / "*.parquet")))
     assert len(files) == 4   # the 2 busy collections' 2 vchannels, one file each; the idle collection none
