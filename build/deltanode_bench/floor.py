@@ -42,12 +42,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from deltanode.delta import durable
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.object_store import StoreOptions
 from deltanode.executor.plain_parquet import PlainEncoder, for_schema
 from deltanode.records import RouteContext
 from deltanode.wire.milvus_proto import common_pb2
 from deltanode.wire.schema import CollectionLayout
+from deltanode.wire.varint import read_varint
 
 from . import task_cpu
 
@@ -99,17 +101,6 @@ class Wire:
 WIRE = Wire()
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _fields(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int] | int]:
     """A message's fields between ``start`` and ``end``: number -> varint value, or the (start, end)
     of a length-delimited one. Repeated length-delimited fields are not merged: the floor reads
@@ -117,12 +108,12 @@ def _fields(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int] | int
     out: dict[int, tuple[int, int] | int] = {}
     pos = start
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         number, kind = key >> 3, key & 7
         if kind == 0:
-            out[number], pos = _varint(buf, pos)
+            out[number], pos = read_varint(buf, pos)
         elif kind == 2:
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             if number not in out:
                 out[number] = (pos, pos + n)
             pos += n
@@ -140,12 +131,12 @@ def _each(buf: bytes, start: int, end: int, wanted: int) -> list[tuple[int, int]
     out = []
     pos = start
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key, pos = read_varint(buf, pos)
         number, kind = key >> 3, key & 7
         if kind == 0:
-            _, pos = _varint(buf, pos)
+            _, pos = read_varint(buf, pos)
         elif kind == 2:
-            n, pos = _varint(buf, pos)
+            n, pos = read_varint(buf, pos)
             if number == wanted:
                 out.append((pos, pos + n))
             pos += n
@@ -207,14 +198,6 @@ def _read(value: bytes, batches: dict[str, _Batch], collection_of: dict[str, int
             batch.vec.append(np.frombuffer(value, np.float32, (de - ds) // 4, ds))
 
 
-def _sync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _syncfs(path: str) -> None:
     """syncfs(2) of the filesystem holding ``path``: every dirty page and name on it made durable at
     once (it reports a writeback error since Linux 5.8). Python has no binding: libc's, by ctypes."""
@@ -237,6 +220,17 @@ def _encoder() -> PlainEncoder:
     return encoder
 
 
+def _create(path: str, data: bytes, fsync: bool) -> None:
+    """A new file at ``path`` holding ``data``, in one write; its data fsynced with ``fsync``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write(root: str, rel: str, batch: _Batch, dim: int, fsync: bool) -> dict:
     """The batch as one Parquet file at ``rel``: the tightest encoder here (DeltaNode's own
     ``plain_parquet``, a third of pyarrow's writer for a small file), one write; its add action."""
@@ -249,13 +243,7 @@ def _write(root: str, rel: str, batch: _Batch, dim: int, fsync: bool) -> dict:
                pa.array(np.repeat(np.array(batch.partition, np.int64), batch.rows))]
     data = _encoder().encode_columns(columns, rows)
     assert data is not None
-    fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    _create(os.path.join(root, rel), data, fsync)
     return {"add": {"path": rel, "size": len(data), "dataChange": True, "stats": json.dumps({"numRecords": rows})}}
 
 
@@ -289,7 +277,7 @@ def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, Collec
         dirs.append(os.path.join(root, rel_dir))
     if fsync:
         for d in dirs:
-            _sync(d)
+            durable.sync_dir(d)
     elif durability is Durability.SYNCFS:
         _syncfs(root)
     files = time.process_time()
@@ -298,15 +286,9 @@ def floor_run(root: str, msgs: dict[int, list[bytes]], layouts: dict[int, Collec
         if version == 0:
             os.makedirs(log_dir, exist_ok=True)
         body = "\n".join(json.dumps(a) for a in [*actions, {"commitInfo": {"operation": "WRITE"}}]).encode()
-        fd = os.open(os.path.join(log_dir, f"{version:020d}.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, body)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _create(os.path.join(log_dir, f"{version:020d}.json"), body, fsync)
         if fsync:
-            _sync(log_dir)
+            durable.sync_dir(log_dir)
     if durability is Durability.SYNCFS:
         _syncfs(root)
     return FloorCpu(files=files - started, commits=time.process_time() - files)

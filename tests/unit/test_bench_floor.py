@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltanode.delta.layout import StorageLayout
+from deltanode.wire.varint import read_varint
 from deltanode_bench import floor, task_cpu
 
 
@@ -31,8 +32,8 @@ def test_varints_decode_in_bulk_as_protobuf_encodes_them():
     from deltanode.wire.milvus_proto import schema_pb2
     values = [0, 1, 127, 128, 300, 2**31, 2**40 + 5, 2**62, -1, -(2**40)]
     body = schema_pb2.LongArray(data=values).SerializeToString()
-    _, start = floor._varint(body, 0)          # field 1's key
-    length, start = floor._varint(body, start)
+    _, start = read_varint(body, 0)          # field 1's key
+    length, start = read_varint(body, start)
     assert floor.varints(body, start, start + length).tolist() == values
 
 
