@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import fcntl
 import hashlib
 import importlib.metadata
 import os
@@ -143,12 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     stamp_file = args.out.with_name(args.out.name + ".stamp")
     want = stamp(args.venv)
-    if not args.force and args.out.exists() and stamp_file.exists() and stamp_file.read_text() == want:
-        print(args.out)
-        return 0
-    print(f"env_archive: packing {args.venv} into {args.out} (once per setup.cfg change)", file=sys.stderr)
-    size = pack(args.venv, args.out)
-    stamp_file.write_text(want)
+    # One packer at a time (two test workers may ask at once): a second one waits, then finds the
+    # stamp up to date, and never replaces an archive a cluster may be localizing (YARN refuses a
+    # resource whose file changed after the submit).
+    with open(args.out.with_name(args.out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not args.force and args.out.exists() and stamp_file.exists() and stamp_file.read_text() == want:
+            print(args.out)
+            return 0
+        print(f"env_archive: packing {args.venv} into {args.out} (once per setup.cfg change)", file=sys.stderr)
+        size = pack(args.venv, args.out)
+        stamp_file.write_text(want)
     print(f"env_archive: {size / 2**20:.0f} MiB", file=sys.stderr)
     print(args.out)
     return 0

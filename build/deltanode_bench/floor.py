@@ -305,7 +305,7 @@ def shaped(vchannels: int, rate_cap: float = 1000.0
     return msgs, contexts, layouts, busy * 2 * inserts
 
 
-def ms_per_insert(vchannels: int, rate_cap: float = 1000.0, runs: int = 3,
+def ms_per_insert(vchannels: int, rate_cap: float = 1000.0, runs: int = 5,
                   durability: Durability = Durability.FSYNC) -> float:
     """The floor's CPU an insert at the ``vchannels`` point, files and commits: best of ``runs`` warm
     cycles (the scale benchmark prints it beside the DataNode's)."""
