@@ -37,7 +37,9 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +49,7 @@ from deltanode.delta.layout import StorageLayout
 from deltanode.delta.object_store import StoreOptions
 from deltanode.executor.plain_parquet import PlainEncoder, for_schema
 from deltanode.records import RouteContext
-from deltanode.wire.milvus_proto import common_pb2
+from deltanode.wire.milvus_proto import common_pb2, msg_pb2, schema_pb2
 from deltanode.wire.schema import CollectionLayout
 from deltanode.wire.varint import read_varint
 
@@ -78,70 +80,48 @@ def shape_of(vchannels: int, rate_cap: float = 1000.0, cycle_s: float = CYCLE_S)
     return collections, 1, max(1, round(collections * per_cycle))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Wire:
-    """The field numbers the floor reads (msg.proto, schema.proto, common.proto of Milvus)."""
-
-    base: int = 1
-    msg_type: int = 1
-    shard_name: int = 2
-    collection_id: int = 7
-    partition_id: int = 8
-    segment_id: int = 9
-    timestamps: int = 10
-    row_ids: int = 11
-    fields_data: int = 13
-    field_scalars: int = 3
-    field_vectors: int = 4
-    long_data: int = 3
-    float_vector: int = 2
-    array_data: int = 1
+def _number(message, field: str) -> int:
+    """A field's number, from Milvus's own generated descriptors (not written out here again)."""
+    return message.DESCRIPTOR.fields_by_name[field].number
 
 
-WIRE = Wire()
+# The field numbers the floor reads: msg.proto's InsertRequest, common.proto's MsgBase, schema.proto's FieldData.
+BASE, MSG_TYPE = _number(msg_pb2.InsertRequest, "base"), _number(common_pb2.MsgBase, "msg_type")
+SHARD, COLLECTION = _number(msg_pb2.InsertRequest, "shardName"), _number(msg_pb2.InsertRequest, "collectionID")
+PARTITION, SEGMENT = _number(msg_pb2.InsertRequest, "partitionID"), _number(msg_pb2.InsertRequest, "segmentID")
+TIMESTAMPS, ROW_IDS = _number(msg_pb2.InsertRequest, "timestamps"), _number(msg_pb2.InsertRequest, "rowIDs")
+FIELDS_DATA = _number(msg_pb2.InsertRequest, "fields_data")
+SCALARS, VECTORS = _number(schema_pb2.FieldData, "scalars"), _number(schema_pb2.FieldData, "vectors")
+LONG_DATA, FLOAT_VECTOR = _number(schema_pb2.ScalarField, "long_data"), _number(schema_pb2.VectorField, "float_vector")
+DATA = _number(schema_pb2.LongArray, "data")   # and FloatArray's
 
 
-def _fields(buf: bytes, start: int, end: int) -> dict[int, tuple[int, int] | int]:
-    """A message's fields between ``start`` and ``end``: number -> varint value, or the (start, end)
-    of a length-delimited one. Repeated length-delimited fields are not merged: the floor reads
-    messages whose repeated fields are packed scalars, or (``fields_data``) walked by ``_each``."""
-    out: dict[int, tuple[int, int] | int] = {}
+def _walk(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int | tuple[int, int]]]:
+    """The fields between ``start`` and ``end``, in order: (number, a varint's value or the span of a
+    length-delimited field); fixed-width fields are skipped."""
     pos = start
     while pos < end:
         key, pos = read_varint(buf, pos)
         number, kind = key >> 3, key & 7
         if kind == 0:
-            out[number], pos = read_varint(buf, pos)
+            value, pos = read_varint(buf, pos)
+            yield number, value
         elif kind == 2:
             n, pos = read_varint(buf, pos)
-            if number not in out:
-                out[number] = (pos, pos + n)
+            yield number, (pos, pos + n)
             pos += n
-        elif kind == 1:
-            pos += 8
-        elif kind == 5:
-            pos += 4
+        elif kind in (1, 5):
+            pos += 8 if kind == 1 else 4
         else:
             raise ValueError(f"wire type {kind} at {pos}")
-    return out
 
 
-def _each(buf: bytes, start: int, end: int, wanted: int) -> list[tuple[int, int]]:
-    """Every occurrence of the length-delimited field ``wanted`` between ``start`` and ``end``."""
-    out = []
-    pos = start
-    while pos < end:
-        key, pos = read_varint(buf, pos)
-        number, kind = key >> 3, key & 7
-        if kind == 0:
-            _, pos = read_varint(buf, pos)
-        elif kind == 2:
-            n, pos = read_varint(buf, pos)
-            if number == wanted:
-                out.append((pos, pos + n))
-            pos += n
-        else:
-            pos += 8 if kind == 1 else 4
+def _fields(buf: bytes, span: tuple[int, int]) -> dict[int, Any]:
+    """The fields of the message at ``span``, the first occurrence of each: the floor's messages
+    repeat only packed scalars, and ``fields_data`` (read with ``_walk``)."""
+    out: dict[int, Any] = {}
+    for number, value in _walk(buf, *span):
+        out.setdefault(number, value)
     return out
 
 
@@ -169,32 +149,31 @@ class _Batch:
     rows: list[int]
 
 
-def _read(value: bytes, batches: dict[str, _Batch], collection_of: dict[str, int], w: Wire = WIRE) -> None:
-    top = _fields(value, 0, len(value))
-    base = top[w.base]
-    assert isinstance(base, tuple)
-    if _fields(value, *base).get(w.msg_type) != common_pb2.Insert:
+def _read(value: bytes, batches: dict[str, _Batch], collection_of: dict[str, int]) -> None:
+    top = _fields(value, (0, len(value)))
+    if _fields(value, top[BASE]).get(MSG_TYPE) != common_pb2.Insert:
         return   # a TimeTick: read, nothing to write
-    s, e = top[w.shard_name]  # type: ignore[misc]
+    s, e = top[SHARD]
     vchannel = value[s:e].decode()
     batch = batches.get(vchannel)
     if batch is None:
         batch = batches[vchannel] = _Batch([], [], [], [], [], [], [])
-        collection_of[vchannel] = int(top[w.collection_id])  # type: ignore[arg-type]
-    ts = varints(value, *top[w.timestamps])  # type: ignore[misc]
+        collection_of[vchannel] = top[COLLECTION]
+    ts = varints(value, *top[TIMESTAMPS])
     batch.ts.append(ts)
-    batch.row_id.append(varints(value, *top[w.row_ids]))  # type: ignore[misc]
-    batch.segment.append(int(top[w.segment_id]))  # type: ignore[arg-type]
-    batch.partition.append(int(top[w.partition_id]))  # type: ignore[arg-type]
+    batch.row_id.append(varints(value, *top[ROW_IDS]))
+    batch.segment.append(top[SEGMENT])
+    batch.partition.append(top[PARTITION])
     batch.rows.append(len(ts))
-    for fs, fe in _each(value, 0, len(value), w.fields_data):
-        field = _fields(value, fs, fe)
-        if w.field_scalars in field:
-            longs = _fields(value, *field[w.field_scalars])[w.long_data]  # type: ignore[misc]
-            batch.pk.append(varints(value, *_fields(value, *longs)[w.array_data]))  # type: ignore[misc]
+    for number, span in _walk(value, 0, len(value)):
+        if number != FIELDS_DATA:
+            continue
+        field = _fields(value, span)
+        if SCALARS in field:
+            longs = _fields(value, field[SCALARS])[LONG_DATA]
+            batch.pk.append(varints(value, *_fields(value, longs)[DATA]))
         else:
-            floats = _fields(value, *field[w.field_vectors])[w.float_vector]  # type: ignore[misc]
-            ds, de = _fields(value, *floats)[w.array_data]  # type: ignore[misc]
+            ds, de = _fields(value, _fields(value, field[VECTORS])[FLOAT_VECTOR])[DATA]
             batch.vec.append(np.frombuffer(value, np.float32, (de - ds) // 4, ds))
 
 

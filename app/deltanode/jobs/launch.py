@@ -41,12 +41,12 @@ def launch(sc: SparkContext, kind: JobKind[S, R], specs: Sequence[S], *, descrip
     """``kind.run`` over ``specs`` on executors as one Spark job (``slices`` Spark tasks, one per
     spec by default): their results, in order. A failed job raises what Spark raised, for the
     caller to abort; ``SparkStopped`` when Spark itself stopped."""
+    global _last_job_end
     if not specs:
         return []
     sc.setLocalProperty("spark.scheduler.pool", kind.pool)
     sc.setJobGroup(kind.group, f"{kind.name}: {description}", interruptOnCancel=True)
     pickled = [pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL) for spec in specs]
-    global _last_job_end
     try:
         out = sc.parallelize(pickled, slices or len(pickled)).map(functools.partial(run_pickled, kind.run)).collect()
     except Exception as e:
