@@ -80,7 +80,7 @@ def child(args: dict) -> int:
     # started, as a DataNode starts it, beside the imports below.
     started = start_spark_context({**spark_defaults(), "spark.master": args.get("master", "local[2]"),
                                    "spark.ui.enabled": "false", **args.get("spark_conf", {})}, "deltanode-bench")
-    from deltanode.config.sections.pipeline import Limits, PipelineSettings
+    from deltanode.config.sections.pipeline import Limits, PipelineSettings, TriggerSettings
     from deltanode.delta.delta_log import DeltaLog
     from deltanode.delta.layout import StorageLayout
     from deltanode.mq.broker import Broker
@@ -99,7 +99,7 @@ def child(args: dict) -> int:
 
     storage = StorageLayout(args["storage_root"])
     settings = PipelineSettings(limits=Limits(max_messages=args["max_messages"], max_bytes=args["max_bytes"],
-                                       splits=args["splits"]), trigger_interval=args["trigger_s"])
+                                       splits=args["splits"]), trigger=TriggerSettings(interval=args["trigger_s"]))
     if "compaction_interval" in args:
         settings = replace(settings, compaction=replace(settings.compaction, interval=args["compaction_interval"]))
     if args.get("log_level"):

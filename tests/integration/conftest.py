@@ -61,13 +61,14 @@ def spark(tmp_path_factory):
 @pytest.fixture
 def pipelines(spark, mq, tmp_path):
     """Factory: a started shared pipeline (no etcd fence) on the test broker; stopped at the end."""
-    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings
+    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings, TriggerSettings
     from deltanode.pipeline.pipeline import Pipeline
     started = []
 
     def make(trigger_interval: float = 0.2, fence=None, compaction: CompactionSettings = CompactionSettings(),
              **limits) -> Pipeline:
-        settings = PipelineSettings(limits=Limits(**limits), trigger_interval=trigger_interval, compaction=compaction)
+        settings = PipelineSettings(limits=Limits(**limits), trigger=TriggerSettings(interval=trigger_interval),
+                                    compaction=compaction)
         pipe = Pipeline(spark.sparkContext, StorageLayout(str(tmp_path / "delta")), mq, settings, fence=fence).start()
         started.append(pipe)
         return pipe

@@ -28,7 +28,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     from deltanode.config.jvm_options import spark_defaults
-    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings
+    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings, TriggerSettings
     from deltanode.delta import delta_log
     from deltanode.delta.delta_log import DeltaLog
     from deltanode.delta.layout import StorageLayout
@@ -46,8 +46,8 @@ def main() -> int:
     delta_log.CHECKPOINT_INTERVAL = args.get("checkpoint_interval", delta_log.CHECKPOINT_INTERVAL)
     compaction = CompactionSettings(**args.get("compaction", {"interval": 0}))
     pipe = Pipeline(spark.sparkContext, storage, Broker(args["mq"], args["address"]),
-                    PipelineSettings(limits=Limits(max_messages=args["max_messages"], splits=2), trigger_interval=0.1,
-                                     compaction=compaction)).start()
+                    PipelineSettings(limits=Limits(max_messages=args["max_messages"], splits=2),
+                                     trigger=TriggerSettings(interval=0.1), compaction=compaction)).start()
     for coll in args["collections"]:
         schema = schema_from_json(coll["schema"], coll["name"])
         for v in coll["vchannels"]:

@@ -22,7 +22,7 @@ import pytest
 from deltalake import write_deltalake
 
 from deltanode.config import Conf
-from deltanode.config.sections.pipeline import Limits, PipelineSettings
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, TriggerSettings
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
 from deltanode.delta.layout import TABLE_CONFIG, StorageLayout
 from deltanode.etcd.client import EtcdClient
@@ -76,7 +76,8 @@ def lake(spark, broker, etcd_server, tmp_path_factory) -> Lake:
     stop = threading.Event()
     ticker(producer, [pchannel], stop)
     coll = Collection(cid, "demo", [pchannel], [vchannel], producer, storage, SCHEMA)
-    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(limits=Limits(), trigger_interval=0.2)).start()
+    settings = PipelineSettings(limits=Limits(), trigger=TriggerSettings(interval=0.2))
+    pipe = Pipeline(spark.sparkContext, storage, mq, settings).start()
     try:
         coll.watch(pipe)
         first = producer.insert(pchannel, vchannel, 11, 3, 40)

@@ -26,7 +26,7 @@ import pytest
 from google.protobuf import json_format
 
 from deltanode.admin.verify import behind
-from deltanode.config.sections.pipeline import PipelineSettings, SyncSettings
+from deltanode.config.sections.pipeline import PipelineSettings, SyncSettings, TriggerSettings
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
 from deltanode.datanode.channel_handler import FlowgraphManager
 from deltanode.datanode.metrics import DataNodeCollector, NodeView, health, readiness
@@ -184,7 +184,7 @@ def test_an_idle_milvus26_pchannel_holds_up_no_checkpoint_flush_or_vchannel(spar
 
     def start() -> Pipeline:
         pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(
-            trigger_interval=0.2, sync=SyncSettings(checkpoint_interval=CHECKPOINT_INTERVAL)),
+            trigger=TriggerSettings(interval=0.2), sync=SyncSettings(checkpoint_interval=CHECKPOINT_INTERVAL)),
             on_cycle=cycles.append).start()
         for v in (a0, a1, b):
             pipe.add(VchannelInfo(collectionID=owner[v], channelName=v), schemas[owner[v]])

@@ -22,7 +22,7 @@ from collections import Counter
 import pytest
 from google.protobuf import json_format
 
-from deltanode.config.sections.pipeline import Limits, PipelineSettings, SyncSettings
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, SyncSettings, TriggerSettings
 from deltanode.datacoord.catalog import CollectionRecord, encode_schema
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.table_schema import recorded_schema
@@ -141,7 +141,7 @@ def test_fields_added_to_a_live_collection_land_row_for_row_across_a_restart_bet
             """A pipeline from Delta's state, its flowgraphs given the created schema (DeltaNode's catalog's),
             until each vchannel's checkpoint reaches its pchannel's head."""
             pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(
-                limits=Limits(max_messages=12), trigger_interval=0.2,
+                limits=Limits(max_messages=12), trigger=TriggerSettings(interval=0.2),
                 sync=SyncSettings(checkpoint_interval=1.0))).start()
             try:
                 for v in s.v:

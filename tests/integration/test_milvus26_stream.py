@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from deltanode.config.sections.pipeline import Limits, PipelineSettings, SyncSettings
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, SyncSettings, TriggerSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import open_table, read_table
 from deltanode.mq.pulsar_positions import position as pulsar_position
@@ -255,7 +255,7 @@ def test_a_milvus26_stream_lands_row_for_row_across_restarts_between_and_inside_
             """A pipeline from Delta's state until each vchannel's checkpoint reaches its position in
             ``targets()`` (and ``linger`` seconds more); ``then()`` first, while it runs."""
             pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(
-                limits=Limits(max_messages=12), trigger_interval=0.2,
+                limits=Limits(max_messages=12), trigger=TriggerSettings(interval=0.2),
                 sync=SyncSettings(checkpoint_interval=1.0))).start()
             try:
                 for v in s.v:

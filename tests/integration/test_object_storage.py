@@ -35,7 +35,7 @@ def test_the_commit_log_on_s3_is_a_compare_and_swap(s3):
 
 @pytest.mark.spark
 def test_the_shared_pipeline_persists_to_s3_exactly_once_across_a_restart(spark, mq, make_collection, s3):
-    from deltanode.config.sections.pipeline import Limits, PipelineSettings
+    from deltanode.config.sections.pipeline import Limits, PipelineSettings, TriggerSettings
     from deltanode.pipeline.pipeline import Pipeline
 
     storage = StorageLayout(fresh_root("pipeline"), s3)
@@ -56,7 +56,7 @@ def test_the_shared_pipeline_persists_to_s3_exactly_once_across_a_restart(spark,
 
     def run_until_committed() -> None:
         pipe = Pipeline(spark.sparkContext, storage, mq,
-                        PipelineSettings(limits=Limits(max_messages=6), trigger_interval=0.2)).start()
+                        PipelineSettings(limits=Limits(max_messages=6), trigger=TriggerSettings(interval=0.2))).start()
         try:
             for v in coll.vchannels:
                 coll.watch(pipe, v)

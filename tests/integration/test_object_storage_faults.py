@@ -271,7 +271,7 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
     """Two vchannels insert and delete while the schedule breaks data-file and commit requests;
     then the faults stop and every checkpoint reaches its watermark: every row once, deletes
     applied, every committed file in the bucket, every table readable."""
-    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings
+    from deltanode.config.sections.pipeline import CompactionSettings, Limits, PipelineSettings, TriggerSettings
     from deltanode.pipeline.pipeline import Pipeline
 
     proxy = s3_faulty.proxy
@@ -321,7 +321,7 @@ def test_the_pipeline_through_a_faulty_s3_keeps_every_row_exactly_once(spark, mq
     ticker(coll.producer, coll.pchannels, ticks, interval=1.0)
     proxy.add(*SCHEDULE)
     pipe = Pipeline(spark.sparkContext, storage, mq,
-                    PipelineSettings(limits=Limits(max_messages=16), trigger_interval=0.2,
+                    PipelineSettings(limits=Limits(max_messages=16), trigger=TriggerSettings(interval=0.2),
                                      compaction=CompactionSettings(interval=0))).start()
     started = time.monotonic()
     try:

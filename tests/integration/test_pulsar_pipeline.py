@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from deltanode.config.sections.pipeline import Limits, PipelineSettings
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, TriggerSettings
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import read_table
 from deltanode.mq.milvus_producer import MilvusProducer, Proxy, ticker
@@ -51,7 +51,7 @@ def test_two_shards_on_a_pulsar_pchannel_commit_every_row_once_across_ledgers_an
 
     def run_until_all_committed() -> None:
         pipe = Pipeline(spark.sparkContext, storage, mq,
-                        PipelineSettings(limits=Limits(max_messages=40), trigger_interval=0.2)).start()
+                        PipelineSettings(limits=Limits(max_messages=40), trigger=TriggerSettings(interval=0.2))).start()
         try:
             for v in vchannels:
                 pipe.add(VchannelInfo(collectionID=CID, channelName=v), schema)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from deltanode.config.keys import env_name
-from deltanode.config.sections.pipeline import Limits, PipelineSettings
+from deltanode.config.sections.pipeline import Limits, PipelineSettings, TriggerSettings
 from deltanode.datacoord.catalog import CollectionRecord, catalog_prefix, encode_schema
 from deltanode.delta.layout import StorageLayout
 from deltanode.delta.tables import open_table
@@ -120,7 +120,8 @@ def _write_collection(spark, mq: Broker, storage: StorageLayout, cid: int, name:
         table = open_table(uri, storage.delta_options(uri))
         return (table.transaction_version(vchannel) or 0) if table else 0
 
-    pipe = Pipeline(spark.sparkContext, storage, mq, PipelineSettings(limits=Limits(), trigger_interval=0.2)).start()
+    settings = PipelineSettings(limits=Limits(), trigger=TriggerSettings(interval=0.2))
+    pipe = Pipeline(spark.sparkContext, storage, mq, settings).start()
     try:
         coll.watch(pipe)
         produced = []

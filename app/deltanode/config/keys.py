@@ -193,8 +193,14 @@ KEYS: dict[str, Key] = {k.name: k for k in [
        "longest a cycle's Spark job should take: the cycle reads as many messages as the last cycles' "
        "cost per message allows (0: no bound, the default: a node past its capacity drains a backlog "
        "fastest in long cycles, docs/architecture.md)", min=0),
-    _k("datanode.trigger.interval", KeyType.DURATION, "1s", "how often the pipeline runs a cycle (at once while "
-       "a backlog remains; up to twice as often while its cycles with rows take half of it or more)", min=0),
+    _k("datanode.trigger.interval", KeyType.DURATION, "1s", "how often the pipeline runs a cycle, at most (at "
+       "once while a backlog remains)", min=0),
+    _k("datanode.trigger.files.rate", KeyType.FLOAT, "250",
+       "binlog files a second past which cycles space out, so that each file carries more rows (a cycle "
+       "writes a file per vchannel with rows; docs/benchmarks.md, \"The pace of cycles\"); 0: latency "
+       "first, cycles back to back while busy", min=0),
+    _k("datanode.trigger.max.interval", KeyType.DURATION, "10s",
+       "the longest the files' rate spaces cycles", min=0),
     _k("datanode.sync.max.delay", KeyType.DURATION, "0s",
        "longest rows may wait in binlog files before their collection is committed (0: at the end of "
        "the cycle that read them)", min=0),

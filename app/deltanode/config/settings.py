@@ -18,7 +18,7 @@ from .sections.broker import BrokerSettings, PchannelSettings
 from .sections.embedded import EmbeddedPort, EmbeddedSettings
 from .sections.etcd import EtcdSecurity, EtcdSettings
 from .sections.mirror import MirrorSettings, MirrorStart
-from .sections.pipeline import CompactionSettings, Limits, PipelineSettings, SealSettings, SyncSettings
+from .sections.pipeline import CompactionSettings, Limits, PipelineSettings, SealSettings, SyncSettings, TriggerSettings
 from .sections.processes import DataCoordSettings, NodeSettings
 from .sections.storage import S3Settings, StorageSettings
 
@@ -126,7 +126,9 @@ def _pipeline(conf: Conf, mirror: MirrorSettings) -> PipelineSettings:
         sync=SyncSettings(max_delay=conf.get("datanode.sync.max.delay"),
                           checkpoint_interval=conf.get("datanode.checkpoint.interval"),
                           idle_rate=conf.get("datanode.checkpoint.max.rate")),
-        trigger_interval=conf.get("datanode.trigger.interval"),
+        trigger=TriggerSettings(interval=conf.get("datanode.trigger.interval"),
+                                files_rate=conf.get("datanode.trigger.files.rate"),
+                                max_interval=conf.get("datanode.trigger.max.interval")),
         compaction=CompactionSettings(interval=conf.get("datanode.compaction.interval"),
                                       min_files=conf.get("datanode.compaction.min.files"),
                                       target_bytes=conf.get("datanode.compaction.target.size"),

@@ -135,6 +135,7 @@ class CycleApplier:
             _take_schema(fg, change, applying.current)
         report = applying.report
         report.rows += outcome.inserted_rows
+        report.files += sum(len(p.files) for p in portions)
         report.deletes += outcome.deleted_rows
         report.quarantined += outcome.quarantined
 

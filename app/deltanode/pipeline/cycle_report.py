@@ -26,6 +26,7 @@ class CycleReport:
     messages: int = 0
     bytes: int = 0
     rows: int = 0
+    files: int = 0               # binlog files its tasks wrote for the vchannels that took them
     deletes: int = 0
     quarantined: int = 0
     marked_files: int = 0        # files given a new deletion vector

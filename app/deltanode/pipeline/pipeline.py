@@ -1,7 +1,8 @@
 """The DataNode's shared pipeline: one loop, one Spark job per cycle, whatever the number of vchannels.
 
-The loop runs a cycle every ``trigger_interval`` (at once while a backlog remains, twice an
-interval while busy: ``trigger``), made of stages with one job each:
+The loop runs a cycle every ``trigger.interval`` (at once while a backlog remains; further apart
+while its cycles write more binlog files a second than ``trigger.files_rate``: ``trigger``), made
+of stages with one job each:
 
 - ``registry``: the vchannels this node runs (channel watchers add and remove them between cycles);
 - ``cycle``: plan the cycle's offset ranges, read, route and write them in one Spark job, apply
@@ -91,7 +92,7 @@ class Pipeline:
         self.spark_stopped = False                   # the loop ended because Spark stopped under it
         self._turns = CycleTurns(registry=self.registry, runner=self._cycle, syncs=self._syncs, stopping=self._stopping,
                                  on_cycle=on_cycle)
-        self._trigger = Trigger(settings.trigger_interval)
+        self._trigger = Trigger(settings.trigger)
         self.cycles = self._turns.reports
         self.compactor = Compactor(sc=sc, storage=storage, members=self, settings=settings.compaction)
 

@@ -29,6 +29,15 @@ class SyncSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TriggerSettings:
+    """When the pipeline's loop starts a cycle (``pipeline.trigger``). Runs on the driver."""
+
+    interval: float = 1.0        # the shortest time between two cycles' starts
+    files_rate: float = 250.0    # binlog files a second past which cycles space out; 0: back to back while busy
+    max_interval: float = 10.0   # the longest the files' pace spaces them
+
+
+@dataclass(frozen=True, kw_only=True)
 class SealSettings:
     """When a Growing segment is sealed: Milvus DataCoord's policies (``vchannel.seal_policy``).
     Runs on the driver."""
@@ -62,6 +71,6 @@ class PipelineSettings:
 
     limits: Limits = Limits()
     sync: SyncSettings = SyncSettings()
-    trigger_interval: float = 1.0
+    trigger: TriggerSettings = TriggerSettings()
     compaction: CompactionSettings = CompactionSettings()
     seal: SealSettings = SealSettings()
