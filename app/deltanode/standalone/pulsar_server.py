@@ -331,6 +331,11 @@ class EmbeddedApachePulsar(_Process):
                     return
                 except Exception:  # noqa: BLE001 - not serving yet: ask again
                     pass
+                full = bookie_out_of_space(self.data_dir / "pulsar-broker.log")
+                if full is not None:
+                    self.stop()
+                    raise ServiceError(f"{self.name} cannot write: its bookie found the disk full ({full}); "
+                                       f"free space under {self.data_dir}")
                 if time.monotonic() > deadline:
                     self.stop()
                     raise ServiceError(f"{self.name} created no producer within {READY_TIMEOUT:.0f} s; "
@@ -338,3 +343,18 @@ class EmbeddedApachePulsar(_Process):
                 time.sleep(0.2)
         finally:
             client.close()
+
+
+def bookie_out_of_space(log_path: Path) -> str | None:
+    """The bookie's line saying its ledger directory is past ``diskUsageThreshold``, if the broker's
+    log has one. With its only directory full, the bookie turns read-only, and the broker waits
+    for a writable bookie until the readiness timeout: the line names the cause at once."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if "DiskChecker" in line and "Space left on device" in line and "> threshold" in line:
+            return line.split(" - ", 1)[-1].strip()
+    return None
+
