@@ -16,11 +16,14 @@ import time
 
 PERIOD_S = 0.02
 
+# The spinner leaves when the benchmark that started it is gone (a benchmark killed before its
+# ``stop``): an orphan would go on taking its share of a core from every run after it. The
+# benchmark passes its own pid: one killed before the spinner starts is gone already.
 _SPIN = """
-import sys, time
-share, period = float(sys.argv[1]), float(sys.argv[2])
+import os, sys, time
+share, period, parent = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 busy = share * period
-while True:
+while os.getppid() == parent:
     start = time.perf_counter()
     while time.perf_counter() - start < busy:
         pass
@@ -50,7 +53,7 @@ class Neighbour:
         self.cores = 0.0
 
     def start(self) -> Neighbour:
-        self._proc = subprocess.Popen([sys.executable, "-c", _SPIN, str(self.share), str(PERIOD_S)])
+        self._proc = subprocess.Popen([sys.executable, "-c", _SPIN, str(self.share), str(PERIOD_S), str(os.getpid())])
         self._started, self._cpu0 = time.monotonic(), 0.0
         return self
 
