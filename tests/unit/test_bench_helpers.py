@@ -380,7 +380,8 @@ def test_the_load_s_first_cycles_that_read_messages_are_shown_beside_the_medians
 
     def line(clock: str, messages: int, cycle: float, cpu: float) -> str:
         return (f"2026-11-29 {clock},000 INFO deltanode.pipeline.cycle: cycle 7: 2 range(s) in 2 task(s), "
-                f"{messages} messages, 1.0 MB: 50 rows, 0 deletes, 0 quarantined in 1 file(s); 1 commit(s) for 1 vchannel(s); "
+                f"{messages} messages, 1.0 MB: 50 rows, 0 deletes, 0 quarantined in 1 file(s); 1 commit(s) for "
+                f"1 vchannel(s); "
                 f"{cycle:.3f} s (plan 0.010, job 0.200, apply 0.010, commits 0.050; tasks 0.300 s, their CPU "
                 f"{cpu:.3f} s, broker wait 0.100 s)")
 

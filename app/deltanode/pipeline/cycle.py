@@ -270,6 +270,6 @@ def log_cycle(r: CycleReport) -> None:
     log.info("cycle %d: %d range(s) in %d task(s), %d messages, %.1f MB: %d rows, %d deletes, %d quarantined in %d "
              "file(s); %d commit(s) for %d vchannel(s)%s; %.3f s (plan %.3f, job %.3f, apply %.3f, commits %.3f; "
              "tasks %.3f s, their CPU %.3f s, broker wait %.3f s)",
-             r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.files, r.commits,
-             r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s, r.job_s,
-             r.apply_s, r.sync_s, r.task_s, r.task_cpu_s, r.task_read_s)
+             r.number, r.ranges, r.tasks, r.messages, r.bytes / 1e6, r.rows, r.deletes, r.quarantined, r.files,
+             r.commits, r.vchannels_committed, f", {len(r.failed)} failed" if r.failed else "", r.seconds, r.plan_s,
+             r.job_s, r.apply_s, r.sync_s, r.task_s, r.task_cpu_s, r.task_read_s)
